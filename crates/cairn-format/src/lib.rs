@@ -1,0 +1,53 @@
+//! Cairn's on-disk formats, the only place that defines bytes which cross a file.
+//!
+//! Two records make up a stored checkpoint (see `docs/format.md` for the byte layout):
+//!
+//! - the **rank file** ([`container`]): one per rank and checkpoint, holding the protected
+//!   regions' bytes followed by an index ([`RankIndex`]) with a checksum for every chunk;
+//! - the **manifest** ([`Manifest`]): a small JSON record written last and published by atomic
+//!   rename, whose presence makes a checkpoint restart-eligible on that tier.
+//!
+//! ```
+//! use cairn_format::{Dtype, RankIndex, RegionEntry, checksum};
+//! let data = vec![7u8; 100];
+//! let mut index = RankIndex::new("demo", 3, 0, 1, 64);
+//! index.regions.push(RegionEntry::describe(1, Dtype::Byte, 100, 0, &data, 64));
+//! let bytes = index.encode();
+//! let back = RankIndex::decode(&bytes).unwrap();
+//! assert_eq!(back, index);
+//! assert_eq!(back.regions[0].chunk_sums[0], checksum(&data[..64]));
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod container;
+mod dtype;
+mod manifest;
+
+pub use container::{
+    check_header, encode_header,
+    checksum, RankIndex, RegionEntry, Trailer, HEADER_LEN, INDEX_MAGIC, RANK_MAGIC, TRAILER_LEN,
+};
+pub use dtype::Dtype;
+pub use manifest::{check_name, CkptState, Manifest, MANIFEST_FORMAT};
+
+/// The version of the rank-file container this build writes; readers accept exactly the
+/// versions they know and reject others with [`FormatError::Version`].
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What can be wrong with stored bytes.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FormatError {
+    #[error("not a Cairn checkpoint file (bad magic)")]
+    Magic,
+    #[error("checkpoint format version {0} is not supported by this build (it reads version {FORMAT_VERSION})")]
+    Version(u32),
+    #[error("truncated record: {0}")]
+    Truncated(&'static str),
+    #[error("checksum mismatch in {0}")]
+    Checksum(String),
+    #[error("invalid field {field}: {value}")]
+    Invalid { field: &'static str, value: String },
+    #[error("manifest is not valid: {0}")]
+    Manifest(String),
+}

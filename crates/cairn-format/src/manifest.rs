@@ -1,0 +1,144 @@
+//! The checkpoint manifest: the small record whose presence makes a checkpoint eligible.
+
+use crate::FormatError;
+use serde::{Deserialize, Serialize};
+
+/// Version of the manifest schema this build writes and reads.
+pub const MANIFEST_FORMAT: u32 = 1;
+
+/// The lifecycle state of a checkpoint (see ARCHITECTURE.md, "The checkpoint lifecycle").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CkptState {
+    /// Some ranks may still be writing; never restart-eligible and never published.
+    Writing,
+    /// Every rank's part is stored with checksums in its fastest tier.
+    Captured,
+    /// The redundancy scheme is encoded.
+    Protected,
+    /// Stored on the global tier.
+    Durable,
+}
+
+impl std::fmt::Display for CkptState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CkptState::Writing => "writing",
+            CkptState::Captured => "captured",
+            CkptState::Protected => "protected",
+            CkptState::Durable => "durable",
+        })
+    }
+}
+
+/// One tier's record of a complete checkpoint. A node-local tier holds one manifest per node,
+/// listing the ranks of that node; the global tier holds one listing every rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: u32,
+    pub name: String,
+    pub version: i64,
+    pub world_size: u32,
+    /// Number of (possibly simulated) nodes the job ran on.
+    pub nodes: u32,
+    /// The node this manifest belongs to, on node-local tiers.
+    pub node: Option<u32>,
+    /// The ranks whose parts this tier holds under this manifest.
+    pub ranks: Vec<u32>,
+    /// Redundancy scheme the checkpoint was protected with.
+    pub scheme: String,
+    pub state: CkptState,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// The longest time any rank spent writing its part, in nanoseconds.
+    pub capture_ns: u64,
+}
+
+impl Manifest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("manifest serializes");
+        v.push(b'\n');
+        v
+    }
+
+    /// Parse and validate a manifest read from storage; nothing in it is trusted until this
+    /// returns.
+    pub fn decode(bytes: &[u8]) -> Result<Manifest, FormatError> {
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| FormatError::Manifest(e.to_string()))?;
+        if m.format != MANIFEST_FORMAT {
+            return Err(FormatError::Manifest(format!(
+                "manifest format {} is not supported (this build reads {MANIFEST_FORMAT})",
+                m.format
+            )));
+        }
+        check_name(&m.name)?;
+        if m.version < 0 {
+            return Err(FormatError::Manifest(format!("negative version {}", m.version)));
+        }
+        if m.world_size == 0 || m.ranks.iter().any(|r| *r >= m.world_size) {
+            return Err(FormatError::Manifest(format!(
+                "ranks {:?} do not fit a world of {}",
+                m.ranks, m.world_size
+            )));
+        }
+        Ok(m)
+    }
+}
+
+/// Check that a checkpoint name can be used as one path component: 1 to 128 characters from
+/// `[A-Za-z0-9._-]`, not starting with a dot.
+pub fn check_name(name: &str) -> Result<(), FormatError> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(FormatError::Invalid {
+            field: "checkpoint name",
+            value: format!("{name:?} (use 1-128 characters from A-Z a-z 0-9 . _ -, not starting with '.')"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            name: "heat".into(),
+            version: 10,
+            world_size: 4,
+            nodes: 2,
+            node: Some(1),
+            ranks: vec![2, 3],
+            scheme: "single".into(),
+            state: CkptState::Captured,
+            created_unix_ms: 1,
+            capture_ns: 2,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample();
+        assert_eq!(Manifest::decode(&m.encode()).unwrap(), m);
+    }
+
+    #[test]
+    fn hostile_names_and_ranks_are_rejected() {
+        for bad in ["", "..", "../x", "/etc", "a/b", ".hidden", "a b"] {
+            let mut m = sample();
+            m.name = bad.into();
+            assert!(Manifest::decode(&m.encode()).is_err(), "{bad:?} accepted");
+        }
+        let mut m = sample();
+        m.ranks = vec![4];
+        assert!(Manifest::decode(&m.encode()).is_err());
+        assert!(Manifest::decode(b"{\"format\":1").is_err());
+    }
+}

@@ -1,0 +1,291 @@
+//! [`DirTier`]: a tier over a directory tree, private to the user.
+//!
+//! Objects are files under the root; a writer fills `<name>.tmp.<pid>.<n>` and publishes it by
+//! `rename(2)`, which is atomic within one file system. Directories are created 0700 and files
+//! 0600. With `fsync` on (the default for the global tier), the file is synced before the
+//! rename and the directory after it, so a published object survives a node crash; node-local
+//! tiers skip it because they are lost with the node anyway and checksums catch torn data.
+
+use crate::{check_key, ObjectReader, ObjectWriter, Result, Scope, Tier, TierError};
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A tier stored in a directory.
+#[derive(Debug)]
+pub struct DirTier {
+    label: String,
+    root: PathBuf,
+    fsync: bool,
+    scope: Scope,
+}
+
+fn err(tier: &str, what: &'static str, path: &Path, source: std::io::Error) -> TierError {
+    TierError { tier: tier.to_string(), what, path: path.to_path_buf(), source }
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Create `dir` and its missing parents with mode 0700. An existing directory must belong to
+/// this user, so another user cannot plant a directory (or a symlink to one) where our
+/// checkpoints will go.
+pub(crate) fn make_private_dir(label: &str, dir: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| err(label, "cannot create directory", dir, e))?;
+    let md = fs::symlink_metadata(dir).map_err(|e| err(label, "cannot stat", dir, e))?;
+    if !md.is_dir() {
+        let e = std::io::Error::new(std::io::ErrorKind::Other, "not a directory (symlinks are refused)");
+        return Err(err(label, "bad root", dir, e));
+    }
+    if md.uid() != current_uid() {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("owned by uid {}, not by this user (uid {})", md.uid(), current_uid()),
+        );
+        return Err(err(label, "refusing directory", dir, e));
+    }
+    if md.mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| err(label, "cannot make private", dir, e))?;
+    }
+    Ok(())
+}
+
+impl DirTier {
+    /// Open (creating if needed) a global-scope tier rooted at `root`.
+    pub fn new(label: &str, root: impl Into<PathBuf>, fsync: bool) -> Result<DirTier> {
+        Self::with_scope(label, root, fsync, Scope::Global)
+    }
+
+    /// Open (creating if needed) a tier rooted at `root` with the given scope.
+    pub fn with_scope(label: &str, root: impl Into<PathBuf>, fsync: bool, scope: Scope) -> Result<DirTier> {
+        let root = root.into();
+        make_private_dir(label, &root)?;
+        Ok(DirTier { label: label.to_string(), root, fsync, scope })
+    }
+
+    /// Open an existing tier for reading without creating or changing anything.
+    pub fn open_existing(label: &str, root: impl Into<PathBuf>, scope: Scope) -> Result<DirTier> {
+        let root = root.into();
+        let md = fs::metadata(&root).map_err(|e| err(label, "cannot open", &root, e))?;
+        if !md.is_dir() {
+            let e = std::io::Error::new(std::io::ErrorKind::Other, "not a directory");
+            return Err(err(label, "cannot open", &root, e));
+        }
+        Ok(DirTier { label: label.to_string(), root, fsync: false, scope })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        check_key(key).map_err(|m| {
+            err(&self.label, "bad key", Path::new(key), std::io::Error::new(std::io::ErrorKind::InvalidInput, m))
+        })?;
+        Ok(self.root.join(key))
+    }
+}
+
+struct DirWriter {
+    label: String,
+    file: Option<File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+    fsync: bool,
+}
+
+impl ObjectWriter for DirWriter {
+    fn write_all(&mut self, buf: &[u8]) -> Result<()> {
+        let f = self.file.as_mut().expect("writer used after commit");
+        f.write_all(buf).map_err(|e| err(&self.label, "cannot write", &self.tmp, e))
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        let f = self.file.take().expect("writer committed twice");
+        if self.fsync {
+            f.sync_all().map_err(|e| err(&self.label, "cannot sync", &self.tmp, e))?;
+        }
+        drop(f);
+        fs::rename(&self.tmp, &self.dest).map_err(|e| err(&self.label, "cannot publish", &self.dest, e))?;
+        if self.fsync {
+            if let Some(parent) = self.dest.parent() {
+                File::open(parent)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| err(&self.label, "cannot sync directory", parent, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DirWriter {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+struct DirReader {
+    label: String,
+    file: File,
+    len: u64,
+    path: PathBuf,
+}
+
+impl ObjectReader for DirReader {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file.read_exact_at(buf, offset).map_err(|e| err(&self.label, "cannot read", &self.path, e))
+    }
+}
+
+impl Tier for DirTier {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
+        let dest = self.path(key)?;
+        if let Some(parent) = dest.parent() {
+            if !parent.is_dir() {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .map_err(|e| err(&self.label, "cannot create directory", parent, e))?;
+            }
+        }
+        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let mut tmp = dest.clone().into_os_string();
+        tmp.push(format!(".tmp.{}.{}", std::process::id(), seq));
+        let tmp = PathBuf::from(tmp);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| err(&self.label, "cannot create", &tmp, e))?;
+        Ok(Box::new(DirWriter { label: self.label.clone(), file: Some(file), tmp, dest, fsync: self.fsync }))
+    }
+
+    fn open(&self, key: &str) -> Result<Box<dyn ObjectReader>> {
+        let path = self.path(key)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| err(&self.label, "cannot open", &path, e))?;
+        let len = file.metadata().map_err(|e| err(&self.label, "cannot stat", &path, e))?.len();
+        Ok(Box::new(DirReader { label: self.label.clone(), file, len, path }))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let dir = if prefix.is_empty() { self.root.clone() } else { self.path(prefix)? };
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(err(&self.label, "cannot list", &dir, e)),
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.contains(".tmp."))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn exists(&self, key: &str) -> bool {
+        self.path(key).map(|p| p.exists()).unwrap_or(false)
+    }
+
+    fn remove(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(&self.label, "cannot remove", &path, e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn remove_all(&self, prefix: &str) -> Result<()> {
+        let path = self.path(prefix)?;
+        match fs::remove_dir_all(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(&self.label, "cannot remove", &path, e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uncommitted_writes_leave_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let t = DirTier::new("local", d.path().join("r"), false).unwrap();
+        let mut w = t.create("a/b").unwrap();
+        w.write_all(b"partial").unwrap();
+        drop(w);
+        assert!(!t.exists("a/b"));
+        assert_eq!(fs::read_dir(d.path().join("r/a")).unwrap().count(), 0, "temporary file left behind");
+    }
+
+    #[test]
+    fn objects_and_dirs_are_private() {
+        let d = tempfile::tempdir().unwrap();
+        let t = DirTier::new("global", d.path().join("r"), true).unwrap();
+        t.put("x/y", b"123").unwrap();
+        let fmode = fs::metadata(d.path().join("r/x/y")).unwrap().mode() & 0o777;
+        let dmode = fs::metadata(d.path().join("r/x")).unwrap().mode() & 0o777;
+        assert_eq!((fmode, dmode), (0o600, 0o700));
+        let r = t.open("x/y").unwrap();
+        let mut b = [0u8; 2];
+        r.read_exact_at(&mut b, 1).unwrap();
+        assert_eq!(&b, b"23");
+        assert!(r.read_exact_at(&mut b, 2).is_err(), "short read accepted");
+    }
+
+    #[test]
+    fn symlinked_root_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("real"), d.path().join("link")).unwrap();
+        let e = DirTier::new("local", d.path().join("link"), false).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn remove_is_idempotent_and_bad_keys_fail() {
+        let d = tempfile::tempdir().unwrap();
+        let t = DirTier::new("local", d.path().join("r"), false).unwrap();
+        t.remove("nope").unwrap();
+        t.remove_all("nope/x").unwrap();
+        assert!(t.create("../escape").is_err());
+        assert!(t.list("..").is_err());
+    }
+}
