@@ -92,7 +92,10 @@ impl Comm for Solo {
     }
     fn sendrecv(&self, send: &[u8], dest: usize, src: usize) -> Result<Vec<u8>> {
         if dest != 0 || src != 0 {
-            return Err(CommError { op: "sendrecv", msg: format!("peer {dest}/{src} outside a world of 1") });
+            return Err(CommError {
+                op: "sendrecv",
+                msg: format!("peer {dest}/{src} outside a world of 1"),
+            });
         }
         Ok(send.to_vec())
     }

@@ -29,9 +29,15 @@ impl Topology {
     /// Collective: discover the topology. `sim_nodes = 0` means real nodes only;
     /// `domain_env` names an environment variable (e.g. a rack name) whose value groups nodes
     /// into coarser failure domains.
-    pub fn discover(comm: &dyn Comm, sim_nodes: usize, domain_env: Option<&str>) -> Result<Topology, CommError> {
+    pub fn discover(
+        comm: &dyn Comm,
+        sim_nodes: usize,
+        domain_env: Option<&str>,
+    ) -> Result<Topology, CommError> {
         let hostname = hostname();
-        let domain_val = domain_env.map(|v| std::env::var(v).unwrap_or_default()).unwrap_or_default();
+        let domain_val = domain_env
+            .map(|v| std::env::var(v).unwrap_or_default())
+            .unwrap_or_default();
         let mine = format!("{hostname}\n{domain_val}");
         let all = comm.allgather(mine.as_bytes())?;
         let all: Vec<(String, String)> = all
@@ -49,7 +55,12 @@ impl Topology {
     }
 
     /// The pure part of [`Topology::discover`]: `hosts[r]` is rank r's (host name, domain value).
-    pub fn from_hosts(rank: usize, hosts: &[(String, String)], sim_nodes: usize, by_domain: bool) -> Result<Topology, CommError> {
+    pub fn from_hosts(
+        rank: usize,
+        hosts: &[(String, String)],
+        sim_nodes: usize,
+        by_domain: bool,
+    ) -> Result<Topology, CommError> {
         let size = hosts.len();
         let mut real: Vec<&str> = Vec::new();
         let real_of: Vec<usize> = hosts
@@ -87,7 +98,10 @@ impl Topology {
                 order.push(*n);
             }
         }
-        let node_of: Vec<usize> = node_of.iter().map(|n| order.iter().position(|x| x == n).unwrap()).collect();
+        let node_of: Vec<usize> = node_of
+            .iter()
+            .map(|n| order.iter().position(|x| x == n).unwrap())
+            .collect();
         let nodes = order.len();
         let domain_of = if by_domain {
             let mut seen: Vec<&str> = Vec::new();
@@ -118,7 +132,9 @@ impl Topology {
 
     /// Ranks on this rank's node, in rank order.
     pub fn node_ranks(&self) -> Vec<usize> {
-        (0..self.size).filter(|r| self.node_of[*r] == self.node).collect()
+        (0..self.size)
+            .filter(|r| self.node_of[*r] == self.node)
+            .collect()
     }
 
     /// True for the lowest rank of each node, which writes the node's shared records.
@@ -142,7 +158,10 @@ mod tests {
     use super::*;
 
     fn hosts(names: &[&str]) -> Vec<(String, String)> {
-        names.iter().map(|h| (h.to_string(), String::new())).collect()
+        names
+            .iter()
+            .map(|h| (h.to_string(), String::new()))
+            .collect()
     }
 
     #[test]
@@ -170,8 +189,10 @@ mod tests {
 
     #[test]
     fn domains_group_nodes() {
-        let h: Vec<(String, String)> =
-            [("a", "r1"), ("b", "r1"), ("c", "r2")].iter().map(|(h, d)| (h.to_string(), d.to_string())).collect();
+        let h: Vec<(String, String)> = [("a", "r1"), ("b", "r1"), ("c", "r2")]
+            .iter()
+            .map(|(h, d)| (h.to_string(), d.to_string()))
+            .collect();
         let t = Topology::from_hosts(0, &h, 0, true).unwrap();
         assert_eq!(t.node_of, vec![0, 1, 2]);
         assert_eq!(t.domain_of, vec![0, 0, 1]);

@@ -83,7 +83,9 @@ impl Trailer {
             return Err(FormatError::Truncated("trailer"));
         }
         if &t[24..] != INDEX_MAGIC {
-            return Err(FormatError::Truncated("trailer magic missing (file incomplete)"));
+            return Err(FormatError::Truncated(
+                "trailer magic missing (file incomplete)",
+            ));
         }
         let tr = Trailer {
             index_offset: u64::from_le_bytes(t[..8].try_into().unwrap()),
@@ -94,7 +96,10 @@ impl Trailer {
         if tr.index_offset < HEADER_LEN || end != Some(file_len - TRAILER_LEN) {
             return Err(FormatError::Invalid {
                 field: "trailer index location",
-                value: format!("{}+{} in a file of {file_len} bytes", tr.index_offset, tr.index_len),
+                value: format!(
+                    "{}+{} in a file of {file_len} bytes",
+                    tr.index_offset, tr.index_len
+                ),
             });
         }
         Ok(tr)
@@ -119,7 +124,14 @@ pub struct RegionEntry {
 
 impl RegionEntry {
     /// Describe a region held in memory, computing its chunk checksums.
-    pub fn describe(id: i32, dtype: Dtype, count: u64, offset: u64, data: &[u8], chunk: u32) -> Self {
+    pub fn describe(
+        id: i32,
+        dtype: Dtype,
+        count: u64,
+        offset: u64,
+        data: &[u8],
+        chunk: u32,
+    ) -> Self {
         RegionEntry {
             id,
             dtype,
@@ -231,7 +243,10 @@ impl RankIndex {
         }
         let name_len = r.u16("name length")? as usize;
         let name = std::str::from_utf8(r.take(name_len, "name")?)
-            .map_err(|_| FormatError::Invalid { field: "name", value: "not UTF-8".into() })?
+            .map_err(|_| FormatError::Invalid {
+                field: "name",
+                value: "not UTF-8".into(),
+            })?
             .to_string();
         let version = r.u64("version")? as i64;
         let rank = r.u32("rank")?;
@@ -240,7 +255,10 @@ impl RankIndex {
         let write_ns = r.u64("write time")?;
         let n = r.u32("region count")? as usize;
         if chunk_size == 0 {
-            return Err(FormatError::Invalid { field: "chunk size", value: "0".into() });
+            return Err(FormatError::Invalid {
+                field: "chunk size",
+                value: "0".into(),
+            });
         }
         if rank >= world_size {
             return Err(FormatError::Invalid {
@@ -277,9 +295,24 @@ impl RankIndex {
                     value: format!("region {id}: {nchunks} chunks for {nbytes} bytes"),
                 });
             }
-            let sums = r.take(nchunks.checked_mul(8).ok_or(FormatError::Truncated("chunk sums"))?, "chunk sums")?;
-            let chunk_sums = sums.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
-            regions.push(RegionEntry { id, dtype, count, offset, nbytes, chunk_sums });
+            let sums = r.take(
+                nchunks
+                    .checked_mul(8)
+                    .ok_or(FormatError::Truncated("chunk sums"))?,
+                "chunk sums",
+            )?;
+            let chunk_sums = sums
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            regions.push(RegionEntry {
+                id,
+                dtype,
+                count,
+                offset,
+                nbytes,
+                chunk_sums,
+            });
         }
         if r.pos != buf.len() {
             return Err(FormatError::Invalid {
@@ -287,7 +320,15 @@ impl RankIndex {
                 value: format!("{} trailing bytes", buf.len() - r.pos),
             });
         }
-        Ok(RankIndex { name, version, rank, world_size, chunk_size, write_ns, regions })
+        Ok(RankIndex {
+            name,
+            version,
+            rank,
+            world_size,
+            chunk_size,
+            write_ns,
+            regions,
+        })
     }
 
     /// Check that region ids are unique and every region lies inside `[HEADER_LEN, data_end)`
@@ -299,7 +340,10 @@ impl RankIndex {
             if r.offset < HEADER_LEN || end.is_none() {
                 return Err(FormatError::Invalid {
                     field: "region extent",
-                    value: format!("region {} at {}+{} outside the data area", r.id, r.offset, r.nbytes),
+                    value: format!(
+                        "region {} at {}+{} outside the data area",
+                        r.id, r.offset, r.nbytes
+                    ),
                 });
             }
             spans.push((r.offset, r.offset + r.nbytes, r.id));
@@ -316,7 +360,10 @@ impl RankIndex {
         let mut ids: Vec<i32> = self.regions.iter().map(|r| r.id).collect();
         ids.sort_unstable();
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(FormatError::Invalid { field: "region id", value: format!("{} appears twice", w[0]) });
+            return Err(FormatError::Invalid {
+                field: "region id",
+                value: format!("{} appears twice", w[0]),
+            });
         }
         Ok(())
     }
@@ -329,9 +376,17 @@ mod tests {
     fn sample() -> RankIndex {
         let mut ix = RankIndex::new("heat", 40, 2, 4, 8);
         let a = [1u8; 20];
-        ix.regions.push(RegionEntry::describe(0, Dtype::Byte, 20, HEADER_LEN, &a, 8));
+        ix.regions
+            .push(RegionEntry::describe(0, Dtype::Byte, 20, HEADER_LEN, &a, 8));
         let b = [0u8; 16];
-        ix.regions.push(RegionEntry::describe(7, Dtype::Double, 2, HEADER_LEN + 20, &b, 8));
+        ix.regions.push(RegionEntry::describe(
+            7,
+            Dtype::Double,
+            2,
+            HEADER_LEN + 20,
+            &b,
+            8,
+        ));
         ix.write_ns = 1234;
         ix
     }
@@ -349,7 +404,10 @@ mod tests {
     fn every_truncation_of_an_index_is_an_error_not_a_panic() {
         let bytes = sample().encode();
         for n in 0..bytes.len() {
-            assert!(RankIndex::decode(&bytes[..n]).is_err(), "prefix of {n} bytes accepted");
+            assert!(
+                RankIndex::decode(&bytes[..n]).is_err(),
+                "prefix of {n} bytes accepted"
+            );
         }
     }
 
@@ -357,21 +415,37 @@ mod tests {
     fn inconsistent_sizes_are_rejected() {
         let mut ix = sample();
         ix.regions[1].count = 3;
-        assert!(matches!(RankIndex::decode(&ix.encode()), Err(FormatError::Invalid { .. })));
+        assert!(matches!(
+            RankIndex::decode(&ix.encode()),
+            Err(FormatError::Invalid { .. })
+        ));
         let ix = sample();
-        assert!(ix.check_extents(HEADER_LEN + 30).is_err(), "region past data end accepted");
+        assert!(
+            ix.check_extents(HEADER_LEN + 30).is_err(),
+            "region past data end accepted"
+        );
         let mut ix = sample();
         ix.regions[1].offset = HEADER_LEN + 10;
-        assert!(ix.check_extents(HEADER_LEN + 36).is_err(), "overlap accepted");
+        assert!(
+            ix.check_extents(HEADER_LEN + 36).is_err(),
+            "overlap accepted"
+        );
         let mut ix = sample();
         ix.regions[1].id = 0;
         ix.regions[1].offset = HEADER_LEN + 20;
-        assert!(ix.check_extents(HEADER_LEN + 36).is_err(), "duplicate id accepted");
+        assert!(
+            ix.check_extents(HEADER_LEN + 36).is_err(),
+            "duplicate id accepted"
+        );
     }
 
     #[test]
     fn trailer_must_point_inside_the_file() {
-        let t = Trailer { index_offset: 100, index_len: 50, index_sum: 9 };
+        let t = Trailer {
+            index_offset: 100,
+            index_len: 50,
+            index_sum: 9,
+        };
         assert_eq!(Trailer::decode(&t.encode(), 182).unwrap(), t);
         assert!(Trailer::decode(&t.encode(), 183).is_err());
         let mut bytes = t.encode();

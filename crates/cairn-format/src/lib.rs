@@ -24,8 +24,8 @@ mod dtype;
 mod manifest;
 
 pub use container::{
-    check_header, encode_header,
-    checksum, RankIndex, RegionEntry, Trailer, HEADER_LEN, INDEX_MAGIC, RANK_MAGIC, TRAILER_LEN,
+    check_header, checksum, encode_header, RankIndex, RegionEntry, Trailer, HEADER_LEN,
+    INDEX_MAGIC, RANK_MAGIC, TRAILER_LEN,
 };
 pub use dtype::Dtype;
 pub use manifest::{check_name, CkptState, Manifest, MANIFEST_FORMAT};

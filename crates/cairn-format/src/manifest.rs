@@ -65,7 +65,8 @@ impl Manifest {
     /// Parse and validate a manifest read from storage; nothing in it is trusted until this
     /// returns.
     pub fn decode(bytes: &[u8]) -> Result<Manifest, FormatError> {
-        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| FormatError::Manifest(e.to_string()))?;
+        let m: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| FormatError::Manifest(e.to_string()))?;
         if m.format != MANIFEST_FORMAT {
             return Err(FormatError::Manifest(format!(
                 "manifest format {} is not supported (this build reads {MANIFEST_FORMAT})",
@@ -74,7 +75,10 @@ impl Manifest {
         }
         check_name(&m.name)?;
         if m.version < 0 {
-            return Err(FormatError::Manifest(format!("negative version {}", m.version)));
+            return Err(FormatError::Manifest(format!(
+                "negative version {}",
+                m.version
+            )));
         }
         if m.world_size == 0 || m.ranks.iter().any(|r| *r >= m.world_size) {
             return Err(FormatError::Manifest(format!(
@@ -92,13 +96,17 @@ pub fn check_name(name: &str) -> Result<(), FormatError> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
         Err(FormatError::Invalid {
             field: "checkpoint name",
-            value: format!("{name:?} (use 1-128 characters from A-Z a-z 0-9 . _ -, not starting with '.')"),
+            value: format!(
+                "{name:?} (use 1-128 characters from A-Z a-z 0-9 . _ -, not starting with '.')"
+            ),
         })
     }
 }

@@ -34,7 +34,9 @@ unsafe impl Send for MpiComm {}
 impl MpiComm {
     /// Duplicate `comm` for Cairn's use. Collective over `comm`.
     pub fn new<C: Communicator>(comm: &C) -> MpiComm {
-        MpiComm { comm: comm.duplicate() }
+        MpiComm {
+            comm: comm.duplicate(),
+        }
     }
 
     /// Duplicate a raw communicator handle received through the C ABI. Collective over it.
@@ -47,18 +49,26 @@ impl MpiComm {
         // SAFETY: MPI_Initialized may be called at any time, even before MPI_Init.
         unsafe { ffi::MPI_Initialized(&mut initialized) };
         if initialized == 0 {
-            return Err(CommError { op: "init", msg: "MPI is not initialised: call MPI_Init before cairn_init".into() });
+            return Err(CommError {
+                op: "init",
+                msg: "MPI is not initialised: call MPI_Init before cairn_init".into(),
+            });
         }
         // SAFETY: reading an MPI-provided constant handle.
         let mut dup: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
         // SAFETY: `raw` is valid per this function's contract and `dup` is a valid out slot.
         let rc = unsafe { ffi::MPI_Comm_dup(raw, &mut dup) };
         if rc != 0 {
-            return Err(CommError { op: "MPI_Comm_dup", msg: format!("error code {rc}") });
+            return Err(CommError {
+                op: "MPI_Comm_dup",
+                msg: format!("error code {rc}"),
+            });
         }
         // SAFETY: `dup` is a fresh intra-communicator owned by us; SimpleCommunicator frees
         // it on drop and we never use the handle otherwise.
-        Ok(MpiComm { comm: unsafe { SimpleCommunicator::from_raw(dup) } })
+        Ok(MpiComm {
+            comm: unsafe { SimpleCommunicator::from_raw(dup) },
+        })
     }
 
     /// The raw handle, for the few callers that must pass it on.
@@ -95,16 +105,19 @@ impl Comm for MpiComm {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.size();
         let mut lens = vec![0i32; n];
-        let len = i32::try_from(mine.len())
-            .map_err(|_| CommError { op: "allgather", msg: format!("{} bytes is too large", mine.len()) })?;
+        let len = i32::try_from(mine.len()).map_err(|_| CommError {
+            op: "allgather",
+            msg: format!("{} bytes is too large", mine.len()),
+        })?;
         self.comm.all_gather_into(&len, &mut lens[..]);
         let mut displs = Vec::with_capacity(n);
         let mut total = 0i32;
         for l in &lens {
             displs.push(total);
-            total = total
-                .checked_add(*l)
-                .ok_or(CommError { op: "allgather", msg: "gathered data exceeds 2 GiB".into() })?;
+            total = total.checked_add(*l).ok_or(CommError {
+                op: "allgather",
+                msg: "gathered data exceeds 2 GiB".into(),
+            })?;
         }
         let mut buf = vec![0u8; total as usize];
         {
@@ -121,9 +134,15 @@ impl Comm for MpiComm {
     fn sendrecv(&self, send: &[u8], dest: usize, src: usize) -> Result<Vec<u8>> {
         let n = self.size();
         if dest >= n || src >= n {
-            return Err(CommError { op: "sendrecv", msg: format!("peer {dest}/{src} outside a world of {n}") });
+            return Err(CommError {
+                op: "sendrecv",
+                msg: format!("peer {dest}/{src} outside a world of {n}"),
+            });
         }
-        let (d, s) = (self.comm.process_at_rank(dest as i32), self.comm.process_at_rank(src as i32));
+        let (d, s) = (
+            self.comm.process_at_rank(dest as i32),
+            self.comm.process_at_rank(src as i32),
+        );
         let mut len = 0u64;
         mpi::point_to_point::send_receive_into(&(send.len() as u64), &d, &mut len, &s);
         let mut buf = vec![0u8; len as usize];

@@ -25,7 +25,12 @@ pub struct DirTier {
 }
 
 fn err(tier: &str, what: &'static str, path: &Path, source: std::io::Error) -> TierError {
-    TierError { tier: tier.to_string(), what, path: path.to_path_buf(), source }
+    TierError {
+        tier: tier.to_string(),
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn current_uid() -> u32 {
@@ -44,13 +49,20 @@ pub(crate) fn make_private_dir(label: &str, dir: &Path) -> Result<()> {
         .map_err(|e| err(label, "cannot create directory", dir, e))?;
     let md = fs::symlink_metadata(dir).map_err(|e| err(label, "cannot stat", dir, e))?;
     if !md.is_dir() {
-        let e = std::io::Error::new(std::io::ErrorKind::Other, "not a directory (symlinks are refused)");
+        let e = std::io::Error::new(
+            std::io::ErrorKind::Other,
+            "not a directory (symlinks are refused)",
+        );
         return Err(err(label, "bad root", dir, e));
     }
     if md.uid() != current_uid() {
         let e = std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("owned by uid {}, not by this user (uid {})", md.uid(), current_uid()),
+            format!(
+                "owned by uid {}, not by this user (uid {})",
+                md.uid(),
+                current_uid()
+            ),
         );
         return Err(err(label, "refusing directory", dir, e));
     }
@@ -68,10 +80,20 @@ impl DirTier {
     }
 
     /// Open (creating if needed) a tier rooted at `root` with the given scope.
-    pub fn with_scope(label: &str, root: impl Into<PathBuf>, fsync: bool, scope: Scope) -> Result<DirTier> {
+    pub fn with_scope(
+        label: &str,
+        root: impl Into<PathBuf>,
+        fsync: bool,
+        scope: Scope,
+    ) -> Result<DirTier> {
         let root = root.into();
         make_private_dir(label, &root)?;
-        Ok(DirTier { label: label.to_string(), root, fsync, scope })
+        Ok(DirTier {
+            label: label.to_string(),
+            root,
+            fsync,
+            scope,
+        })
     }
 
     /// Open an existing tier for reading without creating or changing anything.
@@ -82,7 +104,12 @@ impl DirTier {
             let e = std::io::Error::new(std::io::ErrorKind::Other, "not a directory");
             return Err(err(label, "cannot open", &root, e));
         }
-        Ok(DirTier { label: label.to_string(), root, fsync: false, scope })
+        Ok(DirTier {
+            label: label.to_string(),
+            root,
+            fsync: false,
+            scope,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -91,7 +118,12 @@ impl DirTier {
 
     fn path(&self, key: &str) -> Result<PathBuf> {
         check_key(key).map_err(|m| {
-            err(&self.label, "bad key", Path::new(key), std::io::Error::new(std::io::ErrorKind::InvalidInput, m))
+            err(
+                &self.label,
+                "bad key",
+                Path::new(key),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, m),
+            )
         })?;
         Ok(self.root.join(key))
     }
@@ -108,16 +140,19 @@ struct DirWriter {
 impl ObjectWriter for DirWriter {
     fn write_all(&mut self, buf: &[u8]) -> Result<()> {
         let f = self.file.as_mut().expect("writer used after commit");
-        f.write_all(buf).map_err(|e| err(&self.label, "cannot write", &self.tmp, e))
+        f.write_all(buf)
+            .map_err(|e| err(&self.label, "cannot write", &self.tmp, e))
     }
 
     fn commit(mut self: Box<Self>) -> Result<()> {
         let f = self.file.take().expect("writer committed twice");
         if self.fsync {
-            f.sync_all().map_err(|e| err(&self.label, "cannot sync", &self.tmp, e))?;
+            f.sync_all()
+                .map_err(|e| err(&self.label, "cannot sync", &self.tmp, e))?;
         }
         drop(f);
-        fs::rename(&self.tmp, &self.dest).map_err(|e| err(&self.label, "cannot publish", &self.dest, e))?;
+        fs::rename(&self.tmp, &self.dest)
+            .map_err(|e| err(&self.label, "cannot publish", &self.dest, e))?;
         if self.fsync {
             if let Some(parent) = self.dest.parent() {
                 File::open(parent)
@@ -150,7 +185,9 @@ impl ObjectReader for DirReader {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.file.read_exact_at(buf, offset).map_err(|e| err(&self.label, "cannot read", &self.path, e))
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| err(&self.label, "cannot read", &self.path, e))
     }
 }
 
@@ -189,7 +226,13 @@ impl Tier for DirTier {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
             .map_err(|e| err(&self.label, "cannot create", &tmp, e))?;
-        Ok(Box::new(DirWriter { label: self.label.clone(), file: Some(file), tmp, dest, fsync: self.fsync }))
+        Ok(Box::new(DirWriter {
+            label: self.label.clone(),
+            file: Some(file),
+            tmp,
+            dest,
+            fsync: self.fsync,
+        }))
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn ObjectReader>> {
@@ -199,12 +242,24 @@ impl Tier for DirTier {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| err(&self.label, "cannot open", &path, e))?;
-        let len = file.metadata().map_err(|e| err(&self.label, "cannot stat", &path, e))?.len();
-        Ok(Box::new(DirReader { label: self.label.clone(), file, len, path }))
+        let len = file
+            .metadata()
+            .map_err(|e| err(&self.label, "cannot stat", &path, e))?
+            .len();
+        Ok(Box::new(DirReader {
+            label: self.label.clone(),
+            file,
+            len,
+            path,
+        }))
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let dir = if prefix.is_empty() { self.root.clone() } else { self.path(prefix)? };
+        let dir = if prefix.is_empty() {
+            self.root.clone()
+        } else {
+            self.path(prefix)?
+        };
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -226,7 +281,9 @@ impl Tier for DirTier {
     fn remove(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         match fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(&self.label, "cannot remove", &path, e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(err(&self.label, "cannot remove", &path, e))
+            }
             _ => Ok(()),
         }
     }
@@ -234,7 +291,9 @@ impl Tier for DirTier {
     fn remove_all(&self, prefix: &str) -> Result<()> {
         let path = self.path(prefix)?;
         match fs::remove_dir_all(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(&self.label, "cannot remove", &path, e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(err(&self.label, "cannot remove", &path, e))
+            }
             _ => Ok(()),
         }
     }
@@ -252,7 +311,11 @@ mod tests {
         w.write_all(b"partial").unwrap();
         drop(w);
         assert!(!t.exists("a/b"));
-        assert_eq!(fs::read_dir(d.path().join("r/a")).unwrap().count(), 0, "temporary file left behind");
+        assert_eq!(
+            fs::read_dir(d.path().join("r/a")).unwrap().count(),
+            0,
+            "temporary file left behind"
+        );
     }
 
     #[test]

@@ -109,7 +109,10 @@ pub fn check_key(key: &str) -> std::result::Result<(), String> {
     if key.is_empty() || key.starts_with('/') || key.contains('\0') {
         return Err(format!("invalid object key {key:?}"));
     }
-    if key.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+    if key
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
         return Err(format!("invalid object key {key:?}"));
     }
     Ok(())
@@ -119,7 +122,16 @@ pub fn check_key(key: &str) -> std::result::Result<(), String> {
 mod tests {
     #[test]
     fn keys_cannot_escape() {
-        for bad in ["", "/etc/passwd", "a/../b", "..", "a//b", "./a", "a\0b", "a/"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "a/../b",
+            "..",
+            "a//b",
+            "./a",
+            "a\0b",
+            "a/",
+        ] {
             assert!(super::check_key(bad).is_err(), "{bad:?} accepted");
         }
         super::check_key("heat/v10/rank3.ckpt").unwrap();

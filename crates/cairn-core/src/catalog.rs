@@ -1,0 +1,114 @@
+//! Where a checkpoint's objects live inside a tier, and how to enumerate them.
+//!
+//! ```text
+//! <tier root>/<name>/v<version>/manifest.json     written last, by one rank per node (node-local
+//!                                                tiers) or by rank 0 (global tier)
+//! <tier root>/<name>/v<version>/rank<r>.ckpt      rank r's part (cairn_format::container)
+//! ```
+//! A node-local tier's root is `<tiers.local>/node<i>/` for node `i`.
+
+use crate::error::Result;
+use cairn_format::{check_name, Manifest};
+use cairn_tier::Tier;
+
+pub const MANIFEST: &str = "manifest.json";
+
+pub fn version_dir(name: &str, version: i64) -> String {
+    format!("{name}/v{version}")
+}
+
+pub fn manifest_key(name: &str, version: i64) -> String {
+    format!("{name}/v{version}/{MANIFEST}")
+}
+
+pub fn rank_key(name: &str, version: i64, rank: usize) -> String {
+    format!("{name}/v{version}/rank{rank}.ckpt")
+}
+
+/// Parse `rank<r>.ckpt`.
+pub fn parse_rank_file(file: &str) -> Option<usize> {
+    let r = file.strip_prefix("rank")?.strip_suffix(".ckpt")?;
+    if r.is_empty() || !r.bytes().all(|b| b.is_ascii_digit()) || (r.len() > 1 && r.starts_with('0'))
+    {
+        return None;
+    }
+    r.parse().ok()
+}
+
+/// Versions stored under `name` on a tier (whatever their state), ascending.
+pub fn versions(tier: &dyn Tier, name: &str) -> Result<Vec<i64>> {
+    let mut v: Vec<i64> = tier
+        .list(name)?
+        .iter()
+        .filter_map(|d| d.strip_prefix('v'))
+        .filter(|d| {
+            !d.is_empty()
+                && d.bytes().all(|b| b.is_ascii_digit())
+                && (d.len() == 1 || !d.starts_with('0'))
+        })
+        .filter_map(|d| d.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Checkpoint names stored on a tier.
+pub fn names(tier: &dyn Tier) -> Result<Vec<String>> {
+    Ok(tier
+        .list("")?
+        .into_iter()
+        .filter(|n| check_name(n).is_ok() && !n.starts_with("node"))
+        .collect())
+}
+
+/// Read and validate the manifest of one version; `Ok(None)` when there is none (the
+/// checkpoint was never completed on this tier, or is being deleted).
+pub fn read_manifest(tier: &dyn Tier, name: &str, version: i64) -> Result<Option<Manifest>> {
+    let key = manifest_key(name, version);
+    match tier.get(&key) {
+        Ok(bytes) => {
+            let m = Manifest::decode(&bytes).map_err(|e| {
+                crate::Error::from(e).context(format!(
+                    "{} tier {}/{key}",
+                    tier.label(),
+                    tier.location()
+                ))
+            })?;
+            if m.name != name || m.version != version {
+                return Err(crate::Error::new(
+                    crate::ErrorKind::Corrupt,
+                    format!(
+                        "{} tier {}/{key} describes {} v{}",
+                        tier.label(),
+                        tier.location(),
+                        m.name,
+                        m.version
+                    ),
+                ));
+            }
+            Ok(Some(m))
+        }
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_files_parse_strictly() {
+        assert_eq!(parse_rank_file("rank12.ckpt"), Some(12));
+        assert_eq!(parse_rank_file("rank0.ckpt"), Some(0));
+        for bad in [
+            "rank.ckpt",
+            "rank01.ckpt",
+            "rank-1.ckpt",
+            "rank1.ckpt.tmp.5.0",
+            "x",
+        ] {
+            assert_eq!(parse_rank_file(bad), None, "{bad}");
+        }
+    }
+}

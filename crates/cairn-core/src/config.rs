@@ -1,0 +1,530 @@
+//! Configuration: defaults, then a TOML file, then `CAIRN_<SECTION>_<KEY>` environment
+//! variables, then overrides from the API, each layer replacing the one before.
+//!
+//! Every key is listed once, in [`KEYS`], with its type and documentation; `docs/config.md`
+//! describes the same table and a test keeps the two in step. Unknown sections or keys and
+//! bad values are errors that name the key, the value, where it came from and what is
+//! accepted.
+
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// How a key's value is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// A directory path.
+    Path,
+    /// A directory path, or `none` to disable the tier.
+    OptPath,
+    Bool,
+    /// A whole number (the minimum is given).
+    Count(u64),
+    /// A size in bytes, with an optional K, M or G suffix (powers of 1024).
+    Bytes,
+    /// A duration in seconds, with an optional s, m or h suffix.
+    Seconds,
+    /// A log level.
+    Level,
+    /// Free text.
+    Text,
+}
+
+impl KeyType {
+    fn expected(self) -> String {
+        match self {
+            KeyType::Path => "a directory path".into(),
+            KeyType::OptPath => "a directory path, or \"none\"".into(),
+            KeyType::Bool => "true or false".into(),
+            KeyType::Count(min) => format!("a whole number >= {min}"),
+            KeyType::Bytes => "a size in bytes such as 1048576, \"4K\" or \"1M\"".into(),
+            KeyType::Seconds => "a duration such as 30, 2.5, \"90s\", \"10m\" or \"1h\"".into(),
+            KeyType::Level => "one of error, warn, info, debug, trace".into(),
+            KeyType::Text => "text".into(),
+        }
+    }
+}
+
+/// One configuration key: section, name, type, default (as written in TOML) and meaning.
+pub struct KeySpec {
+    pub section: &'static str,
+    pub key: &'static str,
+    pub ty: KeyType,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// Every configuration key Cairn knows.
+pub const KEYS: &[KeySpec] = &[
+    KeySpec { section: "tiers", key: "local", ty: KeyType::OptPath, default: "/dev/shm/cairn-<user>",
+        doc: "Root of the node-local tier; each (simulated) node keeps its data under <local>/node<i>/. \"none\" writes checkpoints straight to the global tier." },
+    KeySpec { section: "tiers", key: "global", ty: KeyType::Path, default: "./cairn-ckpt",
+        doc: "Root of the global tier, a directory every node shares (the parallel file system)." },
+    KeySpec { section: "tiers", key: "fsync_global", ty: KeyType::Bool, default: "true",
+        doc: "Sync files and directories on the global tier before a checkpoint is declared stored there." },
+    KeySpec { section: "topology", key: "sim_nodes", ty: KeyType::Count(0), default: "0",
+        doc: "Split the ranks of each real node into this many contiguous simulated nodes, each with its own node-local storage and failure domain (0: real nodes only)." },
+    KeySpec { section: "topology", key: "domain_env", ty: KeyType::Text, default: "\"\"",
+        doc: "Name of an environment variable (e.g. a rack name) whose value groups nodes into coarser failure domains; empty: one domain per node." },
+    KeySpec { section: "cache", key: "keep", ty: KeyType::Count(1), default: "2",
+        doc: "Checkpoints of each name kept on the node-local tier. The newest restart-eligible checkpoint is never deleted, so while a new one is being confirmed one more may be present." },
+    KeySpec { section: "cache", key: "keep_global", ty: KeyType::Count(0), default: "0",
+        doc: "Checkpoints of each name kept on the global tier (0: keep all)." },
+    KeySpec { section: "checkpoint", key: "chunk", ty: KeyType::Bytes, default: "\"1M\"",
+        doc: "Size of the chunks each region is checksummed in (4K to 1G)." },
+    KeySpec { section: "checkpoint", key: "every", ty: KeyType::Count(0), default: "0",
+        doc: "cairn_need_checkpoint is true every this many calls (0: no step policy)." },
+    KeySpec { section: "checkpoint", key: "seconds", ty: KeyType::Seconds, default: "0",
+        doc: "cairn_need_checkpoint is true when this much time has passed since the last checkpoint (0: no time policy). With neither policy set, it is always true." },
+    KeySpec { section: "flush", key: "every", ty: KeyType::Count(0), default: "0",
+        doc: "Also store every n-th checkpoint (by count in this run) on the global tier, synchronously, making it durable (0: never)." },
+    KeySpec { section: "log", key: "level", ty: KeyType::Level, default: "\"warn\"",
+        doc: "Messages printed to standard error: error, warn, info, debug or trace." },
+];
+
+/// Resolved configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Node-local tier root, or `None` when disabled.
+    pub local: Option<PathBuf>,
+    pub global: PathBuf,
+    pub fsync_global: bool,
+    pub sim_nodes: usize,
+    pub domain_env: Option<String>,
+    pub keep: usize,
+    pub keep_global: usize,
+    pub chunk: u32,
+    pub every: u64,
+    pub seconds: f64,
+    pub flush_every: u64,
+    pub log_level: String,
+}
+
+/// A raw value before parsing, from TOML or from text.
+#[derive(Debug, Clone)]
+pub enum Raw {
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl std::fmt::Display for Raw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Raw::Text(s) => write!(f, "{s:?}"),
+            Raw::Int(i) => write!(f, "{i}"),
+            Raw::Float(x) => write!(f, "{x}"),
+            Raw::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+/// The user name used in default paths.
+pub fn user_name() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| {
+            !u.is_empty()
+                && u.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        })
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        .unwrap_or_else(|| format!("uid{}", unsafe { libc::geteuid() }))
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            local: Some(PathBuf::from(format!("/dev/shm/cairn-{}", user_name()))),
+            global: PathBuf::from("./cairn-ckpt"),
+            fsync_global: true,
+            sim_nodes: 0,
+            domain_env: None,
+            keep: 2,
+            keep_global: 0,
+            chunk: 1 << 20,
+            every: 0,
+            seconds: 0.0,
+            flush_every: 0,
+            log_level: "warn".into(),
+        }
+    }
+}
+
+fn parse_number_with_suffix(s: &str, suffixes: &[(&str, f64)]) -> Option<f64> {
+    let s = s.trim();
+    for (suf, mult) in suffixes {
+        if let Some(num) = s.strip_suffix(suf) {
+            if let Ok(x) = num.trim().parse::<f64>() {
+                return Some(x * mult);
+            }
+        }
+    }
+    s.parse::<f64>().ok()
+}
+
+impl Config {
+    /// Resolve the configuration: defaults, then the TOML file at `path` (or the one named by
+    /// `CAIRN_CONFIG` when `path` is `None`), then `CAIRN_*` environment variables, then
+    /// `overrides` (`("section.key", "value")` pairs from the API).
+    pub fn resolve(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Config> {
+        let mut cfg = Config::default();
+        let env_path = std::env::var_os("CAIRN_CONFIG")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        if let Some(p) = path.map(Path::to_path_buf).or(env_path) {
+            cfg.apply_file(&p)?;
+        }
+        cfg.apply_env(std::env::vars())?;
+        for (k, v) in overrides {
+            cfg.set_dotted(k, v, "the API")?;
+        }
+        Ok(cfg)
+    }
+
+    /// Apply a TOML file.
+    pub fn apply_file(&mut self, path: &Path) -> Result<()> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::config(format!("cannot read config file {}: {e}", path.display()))
+        })?;
+        self.apply_toml(&text, &path.display().to_string())
+    }
+
+    /// Apply TOML text; `origin` names it in errors.
+    pub fn apply_toml(&mut self, text: &str, origin: &str) -> Result<()> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e| Error::config(format!("config file {origin} is not valid TOML: {e}")))?;
+        for (section, val) in &table {
+            let Some(sect) = val.as_table() else {
+                return Err(Error::config(format!(
+                    "config file {origin}: top-level key {section:?} must be a [section]; sections: {}",
+                    sections().join(", ")
+                )));
+            };
+            for (key, v) in sect {
+                let raw = match v {
+                    toml::Value::String(s) => Raw::Text(s.clone()),
+                    toml::Value::Integer(i) => Raw::Int(*i),
+                    toml::Value::Float(x) => Raw::Float(*x),
+                    toml::Value::Boolean(b) => Raw::Bool(*b),
+                    other => Raw::Text(other.to_string()),
+                };
+                self.set(section, key, raw, &format!("config file {origin}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply `CAIRN_<SECTION>_<KEY>` variables from `vars` (`CAIRN_CONFIG` is the file path
+    /// and is skipped).
+    pub fn apply_env(&mut self, vars: impl Iterator<Item = (String, String)>) -> Result<()> {
+        let mut vars: Vec<(String, String)> = vars
+            .filter(|(k, _)| k.starts_with("CAIRN_") && k != "CAIRN_CONFIG")
+            .collect();
+        vars.sort();
+        for (name, value) in vars {
+            let rest = name["CAIRN_".len()..].to_ascii_lowercase();
+            let (section, key) = rest.split_once('_').unwrap_or((&rest, ""));
+            self.set(
+                section,
+                key,
+                Raw::Text(value.clone()),
+                &format!("environment variable {name}"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Set `section.key` from text (the API form).
+    pub fn set_dotted(&mut self, dotted: &str, value: &str, origin: &str) -> Result<()> {
+        let (section, key) = dotted.split_once('.').ok_or_else(|| {
+            Error::config(format!(
+                "config key {dotted:?} from {origin} must be written section.key, e.g. cache.keep"
+            ))
+        })?;
+        self.set(section, key, Raw::Text(value.to_string()), origin)
+    }
+
+    /// Set one key, checking that it exists and that the value fits its type.
+    pub fn set(&mut self, section: &str, key: &str, raw: Raw, origin: &str) -> Result<()> {
+        let spec = find_key(section, key, origin)?;
+        let bad = || {
+            Error::config(format!(
+                "invalid value {raw} for [{section}] {key} from {origin} (expected {})",
+                spec.ty.expected()
+            ))
+        };
+        let text = match &raw {
+            Raw::Text(s) => Some(s.trim().to_string()),
+            _ => None,
+        };
+        let count = |min: u64| -> Result<u64> {
+            let v = match &raw {
+                Raw::Int(i) if *i >= 0 => *i as u64,
+                Raw::Text(s) => s.trim().parse::<u64>().map_err(|_| bad())?,
+                _ => return Err(bad()),
+            };
+            if v < min {
+                return Err(bad());
+            }
+            Ok(v)
+        };
+        match (section, key) {
+            ("tiers", "local") => {
+                let s = text.ok_or_else(bad)?;
+                self.local = match s.as_str() {
+                    "" => return Err(bad()),
+                    "none" => None,
+                    p => Some(PathBuf::from(p)),
+                };
+            }
+            ("tiers", "global") => {
+                let s = text.filter(|s| !s.is_empty()).ok_or_else(bad)?;
+                self.global = PathBuf::from(s);
+            }
+            ("tiers", "fsync_global") => self.fsync_global = parse_bool(&raw).ok_or_else(bad)?,
+            ("topology", "sim_nodes") => self.sim_nodes = count(0)? as usize,
+            ("topology", "domain_env") => {
+                let s = text.ok_or_else(bad)?;
+                self.domain_env = if s.is_empty() { None } else { Some(s) };
+            }
+            ("cache", "keep") => self.keep = count(1)? as usize,
+            ("cache", "keep_global") => self.keep_global = count(0)? as usize,
+            ("checkpoint", "chunk") => {
+                let v = match &raw {
+                    Raw::Int(i) if *i > 0 => *i as f64,
+                    Raw::Text(s) => parse_number_with_suffix(
+                        s,
+                        &[
+                            ("KiB", 1024.0),
+                            ("MiB", 1048576.0),
+                            ("GiB", 1073741824.0),
+                            ("K", 1024.0),
+                            ("M", 1048576.0),
+                            ("G", 1073741824.0),
+                        ],
+                    )
+                    .ok_or_else(bad)?,
+                    _ => return Err(bad()),
+                };
+                if !(4096.0..=1073741824.0).contains(&v) || v.fract() != 0.0 {
+                    return Err(Error::config(format!(
+                        "invalid value {raw} for [checkpoint] chunk from {origin} (expected a size from 4K to 1G)"
+                    )));
+                }
+                self.chunk = v as u32;
+            }
+            ("checkpoint", "every") => self.every = count(0)?,
+            ("checkpoint", "seconds") => {
+                let v = match &raw {
+                    Raw::Int(i) => *i as f64,
+                    Raw::Float(x) => *x,
+                    Raw::Text(s) => {
+                        parse_number_with_suffix(s, &[("s", 1.0), ("m", 60.0), ("h", 3600.0)])
+                            .ok_or_else(bad)?
+                    }
+                    Raw::Bool(_) => return Err(bad()),
+                };
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(bad());
+                }
+                self.seconds = v;
+            }
+            ("flush", "every") => self.flush_every = count(0)?,
+            ("log", "level") => {
+                let s = text.ok_or_else(bad)?.to_ascii_lowercase();
+                if !["error", "warn", "info", "debug", "trace"].contains(&s.as_str()) {
+                    return Err(bad());
+                }
+                self.log_level = s;
+            }
+            _ => unreachable!("every key in KEYS has a setter"),
+        }
+        Ok(())
+    }
+}
+
+fn parse_bool(raw: &Raw) -> Option<bool> {
+    match raw {
+        Raw::Bool(b) => Some(*b),
+        Raw::Text(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Some(true),
+            "false" | "0" | "no" | "off" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn sections() -> Vec<&'static str> {
+    let mut s: Vec<&str> = Vec::new();
+    for k in KEYS {
+        if !s.contains(&k.section) {
+            s.push(k.section);
+        }
+    }
+    s
+}
+
+fn find_key(section: &str, key: &str, origin: &str) -> Result<&'static KeySpec> {
+    if let Some(spec) = KEYS.iter().find(|k| k.section == section && k.key == key) {
+        return Ok(spec);
+    }
+    let in_section: Vec<&str> = KEYS
+        .iter()
+        .filter(|k| k.section == section)
+        .map(|k| k.key)
+        .collect();
+    if in_section.is_empty() {
+        Err(Error::config(format!(
+            "unknown config section [{section}] (key {key:?}) from {origin}; sections: {}",
+            sections().join(", ")
+        )))
+    } else {
+        Err(Error::config(format!(
+            "unknown config key [{section}] {key} from {origin}; keys in [{section}]: {}",
+            in_section.join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let mut c = Config::default();
+        c.apply_toml("[cache]\nkeep = 5\n[tiers]\nlocal = \"/tmp/a\"\n", "t.toml")
+            .unwrap();
+        assert_eq!(
+            (c.keep, c.local.clone()),
+            (5, Some(PathBuf::from("/tmp/a")))
+        );
+        c.apply_env(env(&[
+            ("CAIRN_TIERS_LOCAL", "/tmp/b"),
+            ("CAIRN_TOPOLOGY_SIM_NODES", "2"),
+            ("PATH", "/x"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.local.clone(), c.sim_nodes, c.keep),
+            (Some(PathBuf::from("/tmp/b")), 2, 5)
+        );
+        c.set_dotted("cache.keep", "3", "the API").unwrap();
+        assert_eq!(c.keep, 3);
+    }
+
+    #[test]
+    fn units_parse() {
+        let mut c = Config::default();
+        c.apply_toml("[checkpoint]\nchunk = \"64K\"\nseconds = \"2m\"\n", "t")
+            .unwrap();
+        assert_eq!((c.chunk, c.seconds), (65536, 120.0));
+        c.apply_env(env(&[
+            ("CAIRN_CHECKPOINT_SECONDS", "1.5"),
+            ("CAIRN_TIERS_LOCAL", "none"),
+        ]))
+        .unwrap();
+        assert_eq!((c.seconds, c.local.clone()), (1.5, None));
+    }
+
+    #[test]
+    fn errors_name_key_value_origin_and_choices() {
+        let mut c = Config::default();
+        let e = c
+            .apply_toml("[tiers]\nlcoal = \"/x\"\n", "my.toml")
+            .unwrap_err()
+            .msg;
+        assert!(
+            e.contains("[tiers] lcoal") && e.contains("my.toml") && e.contains("local, global"),
+            "{e}"
+        );
+        let e = c
+            .apply_env(env(&[("CAIRN_CACHE_KEEP", "zero")]))
+            .unwrap_err()
+            .msg;
+        assert!(
+            e.contains("\"zero\"")
+                && e.contains("CAIRN_CACHE_KEEP")
+                && e.contains("whole number >= 1"),
+            "{e}"
+        );
+        let e = c
+            .apply_env(env(&[("CAIRN_CACHE_KEEP", "0")]))
+            .unwrap_err()
+            .msg;
+        assert!(e.contains("[cache] keep"), "{e}");
+        let e = c
+            .apply_toml("[tier]\nlocal = \"/x\"\n", "f")
+            .unwrap_err()
+            .msg;
+        assert!(
+            e.contains("unknown config section [tier]") && e.contains("tiers"),
+            "{e}"
+        );
+        let e = c
+            .apply_toml("[checkpoint]\nchunk = 12\n", "f")
+            .unwrap_err()
+            .msg;
+        assert!(e.contains("4K to 1G"), "{e}");
+        let e = c.apply_toml("keep = 1\n", "f").unwrap_err().msg;
+        assert!(e.contains("[section]"), "{e}");
+        let e = c.set_dotted("keep", "1", "the API").unwrap_err().msg;
+        assert!(e.contains("section.key"), "{e}");
+        let e = c
+            .apply_toml("[log]\nlevel = \"loud\"\n", "f")
+            .unwrap_err()
+            .msg;
+        assert!(e.contains("one of error"), "{e}");
+        assert!(c
+            .apply_toml("not toml [", "f")
+            .unwrap_err()
+            .msg
+            .contains("not valid TOML"));
+    }
+
+    #[test]
+    fn every_key_has_a_setter_and_its_default_parses() {
+        for k in KEYS {
+            let mut c = Config::default();
+            let value = match k.ty {
+                KeyType::Path | KeyType::OptPath => {
+                    format!("{:?}", k.default.replace("<user>", "u"))
+                }
+                _ => k.default.to_string(),
+            };
+            let text = format!("[{}]\n{} = {}\n", k.section, k.key, value);
+            c.apply_toml(&text, "defaults")
+                .unwrap_or_else(|e| panic!("{}.{}: {e}", k.section, k.key));
+        }
+    }
+
+    #[test]
+    fn docs_list_every_key() {
+        let doc = include_str!("../../../docs/config.md");
+        for k in KEYS {
+            let env = format!(
+                "CAIRN_{}_{}",
+                k.section.to_uppercase(),
+                k.key.to_uppercase()
+            );
+            assert!(
+                doc.contains(&format!("`{}`", k.key)) && doc.contains(&env),
+                "docs/config.md misses [{}] {}",
+                k.section,
+                k.key
+            );
+        }
+    }
+}
