@@ -1,0 +1,221 @@
+/*
+ * cairn.h: the C interface of Cairn, a multi-level checkpoint/restart library.
+ *
+ * Protect memory regions, checkpoint them collectively, and on start restore the newest
+ * checkpoint every rank can restore. Every function returns CAIRN_OK (0) or a negative
+ * CAIRN_ERR_* code; cairn_strerror() names the code and cairn_last_error() gives this
+ * thread's message for the last failure. The library never aborts, exits or calls
+ * MPI_Abort on the application's behalf. Functions marked "collective" must be called by
+ * every rank of the communicator given to cairn_init, in the same order.
+ */
+
+#ifndef CAIRN_H
+#define CAIRN_H
+
+/* Generated from crates/cairn-capi/src/lib.rs by cbindgen; do not edit. The MPI entry point cairn_init is declared in cairn_mpi.h. */
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * Success.
+ */
+#define CAIRN_OK 0
+
+/**
+ * A configuration file, variable or override is unknown or has a bad value.
+ */
+#define CAIRN_ERR_CONFIG -1
+
+/**
+ * An argument is invalid (name, version, pointer, dtype, region id).
+ */
+#define CAIRN_ERR_INVALID -2
+
+/**
+ * The call does not fit the library's state (not initialised, initialised twice, ...).
+ */
+#define CAIRN_ERR_STATE -3
+
+/**
+ * Storage failed (full disk, missing or unwritable directory).
+ */
+#define CAIRN_ERR_IO -4
+
+/**
+ * Stored data is damaged and nothing older could be restored.
+ */
+#define CAIRN_ERR_CORRUPT -5
+
+/**
+ * A checkpoint does not fit the protected regions or the job (sizes, types, rank count).
+ */
+#define CAIRN_ERR_MISMATCH -6
+
+/**
+ * No such checkpoint.
+ */
+#define CAIRN_ERR_NOT_FOUND -7
+
+/**
+ * A collective operation failed.
+ */
+#define CAIRN_ERR_COMM -8
+
+/**
+ * The call failed on another rank (its own message says why).
+ */
+#define CAIRN_ERR_PEER -9
+
+/**
+ * An internal error was caught; please report it with the message.
+ */
+#define CAIRN_ERR_PANIC -10
+
+/**
+ * Element type of a protected region: one of the `CAIRN_BYTE` ... `CAIRN_UINT64` values.
+ */
+typedef int cairn_dtype;
+
+#define CAIRN_BYTE 0
+
+#define CAIRN_INT32 1
+
+#define CAIRN_INT64 2
+
+#define CAIRN_FLOAT 3
+
+#define CAIRN_DOUBLE 4
+
+#define CAIRN_INT8 5
+
+#define CAIRN_INT16 6
+
+#define CAIRN_UINT32 7
+
+#define CAIRN_UINT64 8
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/**
+ * Start Cairn in a single process, without MPI.
+ *
+ * `config_path` [IN]: a TOML configuration file, or NULL to use `$CAIRN_CONFIG` or defaults.
+ *
+ * # Safety
+ * `config_path` must be NULL or a NUL-terminated string.
+ */
+int cairn_init_solo(const char *config_path);
+
+/**
+ * Override one configuration key before `cairn_init`, e.g. `("cache.keep", "3")`. Overrides
+ * beat the file and `CAIRN_*` variables. The key is checked at once.
+ *
+ * # Safety
+ * `key` and `value` must be NUL-terminated strings.
+ */
+int cairn_config_set(const char *key, const char *value);
+
+/**
+ * Finish: wait for background work and release everything. Collective. Protected regions
+ * are forgotten; configuration overrides are kept for a later `cairn_init`.
+ */
+int cairn_finalize(void);
+
+/**
+ * Protect `count` elements of type `dtype` at `ptr` under `id`. Protecting an id again
+ * replaces its region. A region may be empty (`count` 0, `ptr` may then be NULL).
+ *
+ * # Safety
+ * `ptr` must point to `count` elements of `dtype` that stay valid and unmoved until the
+ * region is unprotected or Cairn is finalised.
+ */
+int cairn_protect(int id, void *ptr, uintptr_t count, cairn_dtype dtype);
+
+/**
+ * Stop protecting region `id`.
+ */
+int cairn_unprotect(int id);
+
+/**
+ * Write checkpoint `version` of `name` from all protected regions. Collective; returns once
+ * the checkpoint is captured on every rank. Versions of a name must increase within a run.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_checkpoint(const char *name, int64_t version);
+
+/**
+ * Set `*version` to the newest version of `name` every rank can restore, or -1. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string and `version` a valid pointer.
+ */
+int cairn_restart_test(const char *name, int64_t *version);
+
+/**
+ * Fill the protected regions from checkpoint `version` of `name`. Collective. If it is
+ * damaged on any rank, the newest older checkpoint every rank can restore is used instead
+ * (a message names the damage); `cairn_restart_version` tells which version was restored.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_restart(const char *name, int64_t version);
+
+/**
+ * Set `*version` to the version restored by the last restart in this run, or -1.
+ *
+ * # Safety
+ * `version` must be a valid pointer.
+ */
+int cairn_restart_version(int64_t *version);
+
+/**
+ * Set `*flag` to 1 if the configured policy (`[checkpoint] every` / `seconds`) says a
+ * checkpoint is due, else 0. Each call counts as one step. Collective when a time policy is
+ * set (all ranks get the same answer).
+ *
+ * # Safety
+ * `flag` must be a valid pointer.
+ */
+int cairn_need_checkpoint(int *flag);
+
+/**
+ * One-line restart: if a checkpoint of `name` exists, restore the newest one every rank can
+ * restore and set `*version` to it; otherwise set `*version` to -1 and leave the regions
+ * alone. Collective. `version` may be NULL.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `version` NULL or a valid pointer.
+ */
+int cairn_resume(const char *name, int64_t *version);
+
+/**
+ * One-line checkpoint: checkpoint `version` of `name` if `cairn_need_checkpoint` says one is
+ * due. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_checkpoint_if_due(const char *name, int64_t version);
+
+/**
+ * A short description of an error code. The string is static.
+ */
+const char *cairn_strerror(int code);
+
+/**
+ * This thread's message for the last failed call ("" if none). The pointer stays valid until
+ * the next failing Cairn call on this thread.
+ */
+const char *cairn_last_error(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* CAIRN_H */
