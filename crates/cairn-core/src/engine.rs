@@ -109,6 +109,15 @@ impl Deleter {
         }
     }
 
+    /// Wait until every deletion submitted so far has run.
+    fn drain(&self) {
+        let (tx, rx) = mpsc::channel::<()>();
+        self.submit(Box::new(move || {
+            let _ = tx.send(());
+        }));
+        let _ = rx.recv();
+    }
+
     fn finish(&mut self) {
         self.tx.take();
         if let Some(h) = self.handle.take() {
@@ -616,6 +625,8 @@ impl Engine {
     ) -> Result<i64> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
+        // Background deletions must not race with the clean-up of newer versions below.
+        self.deleter.drain();
         let (mut cands, _) = agree(
             &*self.comm,
             check_name(name)
