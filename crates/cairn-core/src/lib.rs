@@ -8,21 +8,22 @@
 //! [`part`] reads and writes one rank's part.
 //!
 //! ```
-//! use cairn_core::{Config, Engine, RegionMut, RegionRef, Dtype};
+//! use cairn_core::{Config, Engine, RegionMut, RegionRef};
 //! let dir = tempfile::tempdir().unwrap();
 //! let mut cfg = Config::default();
 //! cfg.local = Some(dir.path().join("local"));
 //! cfg.global = dir.path().join("global");
 //! let mut engine = Engine::new(Box::new(cairn_comm::Solo), cfg).unwrap();
 //!
-//! let field = vec![1.5f64; 1000];
-//! let bytes: Vec<u8> = field.iter().flat_map(|x| x.to_le_bytes()).collect();
-//! engine.checkpoint("demo", 10, &[RegionRef { id: 0, dtype: Dtype::Double, bytes: &bytes }]).unwrap();
+//! let mut step = [10i64];
+//! let mut field = vec![1.5f64; 1000];
+//! engine.checkpoint("demo", 10, &[RegionRef::new(0, &step), RegionRef::new(1, &field)]).unwrap();
 //!
+//! step[0] = 0;
+//! field.fill(0.0);
 //! assert_eq!(engine.restart_test("demo").unwrap(), Some(10));
-//! let mut back = vec![0u8; bytes.len()];
-//! engine.restart("demo", 10, &mut [RegionMut { id: 0, dtype: Dtype::Double, bytes: &mut back }]).unwrap();
-//! assert_eq!(back, bytes);
+//! engine.restart("demo", 10, &mut [RegionMut::new(0, &mut step), RegionMut::new(1, &mut field)]).unwrap();
+//! assert_eq!((step[0], field[999]), (10, 1.5));
 //! engine.finalize().unwrap();
 //! ```
 
@@ -36,4 +37,4 @@ pub use cairn_format::{CkptState, Dtype};
 pub use config::Config;
 pub use engine::{Engine, Stats};
 pub use error::{Error, ErrorKind, Result};
-pub use part::{RegionMut, RegionRef};
+pub use part::{Element, RegionMut, RegionRef};

@@ -31,6 +31,58 @@ pub struct RegionMut<'a> {
     pub bytes: &'a mut [u8],
 }
 
+/// Element types a typed region can hold: plain numbers whose every bit pattern is valid.
+///
+/// # Safety
+/// Implementors must have no padding and no invalid bit patterns, and `DTYPE.size()` must be
+/// their size.
+pub unsafe trait Element: Copy + 'static {
+    const DTYPE: Dtype;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),*) => {$(
+        // SAFETY: a primitive number type: no padding, every bit pattern valid, size matches.
+        unsafe impl Element for $t { const DTYPE: Dtype = Dtype::$d; }
+    )*};
+}
+element!(u8 => Byte, i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u32 => Uint32, u64 => Uint64, f32 => Float, f64 => Double);
+
+impl<'a> RegionRef<'a> {
+    /// A typed region to save, e.g. `RegionRef::new(1, &field[..])` for a `Vec<f64>`.
+    pub fn new<T: Element>(id: i32, data: &'a [T]) -> Self {
+        // SAFETY: `T: Element` has no padding, so its memory is `size_of_val(data)`
+        // initialised bytes, borrowed for the same lifetime.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+        };
+        RegionRef {
+            id,
+            dtype: T::DTYPE,
+            bytes,
+        }
+    }
+}
+
+impl<'a> RegionMut<'a> {
+    /// A typed region to restore in place, e.g. `RegionMut::new(1, &mut field[..])`.
+    pub fn new<T: Element>(id: i32, data: &'a mut [T]) -> Self {
+        // SAFETY: as in `RegionRef::new`; any bytes written are a valid `T` because every bit
+        // pattern of an `Element` is valid, and the borrow is exclusive.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                data.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(data),
+            )
+        };
+        RegionMut {
+            id,
+            dtype: T::DTYPE,
+            bytes,
+        }
+    }
+}
+
 /// Writes smaller than this are gathered into one buffer; larger ones go straight from the
 /// caller's memory.
 const COALESCE: usize = 64 * 1024;
@@ -336,6 +388,31 @@ mod tests {
                 good.len()
             );
         }
+    }
+
+    #[test]
+    fn typed_regions_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = DirTier::new("local", d.path().join("t"), false).unwrap();
+        let field: Vec<f64> = (0..5000).map(|i| i as f64 * 0.25 - 7.0).collect();
+        let step = [42i64];
+        write_part(
+            &tier,
+            "k",
+            meta(),
+            &[RegionRef::new(0, &step), RegionRef::new(1, &field)],
+        )
+        .unwrap();
+        let r = tier.open("k").unwrap();
+        let ix = read_index(&*r).unwrap();
+        assert_eq!(
+            (ix.regions[1].dtype, ix.regions[1].count),
+            (Dtype::Double, 5000)
+        );
+        let (mut f2, mut s2) = (vec![0f64; 5000], [0i64]);
+        let mut out = [RegionMut::new(0, &mut s2), RegionMut::new(1, &mut f2)];
+        restore(&*r, &ix, &mut out).unwrap();
+        assert_eq!((f2, s2), (field, step));
     }
 
     #[test]

@@ -18,13 +18,21 @@ fn main() {
     // Run on a sub-communicator (odd/even split) when asked, to show any communicator works.
     let split = std::env::args().any(|a| a == "--split");
     let base = if split {
-        world.split_by_color(cairn_mpi::mpi::topology::Color::with_value(world.rank() % 2)).expect("split")
+        world
+            .split_by_color(cairn_mpi::mpi::topology::Color::with_value(
+                world.rank() % 2,
+            ))
+            .expect("split")
     } else {
         world.duplicate()
     };
     let comm = MpiComm::new(&base);
     let (r, n) = (comm.rank(), comm.size());
-    check(n == base.size() as usize && r == base.rank() as usize, "rank/size", r);
+    check(
+        n == base.size() as usize && r == base.rank() as usize,
+        "rank/size",
+        r,
+    );
 
     let mut v = [r as i64, -(r as i64), 1];
     comm.allreduce_i64(&mut v, Op::Min).unwrap();
@@ -38,18 +46,36 @@ fn main() {
 
     let mine = vec![r as u8; r + 1];
     let all = comm.allgather(&mine).unwrap();
-    check(all.len() == n && all.iter().enumerate().all(|(i, b)| *b == vec![i as u8; i + 1]), "allgather", r);
+    check(
+        all.len() == n
+            && all
+                .iter()
+                .enumerate()
+                .all(|(i, b)| *b == vec![i as u8; i + 1]),
+        "allgather",
+        r,
+    );
 
     let right = (r + 1) % n;
     let left = (r + n - 1) % n;
-    let got = comm.sendrecv(&vec![r as u8; 1000 + r], right, left).unwrap();
+    let got = comm
+        .sendrecv(&vec![r as u8; 1000 + r], right, left)
+        .unwrap();
     check(got == vec![left as u8; 1000 + left], "sendrecv ring", r);
 
     check(comm.all_agree(true).unwrap(), "all_agree(true)", r);
-    check(!comm.all_agree(r != n - 1).unwrap(), "all_agree with one dissenter", r);
+    check(
+        !comm.all_agree(r != n - 1).unwrap(),
+        "all_agree with one dissenter",
+        r,
+    );
     comm.barrier().unwrap();
 
     let topo = Topology::discover(&comm, 2.min(n), None).unwrap();
-    check(topo.nodes == 2.min(n) && topo.node == r * topo.nodes / n, "simulated topology", r);
+    check(
+        topo.nodes == 2.min(n) && topo.node == r * topo.nodes / n,
+        "simulated topology",
+        r,
+    );
     println!("comm_check: rank {r} ok");
 }

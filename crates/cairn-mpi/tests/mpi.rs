@@ -7,7 +7,12 @@ use std::process::Command;
 fn example() -> PathBuf {
     // target/<profile>/deps/mpi-<hash> -> target/<profile>/examples/comm_check
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("examples").join("comm_check")
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("comm_check")
 }
 
 fn run(ranks: usize, args: &[&str]) {
@@ -20,7 +25,12 @@ fn run(ranks: usize, args: &[&str]) {
         .output()
         .expect("mpirun runs (install openmpi-bin: ./run test does)");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{ranks} ranks {args:?}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{ranks} ranks {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(stdout.matches(" ok").count(), ranks, "{stdout}");
 }
 
