@@ -31,6 +31,7 @@ pub mod catalog;
 pub mod config;
 mod engine;
 mod error;
+pub mod inventory;
 pub mod part;
 
 pub use cairn_format::{CkptState, Dtype};
