@@ -1,0 +1,310 @@
+//! Text output of `cairn list`, `inspect` and `verify`: tables, sizes, times.
+
+use cairn_core::inventory::{CkptCheck, CkptRecord, Inspection, Inventory, Verdict};
+use std::fmt::Write;
+
+/// `812 B`, `10.0 KiB`, `2.0 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut x = n as f64 / 1024.0;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    format!("{x:.1} {}", UNITS[u])
+}
+
+/// Nanoseconds as milliseconds with three decimals.
+pub fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn utc(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Where the inventory looked, for "nothing found" messages.
+pub fn roots(inv: &Inventory) -> String {
+    match inv.local_root() {
+        Some(l) => format!(
+            "{} (local) and {} (global)",
+            l.display(),
+            inv.global_root().display()
+        ),
+        None => format!("{} (global)", inv.global_root().display()),
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn ranks_cell(r: &CkptRecord) -> String {
+    match r.world_size {
+        Some(w) => format!("{}/{w}", r.ranks.len()),
+        None => format!("{}/?", r.ranks.len()),
+    }
+}
+
+/// The `cairn list` table, followed by each checkpoint's problems.
+pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> String {
+    if records.is_empty() {
+        return match name {
+            Some(n) => format!("no checkpoints named {n} under {}\n", roots(inv)),
+            None => format!("no checkpoints under {}\n", roots(inv)),
+        };
+    }
+    let mut rows = vec![[
+        "NAME",
+        "VERSION",
+        "STATE",
+        "TIERS",
+        "RANKS",
+        "SIZE",
+        "CREATED (UTC)",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in records {
+        rows.push(vec![
+            r.name.clone(),
+            r.version.to_string(),
+            r.state.to_string(),
+            r.tiers.join(", "),
+            ranks_cell(r),
+            bytes(r.bytes),
+            r.created_unix_ms.map(utc).unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let mut out = table(&rows);
+    let troubled: Vec<&CkptRecord> = records.iter().filter(|r| !r.problems.is_empty()).collect();
+    if !troubled.is_empty() {
+        out.push('\n');
+        for r in troubled {
+            for p in &r.problems {
+                let _ = writeln!(out, "{} v{}: {p}", r.name, r.version);
+            }
+        }
+    }
+    out
+}
+
+/// The `cairn inspect` report.
+pub fn inspect(ins: &Inspection) -> String {
+    let r = &ins.record;
+    let mut out = String::new();
+    let _ = writeln!(out, "checkpoint {} v{}", r.name, r.version);
+    let _ = writeln!(out, "  state      {}", r.state);
+    let _ = writeln!(
+        out,
+        "  ranks      {} present of {}{}",
+        r.ranks.len(),
+        r.world_size
+            .map_or("an unknown number".to_string(), |w| w.to_string()),
+        r.nodes.map_or(String::new(), |n| format!(
+            ", on {n} node{}",
+            if n == 1 { "" } else { "s" }
+        ))
+    );
+    let _ = writeln!(out, "  tiers      {}", r.tiers.join(", "));
+    let _ = writeln!(
+        out,
+        "  size       {} per copy, {} stored",
+        bytes(r.bytes),
+        bytes(r.stored_bytes)
+    );
+    if let Some(c) = r.created_unix_ms {
+        let _ = writeln!(out, "  created    {} UTC", utc(c));
+    }
+    if let Some(c) = r.capture_ns {
+        let _ = writeln!(out, "  capture    {} (slowest rank)", ms(c));
+    }
+    for p in &r.problems {
+        let _ = writeln!(out, "  problem    {p}");
+    }
+
+    if !ins.manifests.is_empty() {
+        let _ = writeln!(out, "\nmanifests");
+        let mut rows = Vec::new();
+        for m in &ins.manifests {
+            let mf = &m.manifest;
+            let ranks: Vec<String> = mf.ranks.iter().map(u32::to_string).collect();
+            rows.push(vec![
+                format!("  {}", m.place),
+                mf.state.to_string(),
+                format!("ranks {}", ranks.join(",")),
+                format!("capture {}", ms(mf.capture_ns)),
+                format!("created {}", utc(mf.created_unix_ms)),
+                m.path.display().to_string(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
+
+    let _ = writeln!(out, "\nrank files");
+    for f in &ins.files {
+        let _ = writeln!(
+            out,
+            "  rank {}  {}  {}  {}",
+            f.rank,
+            f.place,
+            bytes(f.file_bytes),
+            f.path.display()
+        );
+        if let Some(e) = &f.error {
+            let _ = writeln!(out, "    unreadable index: {e}");
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "    written in {}, checksummed in chunks of {}",
+            f.write_ns.map(ms).unwrap_or_else(|| "?".into()),
+            f.chunk_size.map(|c| bytes(c as u64)).unwrap_or_default()
+        );
+        let mut rows = Vec::new();
+        for g in &f.regions {
+            rows.push(vec![
+                format!("    region {}", g.id),
+                g.dtype.to_string(),
+                format!("x {}", g.count),
+                bytes(g.bytes),
+                format!("{} chunk{}", g.chunks, if g.chunks == 1 { "" } else { "s" }),
+                g.first_checksum
+                    .as_ref()
+                    .map(|s| format!("first {s}"))
+                    .unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
+    out
+}
+
+/// The `cairn verify` report: one line per checkpoint, then the damaged files, then a total.
+pub fn verify(inv: &Inventory, checks: &[CkptCheck]) -> String {
+    if checks.is_empty() {
+        return format!("no checkpoints under {}\n", roots(inv));
+    }
+    let mut out = String::new();
+    let mut rows = Vec::new();
+    let mut details: Vec<Vec<String>> = Vec::new();
+    for c in checks {
+        let verdict = match c.verdict {
+            Verdict::Ok => "OK",
+            Verdict::Damaged => "DAMAGED",
+            Verdict::Incomplete => "INCOMPLETE",
+        };
+        let good = c.files.iter().filter(|f| f.ok).count();
+        rows.push(vec![
+            format!("{} v{}", c.name, c.version),
+            verdict.to_string(),
+            format!(
+                "{good}/{} rank file{} intact, {} checked",
+                c.files.len(),
+                if c.files.len() == 1 { "" } else { "s" },
+                bytes(c.bytes)
+            ),
+        ]);
+        let mut d = Vec::new();
+        for f in c.files.iter().filter(|f| !f.ok) {
+            d.push(format!(
+                "  rank {} ({}): {}\n    file {}",
+                f.rank,
+                f.place,
+                f.error.as_deref().unwrap_or("damaged"),
+                f.path.display()
+            ));
+        }
+        if c.verdict != Verdict::Ok {
+            for p in &c.problems {
+                d.push(format!("  {p}"));
+            }
+        }
+        details.push(d);
+    }
+    let lines = table(&rows);
+    for (line, d) in lines.lines().zip(&details) {
+        let _ = writeln!(out, "{line}");
+        for l in d {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+    let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
+    let _ = writeln!(
+        out,
+        "{} checkpoint{} checked: {} OK, {} damaged, {} incomplete",
+        checks.len(),
+        if checks.len() == 1 { "" } else { "s" },
+        count(Verdict::Ok),
+        count(Verdict::Damaged),
+        count(Verdict::Incomplete)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(bytes(812), "812 B");
+        assert_eq!(bytes(10 * 1024), "10.0 KiB");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_763_734_143_500), "2025-11-21 14:09:03");
+        assert_eq!(ms(1_234_567), "1.235 ms");
+        let t = table(&[
+            vec!["A".into(), "BB".into(), "C".into()],
+            vec!["aaa".into(), "b".into(), "".into()],
+        ]);
+        assert_eq!(t, "A    BB  C\naaa  b\n");
+    }
+}
