@@ -96,6 +96,14 @@ pub fn read_manifest(tier: &dyn Tier, name: &str, version: i64) -> Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_format::is_node_dir;
+
+    #[test]
+    fn node_directories_are_not_names() {
+        assert!(is_node_dir("node0") && is_node_dir("node12"));
+        assert!(!is_node_dir("nodes") && !is_node_dir("node") && !is_node_dir("node1a"));
+        assert!(check_name("node7").is_err() && check_name("nodes").is_ok());
+    }
 
     #[test]
     fn rank_files_parse_strictly() {

@@ -28,7 +28,7 @@ pub use container::{
     INDEX_MAGIC, RANK_MAGIC, TRAILER_LEN,
 };
 pub use dtype::Dtype;
-pub use manifest::{check_name, CkptState, Manifest, MANIFEST_FORMAT};
+pub use manifest::{check_name, is_node_dir, CkptState, Manifest, MANIFEST_FORMAT};
 
 /// The version of the rank-file container this build writes; readers accept exactly the
 /// versions they know and reject others with [`FormatError::Version`].

@@ -90,10 +90,18 @@ impl Manifest {
     }
 }
 
+/// True for `node<digits>`, the names of node directories under the node-local tier root.
+pub fn is_node_dir(name: &str) -> bool {
+    name.strip_prefix("node")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Check that a checkpoint name can be used as one path component: 1 to 128 characters from
-/// `[A-Za-z0-9._-]`, not starting with a dot.
+/// `[A-Za-z0-9._-]`, not starting with a dot, and not of the form `node<digits>` (reserved for
+/// node directories).
 pub fn check_name(name: &str) -> Result<(), FormatError> {
     let ok = !name.is_empty()
+        && !is_node_dir(name)
         && name.len() <= 128
         && !name.starts_with('.')
         && name
@@ -139,7 +147,7 @@ mod tests {
 
     #[test]
     fn hostile_names_and_ranks_are_rejected() {
-        for bad in ["", "..", "../x", "/etc", "a/b", ".hidden", "a b"] {
+        for bad in ["", "..", "../x", "/etc", "a/b", ".hidden", "a b", "node3"] {
             let mut m = sample();
             m.name = bad.into();
             assert!(Manifest::decode(&m.encode()).is_err(), "{bad:?} accepted");
