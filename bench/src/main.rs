@@ -1,0 +1,988 @@
+//! `cairn-bench-ckpt`: what a Cairn checkpoint costs, next to baselines measured in the same
+//! run. Run it under MPI:
+//!
+//! ```text
+//! mpirun --oversubscribe -n 4 target/release/cairn-bench-ckpt [--mib 256] [--json]
+//! ```
+//!
+//! 1. Fixed cost: many checkpoints of two tiny regions per rank on the node-local tier, each
+//!    timed from a barrier to the return of `Engine::checkpoint` (the slowest rank's time),
+//!    interleaved with two baselines: one allreduce (the agreement every coordinated
+//!    checkpoint needs) and a plain open/write/rename of a tiny file.
+//! 2. Bandwidth: a large checkpoint per rank against a plain `write()` of the same buffer to a
+//!    file in the same directory tree, alternating, with the files deleted between runs so
+//!    both sides pay the same tmpfs page allocation.
+//!
+//! The machine this is developed on is small and shared, so results are ratios against the
+//! baselines, never absolute claims. `bench/README.md` explains every figure.
+
+use cairn_comm::{Comm, Op};
+use cairn_core::{Config, Dtype, Engine, RegionRef};
+use cairn_mpi::mpi::collective::SystemOperation;
+use cairn_mpi::mpi::topology::{Communicator, SimpleCommunicator};
+use cairn_mpi::mpi::traits::*;
+use cairn_mpi::{mpi, MpiComm};
+use serde_json::json;
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const MIB: usize = 1 << 20;
+/// Cairn's target for the fixed cost of one checkpoint.
+const TARGET_FIXED_S: f64 = 2e-3;
+/// SCR's fixed cost per checkpoint as measured in the DEEP-ER project report.
+const SCR_FIXED_S: f64 = 0.125;
+/// Cairn's target for checkpoint bandwidth relative to a plain write of the same bytes.
+const TARGET_BW_RATIO: f64 = 0.9;
+/// Memory left free beyond the buffers and files, per node.
+const SLACK: u64 = 256 << 20;
+
+const USAGE: &str = "\
+usage: mpirun --oversubscribe -n 4 cairn-bench-ckpt [options]
+  --mib N       MiB per rank in the bandwidth test (default 256)
+  --iters N     timed checkpoints in the fixed-cost test (default 200)
+  --warmup N    untimed checkpoints before them (default 20)
+  --reps N      timed runs of each kind in the bandwidth test, after one warm-up (default 7)
+  --dir DIR     where the run's private directory is created (default /dev/shm)
+  --only WHAT   run only the `fixed` or only the `bandwidth` test
+  --json        print one JSON object instead of the table";
+
+#[derive(Debug, Clone)]
+struct Args {
+    mib: usize,
+    iters: usize,
+    warmup: usize,
+    reps: usize,
+    base: PathBuf,
+    fixed: bool,
+    bandwidth: bool,
+    json: bool,
+}
+
+/// Parse the command line; `Ok(None)` asks for the usage text.
+fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut a = Args {
+        mib: 256,
+        iters: 200,
+        warmup: 20,
+        reps: 7,
+        base: PathBuf::from("/dev/shm"),
+        fixed: true,
+        bandwidth: true,
+        json: false,
+    };
+    let mut it = argv.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        let mut count = |name: &str, min: usize| -> Result<usize, String> {
+            let v = value(name)?;
+            match v.parse::<usize>() {
+                Ok(n) if n >= min => Ok(n),
+                _ => Err(format!("{name} {v:?}: expected a whole number >= {min}")),
+            }
+        };
+        match flag.as_str() {
+            "--mib" => a.mib = count("--mib", 1)?,
+            "--iters" => a.iters = count("--iters", 1)?,
+            "--warmup" => a.warmup = count("--warmup", 0)?,
+            "--reps" => a.reps = count("--reps", 1)?,
+            "--dir" => a.base = PathBuf::from(value("--dir")?),
+            "--only" => match value("--only")?.as_str() {
+                "fixed" => (a.fixed, a.bandwidth) = (true, false),
+                "bandwidth" => (a.fixed, a.bandwidth) = (false, true),
+                other => return Err(format!("--only {other:?}: expected fixed or bandwidth")),
+            },
+            "--json" if inline.is_none() => a.json = true,
+            "-h" | "--help" => return Ok(None),
+            _ => return Err(format!("unknown argument {arg:?}")),
+        }
+    }
+    Ok(Some(a))
+}
+
+/// A failed step. `peer` marks the echo on ranks whose own step succeeded, so only the rank
+/// that saw the cause (and rank 0) prints.
+#[derive(Debug)]
+struct Failure {
+    msg: String,
+    peer: bool,
+}
+
+fn fail(msg: impl std::fmt::Display) -> Failure {
+    Failure {
+        msg: msg.to_string(),
+        peer: false,
+    }
+}
+
+type Res<T> = Result<T, Failure>;
+
+struct Mpi {
+    world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+}
+
+impl Mpi {
+    /// Turn this rank's outcome into one every rank shares: all fail if any does.
+    fn agree<T>(&self, what: &str, r: Result<T, String>) -> Res<T> {
+        let mut bad = 0i64;
+        self.world
+            .all_reduce_into(&(r.is_err() as i64), &mut bad, SystemOperation::max());
+        match r {
+            Err(e) => Err(fail(format!("rank {}: {what}: {e}", self.rank))),
+            Ok(_) if bad != 0 => Err(Failure {
+                msg: format!("{what} failed on another rank (see its message)"),
+                peer: true,
+            }),
+            Ok(v) => Ok(v),
+        }
+    }
+
+    /// Run `f` on every rank from a barrier to its return. The run's time is the slowest
+    /// rank's, in seconds; a failure on any rank fails the run on every rank.
+    fn timed(&self, what: &str, f: impl FnOnce() -> Result<(), String>) -> Res<f64> {
+        self.world.barrier();
+        let t0 = Instant::now();
+        let r = f();
+        let ns = t0.elapsed().as_nanos() as i64;
+        let mut slowest = 0i64;
+        self.world
+            .all_reduce_into(&ns, &mut slowest, SystemOperation::max());
+        self.agree(what, r)?;
+        Ok(slowest as f64 * 1e-9)
+    }
+}
+
+/// The run's private directory `<base>/cairn-bench-<pid of rank 0>` (mode 0700). Rank 0
+/// creates it and removes it, with everything in it, when this is dropped.
+struct RunDir {
+    path: PathBuf,
+    owner: bool,
+}
+
+impl RunDir {
+    /// Collective.
+    fn create(mpi: &Mpi, base: &Path) -> Res<RunDir> {
+        let path = base.join(format!("cairn-bench-{}", std::process::id()));
+        let mut dir = None;
+        let mut text = Vec::new();
+        if mpi.rank == 0 {
+            let made = DirBuilder::new()
+                .mode(0o700)
+                .create(&path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()));
+            if made.is_ok() {
+                dir = Some(RunDir {
+                    path: path.clone(),
+                    owner: true,
+                });
+                text = path.as_os_str().as_encoded_bytes().to_vec();
+            }
+            mpi.agree("create the run directory", made)?;
+        } else {
+            mpi.agree("create the run directory", Ok(()))?;
+        }
+        let root = mpi.world.process_at_rank(0);
+        let mut len = text.len() as u64;
+        root.broadcast_into(&mut len);
+        text.resize(len as usize, 0);
+        root.broadcast_into(&mut text[..]);
+        Ok(dir.unwrap_or(RunDir {
+            path: PathBuf::from(String::from_utf8_lossy(&text).into_owned()),
+            owner: false,
+        }))
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if self.owner {
+            if let Err(e) = fs::remove_dir_all(&self.path) {
+                eprintln!(
+                    "cairn-bench-ckpt: could not remove {}: {e}",
+                    self.path.display()
+                );
+            }
+        }
+    }
+}
+
+/// Median (mean of the middle two for an even count) and 90th percentile (nearest rank).
+fn median_p90(samples: &[f64]) -> (f64, f64) {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    let p90 = v[((n * 9).div_ceil(10)).max(1) - 1];
+    (med, p90)
+}
+
+/// `cfg` with the tier roots moved under `root`.
+fn with_root(cfg: &Config, root: &Path) -> Config {
+    let mut cfg = cfg.clone();
+    cfg.local = Some(root.join("local"));
+    cfg.global = root.join("global");
+    cfg
+}
+
+fn private_dir(p: &Path) -> Result<(), String> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create {}: {e}", p.display()))
+}
+
+/// Write `pieces` to a new file `tmp`, then rename it to `dst`: the plain way to publish a
+/// file atomically, with the file flags the node-local tier uses.
+fn write_rename(
+    tmp: &Path,
+    dst: &Path,
+    pieces: &mut dyn Iterator<Item = &[u8]>,
+) -> Result<(), String> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    for p in pieces {
+        f.write_all(p)
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    }
+    drop(f);
+    fs::rename(tmp, dst).map_err(|e| format!("cannot rename to {}: {e}", dst.display()))
+}
+
+fn remove_file(p: &Path) -> Result<(), String> {
+    fs::remove_file(p).map_err(|e| format!("cannot remove {}: {e}", p.display()))
+}
+
+#[derive(Debug)]
+struct Fixed {
+    iters: usize,
+    warmup: usize,
+    cairn: Vec<f64>,
+    floor: Vec<f64>,
+    plain: Vec<f64>,
+}
+
+/// Benchmark 1: the fixed cost of a checkpoint of tiny regions.
+fn bench_fixed(mpi: &Mpi, args: &Args, cfg: &Config, root: &Path) -> Res<Fixed> {
+    mpi.agree("create the test directory", private_dir(root))?;
+    // With the default settings: node-local tier, [cache] keep = 2 with deletion in the
+    // background, no flush to the global tier; what an application pays between flushes.
+    let mut engine =
+        Engine::new(Box::new(MpiComm::new(&mpi.world)), with_root(cfg, root)).map_err(fail)?;
+    // The floor goes through the same Comm implementation the engine uses.
+    let floor_comm = MpiComm::new(&mpi.world);
+    let plain_dir = root.join("plain-fixed");
+    mpi.agree("create the baseline directory", private_dir(&plain_dir))?;
+    let tmp = plain_dir.join(format!("rank{}.tmp", mpi.rank));
+    let dst = plain_dir.join(format!("rank{}.dat", mpi.rank));
+
+    let mut state = [0u8; 64];
+    for (i, b) in state.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31) ^ mpi.rank as u8;
+    }
+    let mut out = Fixed {
+        iters: args.iters,
+        warmup: args.warmup,
+        cairn: Vec::with_capacity(args.iters),
+        floor: Vec::with_capacity(args.iters),
+        plain: Vec::with_capacity(args.iters),
+    };
+    for i in 0..args.warmup + args.iters {
+        let step = (i as i64).to_le_bytes();
+        state[0] = i as u8;
+        let regions = [
+            RegionRef {
+                id: 0,
+                dtype: Dtype::Int64,
+                bytes: &step,
+            },
+            RegionRef {
+                id: 1,
+                dtype: Dtype::Double,
+                bytes: &state,
+            },
+        ];
+        // Rotate the order so whatever runs after a checkpoint (its background deletion,
+        // scheduler effects) does not always land on the same measurement.
+        let (mut tc, mut tf, mut tp) = (0.0, 0.0, 0.0);
+        for k in 0..3 {
+            match (i + k) % 3 {
+                0 => {
+                    tc = mpi.timed("checkpoint", || {
+                        engine
+                            .checkpoint("fixed", i as i64 + 1, &regions)
+                            .map_err(|e| e.to_string())
+                    })?
+                }
+                1 => {
+                    tf = mpi.timed("allreduce", || {
+                        let mut v = [1, i as i64, -(i as i64), 0, 0, 0];
+                        floor_comm
+                            .allreduce_i64(&mut v, Op::Min)
+                            .map_err(|e| e.to_string())
+                    })?
+                }
+                _ => {
+                    tp = mpi.timed("tiny file", || {
+                        let mut bytes = [0u8; 72];
+                        bytes[..8].copy_from_slice(&step);
+                        bytes[8..].copy_from_slice(&state);
+                        write_rename(&tmp, &dst, &mut std::iter::once(&bytes[..]))
+                    })?
+                }
+            }
+        }
+        if i >= args.warmup {
+            out.cairn.push(tc);
+            out.floor.push(tf);
+            out.plain.push(tp);
+        }
+    }
+    engine.finalize().map_err(fail)?;
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    Cairn,
+    Pieces,
+    Checksum,
+}
+
+#[derive(Debug)]
+struct Bandwidth {
+    mib: usize,
+    reps: usize,
+    chunk: usize,
+    bytes_total: u64,
+    plain: Vec<f64>,
+    cairn: Vec<f64>,
+    pieces: Vec<f64>,
+    checksum: Vec<f64>,
+}
+
+/// Read a `/proc/meminfo` field, in bytes.
+fn meminfo(field: &str) -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+        let kb: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// Bytes available to an unprivileged writer on the file system holding `p`.
+fn fs_available(p: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs(3) writes into the zeroed struct we pass and reads the C string.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        Some(st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
+/// Whether `p` is on tmpfs (where file pages are memory).
+fn on_tmpfs(p: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs(2) writes into the zeroed struct we pass and reads the C string.
+    // The width of f_type differs between platforms, hence the casts.
+    #[allow(clippy::unnecessary_cast)]
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == libc::TMPFS_MAGIC as i64
+    }
+}
+
+/// Collective: refuse to start when a node cannot hold every local rank's buffer and file.
+fn check_memory(mpi: &Mpi, root: &Path, mib: usize) -> Res<()> {
+    let node = mpi.world.split_shared(mpi.rank as i32);
+    let local_ranks = node.size() as u64;
+    let per_rank = (mib * MIB) as u64;
+    let check = || -> Result<(), String> {
+        let files = local_ranks * per_rank;
+        let need = if on_tmpfs(root) { 2 * files } else { files } + SLACK;
+        let avail = meminfo("MemAvailable").ok_or("cannot read MemAvailable from /proc/meminfo")?;
+        if avail < need {
+            return Err(format!(
+                "{local_ranks} ranks x {mib} MiB needs {} MiB of memory on this node (buffers and files), {} MiB is available; use a smaller --mib",
+                need >> 20,
+                avail >> 20
+            ));
+        }
+        let space =
+            fs_available(root).ok_or_else(|| format!("cannot statvfs {}", root.display()))?;
+        if space < files + SLACK {
+            return Err(format!(
+                "{local_ranks} ranks x {mib} MiB needs {} MiB on {}, {} MiB is free; use a smaller --mib",
+                (files + SLACK) >> 20,
+                root.display(),
+                space >> 20
+            ));
+        }
+        Ok(())
+    };
+    // One rank per node checks for the node.
+    let res = if node.rank() == 0 { check() } else { Ok(()) };
+    mpi.agree("memory check", res)
+}
+
+/// A buffer of `n` pseudo-random bytes (xorshift64), every page touched.
+fn filled(n: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for w in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        w.copy_from_slice(&b[..w.len()]);
+    }
+    v
+}
+
+/// Benchmark 2: checkpoint bandwidth against a plain write of the same bytes.
+fn bench_bandwidth(mpi: &Mpi, args: &Args, cfg: &Config, root: &Path) -> Res<Bandwidth> {
+    mpi.agree("create the test directory", private_dir(root))?;
+    check_memory(mpi, root, args.mib)?;
+    let n = args.mib * MIB;
+    let buf = filled(n, mpi.rank as u64 + 1);
+    let cfg = with_root(cfg, root);
+    let chunk = cfg.chunk as usize;
+    let mut engine = Engine::new(Box::new(MpiComm::new(&mpi.world)), cfg).map_err(fail)?;
+    let node_root = root
+        .join("local")
+        .join(format!("node{}", engine.topology().node));
+    let leader = engine.topology().is_node_leader();
+    // The plain files go under the same tier root as the checkpoints.
+    let plain_dir = node_root.join("plain");
+    mpi.agree("create the baseline directory", private_dir(&plain_dir))?;
+    let tmp = plain_dir.join(format!("rank{}.tmp", mpi.rank));
+    let dst = plain_dir.join(format!("rank{}.dat", mpi.rank));
+
+    let mut out = Bandwidth {
+        mib: args.mib,
+        reps: args.reps,
+        chunk,
+        bytes_total: (n * mpi.size) as u64,
+        plain: Vec::new(),
+        cairn: Vec::new(),
+        pieces: Vec::new(),
+        checksum: Vec::new(),
+    };
+    let mut runs = 0usize;
+    for rep in 0..=args.reps {
+        // Alternate which side goes first; rep 0 is the warm-up of each kind.
+        let order = if rep % 2 == 0 {
+            [Kind::Plain, Kind::Cairn, Kind::Pieces, Kind::Checksum]
+        } else {
+            [Kind::Cairn, Kind::Plain, Kind::Checksum, Kind::Pieces]
+        };
+        for kind in order {
+            let t = match kind {
+                Kind::Plain => {
+                    let t = mpi.timed("plain write", || {
+                        write_rename(&tmp, &dst, &mut std::iter::once(&buf[..]))
+                    })?;
+                    mpi.agree("remove the plain file", remove_file(&dst))?;
+                    t
+                }
+                Kind::Pieces => {
+                    let t = mpi.timed("plain write in pieces", || {
+                        write_rename(&tmp, &dst, &mut buf.chunks(chunk))
+                    })?;
+                    mpi.agree("remove the plain file", remove_file(&dst))?;
+                    t
+                }
+                Kind::Cairn => {
+                    let name = format!("bw{runs}");
+                    runs += 1;
+                    let regions = [RegionRef {
+                        id: 0,
+                        dtype: Dtype::Double,
+                        bytes: &buf,
+                    }];
+                    let t = mpi.timed("checkpoint", || {
+                        engine
+                            .checkpoint(&name, 1, &regions)
+                            .map_err(|e| e.to_string())
+                    })?;
+                    // A fresh name per run: the engine never deletes these itself, so the
+                    // next timed run starts from the same tmpfs state as the plain side.
+                    let part = node_root
+                        .join(&name)
+                        .join("v1")
+                        .join(format!("rank{}.ckpt", mpi.rank));
+                    mpi.agree("remove the checkpoint", remove_file(&part))?;
+                    let dir = node_root.join(&name);
+                    let gone = if leader {
+                        fs::remove_dir_all(&dir)
+                            .map_err(|e| format!("cannot remove {}: {e}", dir.display()))
+                    } else {
+                        Ok(())
+                    };
+                    mpi.agree("remove the checkpoint", gone)?;
+                    t
+                }
+                Kind::Checksum => mpi.timed("checksum", || {
+                    let mut acc = 0u64;
+                    for c in buf.chunks(chunk) {
+                        acc ^= cairn_format::checksum(c);
+                    }
+                    std::hint::black_box(acc);
+                    Ok(())
+                })?,
+            };
+            if rep > 0 {
+                match kind {
+                    Kind::Plain => out.plain.push(t),
+                    Kind::Cairn => out.cairn.push(t),
+                    Kind::Pieces => out.pieces.push(t),
+                    Kind::Checksum => out.checksum.push(t),
+                }
+            }
+        }
+    }
+    engine.finalize().map_err(fail)?;
+    Ok(out)
+}
+
+/// Ways of reading the bandwidth runs: cairn/plain bandwidth, i.e. plain time / cairn time.
+struct BwRatios {
+    /// Ratio of the medians: the headline figure.
+    of_medians: f64,
+    /// Median over the adjacent (plain, cairn) pairs of one repetition.
+    paired_median: f64,
+    /// Fastest plain run over fastest cairn run.
+    best_of: f64,
+    paired_lo: f64,
+    paired_hi: f64,
+    paired: Vec<f64>,
+}
+
+impl BwRatios {
+    fn of(b: &Bandwidth) -> BwRatios {
+        let paired: Vec<f64> = b.plain.iter().zip(&b.cairn).map(|(p, c)| p / c).collect();
+        let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        BwRatios {
+            of_medians: median_p90(&b.plain).0 / median_p90(&b.cairn).0,
+            paired_median: median_p90(&paired).0,
+            best_of: min(&b.plain) / min(&b.cairn),
+            paired_lo: min(&paired),
+            paired_hi: max(&paired),
+            paired,
+        }
+    }
+
+    /// Whether the other readings fall on the same side of the target as the headline.
+    fn readings_agree(&self) -> bool {
+        let meets = self.of_medians >= TARGET_BW_RATIO;
+        [self.paired_median, self.best_of]
+            .iter()
+            .all(|x| (*x >= TARGET_BW_RATIO) == meets)
+    }
+}
+
+fn verdict(meets: bool) -> &'static str {
+    if meets {
+        "MEETS"
+    } else {
+        "MISSES"
+    }
+}
+
+fn size_label(bytes: usize) -> String {
+    if bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{} KiB", bytes / 1024)
+    }
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.3} ms", s * 1e3)
+}
+
+struct Context {
+    /// The engine settings that matter here, as `section.key = value`.
+    settings: Vec<(&'static str, String)>,
+    ranks: usize,
+    nodes: usize,
+    cores: usize,
+    root: PathBuf,
+    tmpfs: bool,
+}
+
+fn print_table(ctx: &Context, fixed: Option<&Fixed>, bw: Option<&Bandwidth>) {
+    println!(
+        "Cairn checkpoint benchmark: {} ranks on {} node(s), {} cores; tier root {} ({})",
+        ctx.ranks,
+        ctx.nodes,
+        ctx.cores,
+        ctx.root.display(),
+        if ctx.tmpfs { "tmpfs" } else { "not tmpfs" }
+    );
+    let settings: Vec<String> = ctx
+        .settings
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    println!(
+        "Engine settings: {} (defaults unless CAIRN_* says otherwise)",
+        settings.join(", ")
+    );
+    println!("Each run: barrier, then timed to the op's return on every rank; the time is the slowest rank's.");
+    println!("Baselines are measured in the same run, interleaved; read the ratios, not the absolute times.");
+    if let Some(f) = fixed {
+        let (cm, cp) = median_p90(&f.cairn);
+        let (fm, fp) = median_p90(&f.floor);
+        let (pm, pp) = median_p90(&f.plain);
+        println!();
+        println!(
+            "1. Fixed cost: checkpoint of 8 B + 64 B per rank, node-local tier; {} iterations after {} warm-up",
+            f.iters, f.warmup
+        );
+        println!(
+            "   {:<44} {:>11} {:>11} {:>12}",
+            "", "median", "p90", "median/floor"
+        );
+        for (label, m, p) in [
+            ("cairn Engine::checkpoint", cm, cp),
+            ("baseline: allreduce of 6 x i64 (floor)", fm, fp),
+            ("baseline: open/write/rename 72 B file", pm, pp),
+        ] {
+            println!(
+                "   {label:<44} {:>11} {:>11} {:>11.1}x",
+                ms(m),
+                ms(p),
+                m / fm
+            );
+        }
+        println!(
+            "   cairn above floor + tiny file: {} (median)",
+            ms(cm - fm - pm)
+        );
+        println!(
+            "   target 2 ms: median = {:.3}x target, p90 = {:.3}x target",
+            cm / TARGET_FIXED_S,
+            cp / TARGET_FIXED_S
+        );
+        println!(
+            "   SCR 125 ms (DEEP-ER report): median = {:.5}x SCR ({:.0}x less)",
+            cm / SCR_FIXED_S,
+            SCR_FIXED_S / cm
+        );
+        println!(
+            "verdict: fixed cost {} the 2 ms target (median {}, p90 {})",
+            verdict(cm <= TARGET_FIXED_S),
+            ms(cm),
+            ms(cp)
+        );
+    }
+    if let Some(b) = bw {
+        let mib_total = b.bytes_total as f64 / MIB as f64;
+        let (pm, _) = median_p90(&b.plain);
+        println!();
+        println!(
+            "2. Bandwidth: {} MiB per rank x {} ranks = {:.0} MiB; {} runs of each after 1 warm-up, alternating; files deleted between runs",
+            b.mib, ctx.ranks, mib_total, b.reps
+        );
+        println!(
+            "   {:<44} {:>11} {:>12} {:>10}",
+            "", "median", "MiB/s", "vs plain"
+        );
+        let pieces = format!(
+            "breakdown: write() in {} pieces + rename",
+            size_label(b.chunk)
+        );
+        for (label, v) in [
+            ("baseline: plain write() + rename", &b.plain),
+            ("cairn Engine::checkpoint", &b.cairn),
+            (pieces.as_str(), &b.pieces),
+            ("breakdown: xxh3 checksum only, no I/O", &b.checksum),
+        ] {
+            let (m, _) = median_p90(v);
+            println!(
+                "   {label:<44} {:>11} {:>12.0} {:>9.3}x",
+                ms(m),
+                mib_total / m,
+                pm / m
+            );
+        }
+        let r = BwRatios::of(b);
+        println!(
+            "   cairn/plain bandwidth: {:.3} (ratio of medians); median of adjacent pairs {:.3}, best-of {:.3}, pairs span {:.2} .. {:.2}",
+            r.of_medians, r.paired_median, r.best_of, r.paired_lo, r.paired_hi
+        );
+        // The headline is the ratio of medians; say so when the other readings of the same
+        // runs land on the other side of the target.
+        let meets = r.of_medians >= TARGET_BW_RATIO;
+        let noisy = if r.readings_agree() {
+            String::new()
+        } else {
+            "; other readings disagree: too noisy, rerun or raise --reps".to_string()
+        };
+        println!(
+            "verdict: bandwidth {} the 0.9 target (cairn/plain = {:.3}{noisy})",
+            verdict(meets),
+            r.of_medians
+        );
+    }
+}
+
+fn to_json(ctx: &Context, fixed: Option<&Fixed>, bw: Option<&Bandwidth>) -> serde_json::Value {
+    let series = |v: &[f64]| {
+        let (m, p) = median_p90(v);
+        json!({ "median_s": m, "p90_s": p, "samples_s": v })
+    };
+    let fixed = fixed.map(|f| {
+        let (cm, cp) = median_p90(&f.cairn);
+        let fm = median_p90(&f.floor).0;
+        json!({
+            "iterations": f.iters,
+            "warmup": f.warmup,
+            "regions_bytes_per_rank": [8, 64],
+            "cairn": series(&f.cairn),
+            "baseline_allreduce": series(&f.floor),
+            "baseline_tiny_file": series(&f.plain),
+            "cairn_over_floor": cm / fm,
+            "target_s": TARGET_FIXED_S,
+            "median_over_target": cm / TARGET_FIXED_S,
+            "p90_over_target": cp / TARGET_FIXED_S,
+            "scr_s": SCR_FIXED_S,
+            "median_over_scr": cm / SCR_FIXED_S,
+            "meets_target": cm <= TARGET_FIXED_S,
+        })
+    });
+    let bw = bw.map(|b| {
+        let pm = median_p90(&b.plain).0;
+        let r = BwRatios::of(b);
+        let mib_total = b.bytes_total as f64 / MIB as f64;
+        let with_bw = |v: &[f64]| {
+            let mut s = series(v);
+            let m = median_p90(v).0;
+            s["mib_per_s"] = json!(mib_total / m);
+            s["bandwidth_vs_plain"] = json!(pm / m);
+            s
+        };
+        json!({
+            "mib_per_rank": b.mib,
+            "bytes_total": b.bytes_total,
+            "reps": b.reps,
+            "chunk_bytes": b.chunk,
+            "baseline_plain_write": with_bw(&b.plain),
+            "cairn": with_bw(&b.cairn),
+            "breakdown_write_in_chunks": with_bw(&b.pieces),
+            "breakdown_checksum_only": with_bw(&b.checksum),
+            "cairn_over_plain_bandwidth": r.of_medians,
+            "paired_ratio_median": r.paired_median,
+            "best_of_ratio": r.best_of,
+            "paired_ratios": r.paired,
+            "readings_agree": r.readings_agree(),
+            "target_ratio": TARGET_BW_RATIO,
+            "meets_target": r.of_medians >= TARGET_BW_RATIO,
+        })
+    });
+    json!({
+        "ranks": ctx.ranks,
+        "nodes": ctx.nodes,
+        "cores": ctx.cores,
+        "root": ctx.root.display().to_string(),
+        "tmpfs": ctx.tmpfs,
+        "settings": ctx.settings.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "fixed_cost": fixed,
+        "bandwidth": bw,
+    })
+}
+
+fn count_nodes(mpi: &Mpi) -> usize {
+    let node = mpi.world.split_shared(mpi.rank as i32);
+    let leader = (node.rank() == 0) as i64;
+    let mut nodes = 0i64;
+    mpi.world
+        .all_reduce_into(&leader, &mut nodes, SystemOperation::sum());
+    nodes as usize
+}
+
+fn run(mpi: &Mpi, args: &Args) -> i32 {
+    let dir = match RunDir::create(mpi, &args.base) {
+        Ok(d) => d,
+        Err(f) => {
+            if mpi.rank == 0 || !f.peer {
+                eprintln!("cairn-bench-ckpt: {}", f.msg);
+            }
+            return 1;
+        }
+    };
+    // The engine's usual configuration (defaults, the CAIRN_CONFIG file, CAIRN_* variables,
+    // so settings can be varied from outside); each test moves the tier roots under its own
+    // directory.
+    let cfg = match mpi.agree(
+        "configuration",
+        Config::resolve(None, &[]).map_err(|e| e.to_string()),
+    ) {
+        Ok(c) => c,
+        Err(f) => {
+            if mpi.rank == 0 || !f.peer {
+                eprintln!("cairn-bench-ckpt: {}", f.msg);
+            }
+            return 1;
+        }
+    };
+    let ctx = Context {
+        settings: vec![
+            ("checkpoint.chunk", size_label(cfg.chunk as usize)),
+            ("cache.keep", cfg.keep.to_string()),
+            ("flush.every", cfg.flush_every.to_string()),
+        ],
+        ranks: mpi.size,
+        nodes: count_nodes(mpi),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        root: dir.path.clone(),
+        tmpfs: on_tmpfs(&dir.path),
+    };
+    let result = (|| -> Res<(Option<Fixed>, Option<Bandwidth>)> {
+        let fixed = if args.fixed {
+            let f = bench_fixed(mpi, args, &cfg, &dir.path.join("fixed"))?;
+            Some(f)
+        } else {
+            None
+        };
+        let bw = if args.bandwidth {
+            Some(bench_bandwidth(
+                mpi,
+                args,
+                &cfg,
+                &dir.path.join("bandwidth"),
+            )?)
+        } else {
+            None
+        };
+        Ok((fixed, bw))
+    })();
+    // Every rank has left its files (failures are agreed, so all ranks get here together).
+    mpi.world.barrier();
+    let path = dir.path.clone();
+    drop(dir);
+    if mpi.rank == 0 && path.exists() {
+        eprintln!(
+            "cairn-bench-ckpt: warning: {} is still there",
+            path.display()
+        );
+    }
+    match result {
+        Ok((fixed, bw)) => {
+            if mpi.rank == 0 {
+                if args.json {
+                    println!("{:#}", to_json(&ctx, fixed.as_ref(), bw.as_ref()));
+                } else {
+                    print_table(&ctx, fixed.as_ref(), bw.as_ref());
+                }
+            }
+            0
+        }
+        Err(f) => {
+            if mpi.rank == 0 || !f.peer {
+                eprintln!("cairn-bench-ckpt: {}", f.msg);
+            }
+            1
+        }
+    }
+}
+
+fn main() {
+    let code = {
+        let Some(universe) = mpi::initialize() else {
+            eprintln!("cairn-bench-ckpt: MPI could not be initialised");
+            std::process::exit(1);
+        };
+        let world = universe.world();
+        let mpi = Mpi {
+            rank: world.rank() as usize,
+            size: world.size() as usize,
+            world,
+        };
+        match parse_args(std::env::args().skip(1)) {
+            Ok(Some(args)) => run(&mpi, &args),
+            Ok(None) => {
+                if mpi.rank == 0 {
+                    println!("{USAGE}");
+                }
+                0
+            }
+            Err(e) => {
+                if mpi.rank == 0 {
+                    eprintln!("cairn-bench-ckpt: {e}\n{USAGE}");
+                }
+                2
+            }
+        }
+        // `universe` is dropped here, finalising MPI.
+    };
+    std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Result<Option<Args>, String> {
+        parse_args(v.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let a = args(&["--mib", "16", "--iters=50", "--json", "--only", "fixed"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.mib, a.iters, a.json, a.fixed, a.bandwidth),
+            (16, 50, true, true, false)
+        );
+        assert!(args(&["--help"]).unwrap().is_none());
+        assert!(args(&["--mib", "0"]).unwrap_err().contains(">= 1"));
+        assert!(args(&["--mib"]).unwrap_err().contains("needs a value"));
+        assert!(args(&["--only", "x"]).is_err());
+        assert!(args(&["--bogus"]).is_err());
+    }
+
+    #[test]
+    fn median_and_p90() {
+        assert_eq!(median_p90(&[3.0, 1.0, 2.0]), (2.0, 3.0));
+        assert_eq!(median_p90(&[4.0, 1.0, 2.0, 3.0]), (2.5, 4.0));
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(median_p90(&v), (50.5, 90.0));
+        assert_eq!(median_p90(&[7.0]), (7.0, 7.0));
+    }
+}
