@@ -18,7 +18,8 @@
 //! - CAPTURED (`Engine::checkpoint`, after `Engine::agree_write`): all ranks report success in
 //!   one reduction (which also checks that they all passed the same name and version); then
 //!   the lowest rank of each node publishes that node's `manifest.json`. A crash before that
-//!   leaves a version without manifests, which restart ignores.
+//!   leaves a version without manifests, which restart ignores. A second reduction confirms
+//!   every publication, so `checkpoint` returns on no rank before all manifests are out.
 //! - PROTECTED: with scheme "single" this is reached at capture (the scheme promises survival
 //!   of process failures only).
 //! - DURABLE (`Engine::flush`): the rank files are copied to the global tier, all ranks
@@ -359,7 +360,7 @@ impl Engine {
         } else {
             self.topo.is_node_leader()
         };
-        if publish {
+        let published = if publish {
             let m = self.manifest(name, version, state, capture_ns, first_is_global);
             first
                 .put(&manifest_key(name, version), &m.encode())
@@ -367,8 +368,18 @@ impl Engine {
                     Error::from(e).context(format!(
                         "rank {rank}: publishing checkpoint {name} v{version}"
                     ))
-                })?;
-        }
+                })
+        } else {
+            Ok(())
+        };
+        // Return only once every node's manifest is out: a rank told that v is captured may
+        // rely on it even if another node's leader dies right after, and a failed publication
+        // fails the call on every rank.
+        agree(
+            &*self.comm,
+            published,
+            &format!("publish checkpoint {name} v{version}"),
+        )?;
         let ns = self.names.get_mut(name).expect("entry created above");
         let prev = ns.first.last().copied();
         ns.first.insert(version);
