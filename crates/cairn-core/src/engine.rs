@@ -23,7 +23,7 @@
 //! - PROTECTED: with scheme "single" this is reached at capture (the scheme promises survival
 //!   of process failures only).
 //! - DURABLE (`Engine::flush`): the rank files are copied to the global tier, all ranks
-//!   agree, and rank 0 publishes the global manifest.
+//!   agree, rank 0 publishes the global manifest, and all ranks agree again.
 //!
 //! Deletion (`Engine::apply_window`) runs on a background thread, off the application's
 //! critical path, and only ever removes versions older than one whose manifests were
@@ -478,7 +478,7 @@ impl Engine {
                 ),
             });
         }
-        if rank == 0 {
+        let published = if rank == 0 {
             let m = self.manifest(name, version, CkptState::Durable, (-v[1]) as u64, true);
             global
                 .put(&manifest_key(name, version), &m.encode())
@@ -486,8 +486,17 @@ impl Engine {
                     Error::from(e).context(format!(
                         "rank 0: publishing {name} v{version} on the global tier"
                     ))
-                })?;
-        }
+                })
+        } else {
+            Ok(())
+        };
+        // As for capture: no rank may report the version durable before the global manifest
+        // is out, and a failed publication fails the flush on every rank.
+        agree(
+            &*self.comm,
+            published,
+            &format!("publish {name} v{version} on the global tier"),
+        )?;
         let ns = self.names.entry(name.to_string()).or_default();
         let prev = ns.global.last().copied();
         ns.global.insert(version);
