@@ -16,6 +16,15 @@ fn main() {
         Ok(b) => {
             b.write_to_file(&out);
         }
-        Err(e) => println!("cargo:warning=cbindgen could not generate cairn.h: {e}"),
+        Err(e) => {
+            println!("cargo:warning=cbindgen could not generate cairn.h: {e}");
+            // The library embeds this file for the header_is_current test; leave a note there
+            // so the build goes on and that test reports the failure.
+            std::fs::write(
+                &out,
+                format!("/* cbindgen could not generate cairn.h: {e} */\n"),
+            )
+            .expect("write OUT_DIR/cairn.h");
+        }
     }
 }

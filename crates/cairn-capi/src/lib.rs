@@ -534,3 +534,8 @@ pub extern "C" fn cairn_strerror(code: c_int) -> *const c_char {
 pub extern "C" fn cairn_last_error() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
 }
+
+/// The header cbindgen generated from this file when the crate was built; the
+/// `header_is_current` test compares it with the committed `include/cairn.h`.
+#[doc(hidden)]
+pub const GENERATED_HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/cairn.h"));
