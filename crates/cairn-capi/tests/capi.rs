@@ -1,0 +1,691 @@
+//! The C API with real MPI and real processes: `examples/heat2d.c` and `tests/c/stress.c` are
+//! built with mpicc against the freshly built libcairn and run under mpirun, killed with
+//! SIGKILL, relaunched, and have their stored checkpoints deleted or damaged in between.
+//!
+//! Needs Open MPI (mpicc, mpirun) and `cargo build --release -p cairn-capi` (or the libcairn.so
+//! that `cargo test` builds). The MPI-heavy tests take a global lock so that they run one at a
+//! time on small machines. `CAPI_KILL_SEEDS=3,7` reruns chosen seeds of the kill test.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+
+// ---- Reading the programs' output -------------------------------------------------------------
+
+/// `heat2d: final checksum <hex>`.
+fn heat_checksum(o: &Outcome) -> String {
+    o.lines()
+        .find_map(|l| l.strip_prefix("heat2d: final checksum "))
+        .unwrap_or_else(|| panic!("no final checksum\n{}", o.show()))
+        .to_string()
+}
+
+/// The version in `heat2d: step <s> checkpoint v<v> <t> ms`.
+fn heat_ckpt_line(l: &str) -> Option<i64> {
+    let rest = l.strip_prefix("heat2d: step ")?;
+    let v = rest.split(" checkpoint v").nth(1)?;
+    v.split_whitespace().next()?.parse().ok()
+}
+
+/// `stress: rank <r> checkpoint v<v> done` -> (r, v).
+fn stress_done(l: &str) -> Option<(usize, i64)> {
+    let rest = l.strip_prefix("stress: rank ")?;
+    let (r, rest) = rest.split_once(" checkpoint v")?;
+    let v = rest.strip_suffix(" done")?;
+    Some((r.parse().ok()?, v.parse().ok()?))
+}
+
+/// `stress: rank <r> restored v<v> ok|MISMATCH ...` -> (r, v, ok).
+fn stress_restored(l: &str) -> Option<(usize, i64, bool)> {
+    let rest = l.strip_prefix("stress: rank ")?;
+    let (r, rest) = rest.split_once(" restored v")?;
+    let (v, verdict) = rest.split_once(' ')?;
+    Some((r.parse().ok()?, v.parse().ok()?, verdict == "ok"))
+}
+
+/// Version -> ranks that reported it done.
+fn done_by_version(stdout: &str) -> BTreeMap<i64, BTreeSet<usize>> {
+    let mut m: BTreeMap<i64, BTreeSet<usize>> = BTreeMap::new();
+    for (r, v) in stdout.lines().filter_map(stress_done) {
+        m.entry(v).or_default().insert(r);
+    }
+    m
+}
+
+/// The version every one of `ranks` restored and verified, or `None` if the output reports no
+/// restore. Fails on a mismatch, on ranks that disagree, or on a partial report.
+fn restored_ok(o: &Outcome, ranks: usize, ctx: &str) -> Option<i64> {
+    assert!(
+        !o.stdout.contains("MISMATCH"),
+        "{ctx}: verification MISMATCH\n{}",
+        o.show()
+    );
+    let got: BTreeMap<usize, (i64, bool)> = o
+        .lines()
+        .filter_map(stress_restored)
+        .map(|(r, v, ok)| (r, (v, ok)))
+        .collect();
+    if got.is_empty() {
+        return None;
+    }
+    let versions: BTreeSet<i64> = got.values().map(|(v, _)| *v).collect();
+    assert!(
+        got.len() == ranks && versions.len() == 1 && got.values().all(|(_, ok)| *ok),
+        "{ctx}: expected all {ranks} ranks to restore the same version ok\n{}",
+        o.show()
+    );
+    versions.into_iter().next()
+}
+
+fn stress_cmd(ranks: Option<usize>, args: &[&str], tiers: &Tiers) -> std::process::Command {
+    command(&bins().stress, ranks, args, tiers)
+}
+
+fn heat_cmd(ranks: usize, args: &[&str], tiers: &Tiers) -> std::process::Command {
+    command(&bins().heat2d, Some(ranks), args, tiers)
+}
+
+// ---- 1. heat2d: kill -9 of a rank, relaunch, same answer --------------------------------------
+
+const HEAT: [&str; 6] = ["--n", "128", "--steps", "400", "--every", "50"];
+
+fn heat_kill_and_relaunch(
+    ranks: usize,
+    sim_nodes: usize,
+    victim: usize,
+    after_lines: usize,
+) -> String {
+    let what = format!("heat2d with {ranks} ranks");
+    let plain = Tiers::new(sim_nodes);
+    let reference = run(
+        heat_cmd(ranks, &HEAT, &plain),
+        &format!("{what}, uninterrupted"),
+    );
+    reference.assert_ok();
+    assert!(
+        reference.stdout.contains("no checkpoint, starting fresh"),
+        "{}",
+        reference.show()
+    );
+    let expected = heat_checksum(&reference);
+
+    let tiers = Tiers::new(sim_nodes);
+    let mut slow = HEAT.to_vec();
+    slow.extend(["--sleep-ms", "3"]);
+    let mut job = spawn(
+        heat_cmd(ranks, &slow, &tiers),
+        &format!("{what}, to be killed"),
+    );
+    // Found first, so that the kill follows the checkpoint line as closely as possible.
+    let pid = rank_pid(job.pid(), "heat2d", victim, Duration::from_secs(30)).unwrap_or_else(|| {
+        panic!(
+            "{what}: no process for rank {victim} under mpirun {}",
+            job.pid()
+        )
+    });
+    let mut lines = 0;
+    let last = job.wait_line(Duration::from_secs(60), |l| {
+        if heat_ckpt_line(l).is_some() {
+            lines += 1;
+        }
+        lines == after_lines
+    });
+    let last = last.unwrap_or_else(|| {
+        panic!(
+            "{what}: no checkpoint line {after_lines}; saw {:?}",
+            job.seen
+        )
+    });
+    kill9(pid);
+    let before: Vec<i64> = job.seen.iter().filter_map(|l| heat_ckpt_line(l)).collect();
+    let newest_before = heat_ckpt_line(&last).unwrap();
+    let killed = job.finish(Duration::from_secs(60));
+    assert!(
+        !killed.status.success() && !killed.stdout.contains("final checksum"),
+        "{what}: the killed run should not have finished\n{}",
+        killed.show()
+    );
+    // Every line rank 0 printed, even after the kill, is a checkpoint it saw complete.
+    let reported: BTreeSet<i64> = killed.lines().filter_map(heat_ckpt_line).collect();
+    assert!(before.iter().all(|v| reported.contains(v)));
+
+    let again = run(
+        heat_cmd(ranks, &HEAT, &tiers),
+        &format!("{what}, relaunched"),
+    );
+    again.assert_ok();
+    let from: i64 = again
+        .lines()
+        .find_map(|l| l.strip_prefix("heat2d: restarted from checkpoint v"))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: the relaunch did not restart\n{}", again.show()));
+    assert!(
+        reported.contains(&from) && from >= newest_before,
+        "{what}: restarted from v{from}; before the kill v{newest_before} was the newest reported complete, {reported:?} were reported in all\n{}",
+        again.show()
+    );
+    assert!(
+        again.stdout.contains(&format!("(step {from})"))
+            && !again.stderr.contains("heat2d: warning"),
+        "{what}: the restored step must be the version\n{}",
+        again.show()
+    );
+    assert_eq!(
+        heat_checksum(&again),
+        expected,
+        "{what}: the relaunched run ends differently from the uninterrupted one\n{}",
+        again.show()
+    );
+    expected
+}
+
+#[test]
+fn heat2d_survives_kill9_of_a_rank() {
+    let _mpi = mpi_lock();
+    let one = heat_kill_and_relaunch(1, 0, 0, 2);
+    let two = heat_kill_and_relaunch(2, 0, 1, 3);
+    let four = heat_kill_and_relaunch(4, 2, 2, 2);
+    // The arithmetic per cell does not depend on the decomposition.
+    assert_eq!(
+        (&one, &two),
+        (&four, &four),
+        "checksums differ between rank counts"
+    );
+}
+
+// ---- 2. kill -9 at random points during checkpoints -------------------------------------------
+
+const KILL_RANKS: usize = 4;
+const KILL_MIB: &str = "8";
+
+/// One killed run (continuing from `floor`, the version a previous round verified, if any)
+/// followed by a verification. Returns the version verified.
+///
+/// With `lose_node` = Some(f) (a fresh run flushing every f checkpoints, so the durable versions
+/// are the multiples of f), the victim's whole simulated node is lost with it: its node-local
+/// directory is deleted before the relaunch.
+fn kill_round(
+    tiers: &Tiers,
+    rng: &mut Rng,
+    floor: Option<i64>,
+    lose_node: Option<i64>,
+    ctx: &str,
+) -> Option<i64> {
+    let args = ["--mib", KILL_MIB, "--versions", "100000"];
+    let mut job = spawn(stress_cmd(Some(KILL_RANKS), &args, tiers), ctx);
+    let first = job.wait_line(Duration::from_secs(60), |l| stress_done(l).is_some());
+    assert!(
+        first.is_some(),
+        "{ctx}: no checkpoint was reported; saw {:?}",
+        job.seen
+    );
+    let delay = rng.range(20, 700);
+    let victim = rng.range(0, KILL_RANKS as u64 - 1) as usize;
+    let pid = rank_pid(job.pid(), "stress", victim, Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("{ctx}: rank {victim} not found under mpirun"));
+    std::thread::sleep(Duration::from_millis(delay));
+    kill9(pid);
+    let killed = job.finish(Duration::from_secs(60));
+    let mut ctx = format!("{ctx}, rank {victim} killed {delay} ms after the first checkpoint");
+    assert!(
+        !killed.status.success(),
+        "{ctx}: the run was not killed\n{}",
+        killed.show()
+    );
+    if let Some(f) = floor {
+        assert_eq!(
+            restored_ok(&killed, KILL_RANKS, &ctx),
+            Some(f),
+            "{ctx}: {}",
+            killed.show()
+        );
+    }
+    let done = done_by_version(&killed.stdout);
+    let complete = done
+        .iter()
+        .filter(|(_, rs)| rs.len() == KILL_RANKS)
+        .map(|(v, _)| *v)
+        .max();
+    let newest_any = done.keys().max().copied().unwrap_or(0);
+    // cairn_checkpoint returns once the checkpoint is captured on every rank (and durable when
+    // flushed), so one rank's report is enough to make a version restorable.
+    let mut must = complete.max(floor).max(done.keys().max().copied());
+    if let Some(every) = lose_node {
+        // Ranks 2n and 2n+1 share simulated node n.
+        let node = victim / 2;
+        std::fs::remove_dir_all(tiers.local().join(format!("node{node}"))).unwrap();
+        ctx.push_str(&format!(", node{node} lost"));
+        must = done.keys().rev().find(|v| *v % every == 0).copied();
+    }
+
+    let check = run(
+        stress_cmd(
+            Some(KILL_RANKS),
+            &["--mib", KILL_MIB, "--verify-only"],
+            tiers,
+        ),
+        &format!("{ctx}, verify"),
+    );
+    check.assert_ok();
+    let got = restored_ok(&check, KILL_RANKS, &ctx);
+    match (got, must) {
+        (None, None) => assert!(check.stdout.contains("stress: none"), "{ctx}\n{}", check.show()),
+        (None, Some(m)) => panic!(
+            "{ctx}: v{m} was reported complete before the kill but nothing was restored\n{}\n{}",
+            killed.show(),
+            check.show()
+        ),
+        (Some(g), m) => assert!(
+            Some(g) >= m
+                && g <= newest_any + 1
+                && lose_node.map_or(true, |every| g % every == 0),
+            "{ctx}: restored v{g}, expected at least {m:?}; every rank had completed {complete:?}, the newest any rank completed was v{newest_any}\n{}\n{}",
+            killed.show(),
+            check.show()
+        ),
+    }
+    eprintln!(
+        "{ctx}: complete on every rank {complete:?}, newest reported v{newest_any}, verified {got:?}"
+    );
+    got
+}
+
+#[test]
+fn kill9_at_random_points_never_loses_a_complete_checkpoint() {
+    let seeds: Vec<u64> = match std::env::var("CAPI_KILL_SEEDS") {
+        Ok(s) => s
+            .split(',')
+            .map(|x| x.trim().parse().expect("CAPI_KILL_SEEDS: numbers"))
+            .collect(),
+        Err(_) => (1..=16).collect(),
+    };
+    let _mpi = mpi_lock();
+    for seed in seeds {
+        let mut rng = Rng::new(seed);
+        let mut tiers = Tiers::new(2);
+        // keep = 1 makes the background deletion run after every checkpoint, right behind the
+        // one being confirmed; some seeds also flush to the global tier.
+        let variant = match seed % 3 {
+            0 => {
+                tiers.set("CAIRN_CACHE_KEEP", "1");
+                "keep 1"
+            }
+            1 => "keep 2",
+            _ => {
+                tiers.set("CAIRN_CACHE_KEEP", "1");
+                tiers.set("CAIRN_FLUSH_EVERY", "2");
+                "keep 1, flush every 2, node lost"
+            }
+        };
+        let ctx = format!("seed {seed} ({variant}; rerun with CAPI_KILL_SEEDS={seed})");
+        eprintln!("{ctx}");
+        // With flushes, the killed rank's node is lost too: only durable versions survive.
+        let lose_node = (seed % 3 == 2).then_some(2);
+        let got = kill_round(
+            &tiers,
+            &mut rng,
+            None,
+            lose_node,
+            &format!("{ctx}, round 1"),
+        );
+        // Half the seeds go on from what was restored and are killed again.
+        if seed % 2 == 0 && got.is_some() {
+            kill_round(&tiers, &mut rng, got, None, &format!("{ctx}, round 2"));
+        }
+    }
+}
+
+// ---- 3. losing a simulated node ---------------------------------------------------------------
+
+#[test]
+fn losing_a_node_restores_from_the_global_tier_or_finds_nothing() {
+    let _mpi = mpi_lock();
+    // With flushes: v2 and v4 are durable on the global tier, v4 and v5 cached locally.
+    let tiers = Tiers::new(2);
+    let cfg = tiers.write("cairn.toml", "[cache]\nkeep = 2\n\n[flush]\nevery = 2\n");
+    let cfg = cfg.to_str().unwrap();
+    run(
+        stress_cmd(
+            Some(4),
+            &["--mib", "1", "--versions", "5", "--config", cfg],
+            &tiers,
+        ),
+        "run with flush",
+    )
+    .assert_ok();
+    assert!(
+        tiers.global().join("stress/v4/manifest.json").is_file(),
+        "v4 was not flushed"
+    );
+    assert!(tiers
+        .local()
+        .join("node1/stress/v5/manifest.json")
+        .is_file());
+    std::fs::remove_dir_all(tiers.local().join("node1")).unwrap();
+    let o = run(
+        stress_cmd(
+            Some(4),
+            &["--mib", "1", "--verify-only", "--config", cfg],
+            &tiers,
+        ),
+        "verify after losing node1",
+    );
+    o.assert_ok();
+    assert_eq!(
+        restored_ok(&o, 4, "lost node1 with flush"),
+        Some(4),
+        "{}",
+        o.show()
+    );
+
+    // Without flushes nothing survives on node1, so no checkpoint is complete.
+    let tiers = Tiers::new(2);
+    run(
+        stress_cmd(Some(4), &["--mib", "1", "--versions", "3"], &tiers),
+        "run without flush",
+    )
+    .assert_ok();
+    std::fs::remove_dir_all(tiers.local().join("node1")).unwrap();
+    let o = run(
+        stress_cmd(Some(4), &["--mib", "1", "--verify-only"], &tiers),
+        "verify after losing node1",
+    );
+    o.assert_ok();
+    assert_eq!(
+        restored_ok(&o, 4, "lost node1 without flush"),
+        None,
+        "{}",
+        o.show()
+    );
+    assert!(o.stdout.contains("stress: none"), "{}", o.show());
+}
+
+// ---- 4. a flipped byte in the newest checkpoint -----------------------------------------------
+
+/// An offset inside region 1 (after the 16-byte header and region 0's 8 bytes) of a rank file.
+const DATA_OFFSET: u64 = 16 + 8 + 3 * 4096 + 5;
+
+#[test]
+fn a_flipped_byte_falls_back_to_the_previous_checkpoint() {
+    let _mpi = mpi_lock();
+    let tiers = Tiers::new(2);
+    run(
+        stress_cmd(Some(4), &["--mib", "1", "--versions", "4"], &tiers),
+        "run",
+    )
+    .assert_ok();
+    // Rank 1 lives on simulated node 0 (ranks 0 and 1).
+    flip_byte(
+        &tiers.local().join("node0/stress/v4/rank1.ckpt"),
+        DATA_OFFSET,
+    );
+    let o = run(
+        stress_cmd(Some(4), &["--mib", "1", "--verify-only"], &tiers),
+        "verify after the flip",
+    );
+    o.assert_ok();
+    assert_eq!(
+        restored_ok(&o, 4, "flipped byte in v4"),
+        Some(3),
+        "{}",
+        o.show()
+    );
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.contains("v4") && l.contains("rank1.ckpt") && l.contains("checksum")),
+        "stderr should name the damaged checkpoint\n{}",
+        o.show()
+    );
+
+    // With the damaged version the only one, restarting must fail, never hand out its data.
+    let tiers = Tiers::new(2);
+    run(
+        stress_cmd(Some(4), &["--mib", "1", "--versions", "1"], &tiers),
+        "run",
+    )
+    .assert_ok();
+    flip_byte(
+        &tiers.local().join("node0/stress/v1/rank1.ckpt"),
+        DATA_OFFSET,
+    );
+    let o = run(
+        stress_cmd(Some(4), &["--mib", "1", "--verify-only"], &tiers),
+        "verify the only version",
+    );
+    o.assert_exit5();
+    assert!(!o.stdout.contains("restored"), "{}", o.show());
+    assert!(
+        o.stderr.contains("cairn_restart failed")
+            && o.stderr.contains("v1")
+            && o.stderr.contains("damaged"),
+        "{}",
+        o.show()
+    );
+
+    // An intact copy of the same version on the global tier is used instead.
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_FLUSH_EVERY", "1");
+    run(
+        stress_cmd(Some(4), &["--mib", "1", "--versions", "2"], &tiers),
+        "run with flush",
+    )
+    .assert_ok();
+    flip_byte(
+        &tiers.local().join("node0/stress/v2/rank1.ckpt"),
+        DATA_OFFSET,
+    );
+    let o = run(
+        stress_cmd(Some(4), &["--mib", "1", "--verify-only"], &tiers),
+        "verify with a global copy",
+    );
+    o.assert_ok();
+    assert_eq!(
+        restored_ok(&o, 4, "flipped byte, global copy"),
+        Some(2),
+        "{}",
+        o.show()
+    );
+    assert!(o.stderr.contains("checksum"), "{}", o.show());
+}
+
+// ---- 5 and 6. clear errors, and the program's own exit code -----------------------------------
+
+/// Run the error case under mpirun with 2 ranks and alone (`--solo`); both must exit 5 with a
+/// message containing every one of `needles`.
+fn fails_clearly(tiers: &Tiers, args: &[&str], needles: &[&str], what: &str) {
+    let mpi = run(
+        stress_cmd(Some(2), args, tiers),
+        &format!("{what} (2 ranks)"),
+    );
+    let mut solo_args = args.to_vec();
+    solo_args.push("--solo");
+    let solo = run(
+        stress_cmd(None, &solo_args, tiers),
+        &format!("{what} (solo)"),
+    );
+    for o in [&mpi, &solo] {
+        o.assert_exit5();
+        assert!(
+            needles.iter().all(|n| o.stderr.contains(n)),
+            "the message should contain {needles:?}\n{}",
+            o.show()
+        );
+    }
+}
+
+#[test]
+fn configuration_errors_name_the_culprit() {
+    let _mpi = mpi_lock();
+    let tiers = Tiers::new(0);
+    let cfg = tiers.write("bad.toml", "[cache]\nkepp = 3\n");
+    fails_clearly(
+        &tiers,
+        &["--mib", "0", "--config", cfg.to_str().unwrap()],
+        &["cairn_init", "kepp", "bad.toml"],
+        "unknown key",
+    );
+
+    let mut tiers = Tiers::new(0);
+    tiers.set("CAIRN_CACHE_KEEP", "abc");
+    fails_clearly(
+        &tiers,
+        &["--mib", "0"],
+        &["CAIRN_CACHE_KEEP", "abc"],
+        "bad variable",
+    );
+
+    let mut tiers = Tiers::new(0);
+    let missing = tiers.path().join("no-such-dir");
+    tiers.set("CAIRN_TIERS_LOCAL", missing.join("local").to_str().unwrap());
+    fails_clearly(
+        &tiers,
+        &["--mib", "0"],
+        &[missing.to_str().unwrap(), "does not exist"],
+        "missing parent",
+    );
+    assert!(
+        !missing.exists(),
+        "the missing directory must not be created"
+    );
+}
+
+#[test]
+fn restart_mismatches_name_both_sides() {
+    let _mpi = mpi_lock();
+    // Region 1 holds --mib MiB of doubles: 2 MiB = 262144 elements, 1 MiB = 131072.
+    let tiers = Tiers::new(0);
+    run(
+        stress_cmd(Some(2), &["--mib", "2", "--versions", "2"], &tiers),
+        "run with 2 MiB",
+    )
+    .assert_ok();
+    let o = run(
+        stress_cmd(Some(2), &["--mib", "1", "--versions", "3"], &tiers),
+        "relaunch with 1 MiB",
+    );
+    o.assert_exit5();
+    assert!(
+        o.stderr.contains("region 1") && o.stderr.contains("262144") && o.stderr.contains("131072"),
+        "{}",
+        o.show()
+    );
+    assert!(
+        !o.stdout.contains("restored") && !o.stdout.contains("done"),
+        "{}",
+        o.show()
+    );
+
+    let tiers = Tiers::new(2);
+    run(
+        stress_cmd(Some(4), &["--mib", "1", "--versions", "2"], &tiers),
+        "run with 4 ranks",
+    )
+    .assert_ok();
+    let o = run(
+        stress_cmd(Some(2), &["--mib", "1", "--versions", "3"], &tiers),
+        "relaunch with 2 ranks",
+    );
+    o.assert_exit5();
+    assert!(
+        o.stderr.contains("4 ranks") && o.stderr.contains("has 2"),
+        "the message should give both rank counts\n{}",
+        o.show()
+    );
+    // Nothing was touched: the 4-rank checkpoint still restores with 4 ranks.
+    let o = run(
+        stress_cmd(Some(4), &["--mib", "1", "--verify-only"], &tiers),
+        "verify with 4 ranks",
+    );
+    o.assert_ok();
+    assert_eq!(restored_ok(&o, 4, "4 ranks again"), Some(2), "{}", o.show());
+}
+
+#[test]
+fn solo_mode_checkpoints_and_restarts() {
+    let tiers = Tiers::new(0);
+    let solo = |args: &[&str], what: &str| {
+        let mut a = args.to_vec();
+        a.push("--solo");
+        let o = run(stress_cmd(None, &a, &tiers), what);
+        o.assert_ok();
+        o
+    };
+    let o = solo(
+        &["--mib", "1", "--versions", "3", "--regions", "6"],
+        "solo run",
+    );
+    assert!(
+        o.stdout.contains("stress: rank 0 checkpoint v3 done"),
+        "{}",
+        o.show()
+    );
+    assert!(tiers.local().join("node0/stress/v3/rank0.ckpt").is_file());
+    let o = solo(
+        &["--mib", "1", "--regions", "6", "--verify-only"],
+        "solo verify",
+    );
+    assert_eq!(restored_ok(&o, 1, "solo verify"), Some(3), "{}", o.show());
+    let o = solo(
+        &["--mib", "1", "--regions", "6", "--versions", "5"],
+        "solo continue",
+    );
+    assert_eq!(restored_ok(&o, 1, "solo continue"), Some(3), "{}", o.show());
+    assert!(
+        o.stdout.contains("checkpoint v4 done") && o.stdout.contains("checkpoint v5 done"),
+        "{}",
+        o.show()
+    );
+    let o = solo(
+        &["--mib", "1", "--regions", "6", "--verify-only"],
+        "solo verify again",
+    );
+    assert_eq!(
+        restored_ok(&o, 1, "solo verify again"),
+        Some(5),
+        "{}",
+        o.show()
+    );
+    // Solo errors are the program's own exit code too, seen directly (no mpirun between).
+    let o = run(
+        stress_cmd(None, &["--solo", "--mib", "2", "--verify-only"], &tiers),
+        "solo mismatch",
+    );
+    assert_eq!(
+        (o.status.signal(), o.status.code()),
+        (None, Some(5)),
+        "{}",
+        o.show()
+    );
+}
+
+// ---- The committed header ---------------------------------------------------------------------
+
+#[test]
+fn header_is_current() {
+    let committed_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cairn.h");
+    let committed = std::fs::read_to_string(&committed_path).expect("read include/cairn.h");
+    let generated = cairn::GENERATED_HEADER;
+    assert!(
+        !generated.starts_with("/* cbindgen could not generate"),
+        "the build script could not generate cairn.h: {generated}"
+    );
+    if committed != generated {
+        let line = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .map(|i| i + 1)
+            .unwrap_or(committed.lines().count().min(generated.lines().count()) + 1);
+        panic!(
+            "{} is out of date with src/lib.rs (first difference at line {line}); copy the \
+             header cbindgen generated, e.g.\n  cp \"$(ls -t target/*/build/cairn-capi-*/out/cairn.h | head -1)\" {}",
+            committed_path.display(),
+            committed_path.display()
+        );
+    }
+}
