@@ -282,7 +282,7 @@ fn kill_round(
         (Some(g), m) => assert!(
             Some(g) >= m
                 && g <= newest_any + 1
-                && lose_node.map_or(true, |every| g % every == 0),
+                && !matches!(lose_node, Some(every) if g % every != 0),
             "{ctx}: restored v{g}, expected at least {m:?}; every rank had completed {complete:?}, the newest any rank completed was v{newest_any}\n{}\n{}",
             killed.show(),
             check.show()
