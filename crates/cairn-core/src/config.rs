@@ -66,7 +66,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "topology", key: "domain_env", ty: KeyType::Text, default: "\"\"",
         doc: "Name of an environment variable (e.g. a rack name) whose value groups nodes into coarser failure domains; empty: one domain per node." },
     KeySpec { section: "cache", key: "keep", ty: KeyType::Count(1), default: "2",
-        doc: "Checkpoints of each name kept on the node-local tier. The newest restart-eligible checkpoint is never deleted, so while a new one is being confirmed one more may be present." },
+        doc: "Checkpoints of each name kept on the node-local tier (at least 1); older ones are deleted in the background once a newer one is complete on every rank." },
     KeySpec { section: "cache", key: "keep_global", ty: KeyType::Count(0), default: "0",
         doc: "Checkpoints of each name kept on the global tier (0: keep all)." },
     KeySpec { section: "checkpoint", key: "chunk", ty: KeyType::Bytes, default: "\"1M\"",

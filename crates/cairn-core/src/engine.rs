@@ -15,7 +15,7 @@
 //! - WRITING (`Engine::checkpoint`, `part::write_part`): each rank streams its regions into a
 //!   private temporary object and publishes it as `rank<r>.ckpt` by atomic rename. Nothing is
 //!   eligible yet: eligibility needs a manifest.
-//! - CAPTURED (`Engine::checkpoint`, after `Engine::agree_write`): all ranks report success in
+//! - CAPTURED (`Engine::checkpoint`, after its first reduction): all ranks report success in
 //!   one reduction (which also checks that they all passed the same name and version); then
 //!   the lowest rank of each node publishes that node's `manifest.json`. A crash before that
 //!   leaves a version without manifests, which restart ignores. A second reduction confirms
@@ -25,12 +25,11 @@
 //! - DURABLE (`Engine::flush`): the rank files are copied to the global tier, all ranks
 //!   agree, rank 0 publishes the global manifest, and all ranks agree again.
 //!
-//! Deletion (`Engine::apply_window`) runs on a background thread, off the application's
-//! critical path, and only ever removes versions older than one whose manifests were
-//! published before the current agreement: every node leader publishes checkpoint v's
-//! manifest before it can take part in checkpoint v+1's agreement, so at that agreement v is
-//! known to be complete everywhere and anything older may go. The newest restart-eligible
-//! checkpoint is therefore never deleted, whatever `[cache] keep` says.
+//! Deletion (`window`, `Engine::schedule_delete`) runs on a background thread, off the
+//! application's critical path, and starts only after the reduction that confirms every
+//! manifest of the new checkpoint is published: at that point the new checkpoint is
+//! restart-eligible everywhere, so the versions the cache window drops are never the newest
+//! eligible one, whatever `[cache] keep` says.
 
 use crate::catalog::{self, manifest_key, rank_key, version_dir};
 use crate::config::Config;
@@ -184,6 +183,7 @@ fn init_logging(level: &str) {
         .with_env_filter(filter)
         .with_target(false)
         .without_time()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
@@ -381,7 +381,6 @@ impl Engine {
             &format!("publish checkpoint {name} v{version}"),
         )?;
         let ns = self.names.get_mut(name).expect("entry created above");
-        let prev = ns.first.last().copied();
         ns.first.insert(version);
         ns.last = Some(version);
         ns.restored = None;
@@ -396,7 +395,7 @@ impl Engine {
         let doomed = if keep == 0 {
             Vec::new()
         } else {
-            window(&mut ns.first, keep, prev)
+            window(&mut ns.first, keep)
         };
         self.schedule_delete(first, name, doomed, first_is_global);
         self.stats.checkpoints += 1;
@@ -498,12 +497,11 @@ impl Engine {
             &format!("publish {name} v{version} on the global tier"),
         )?;
         let ns = self.names.entry(name.to_string()).or_default();
-        let prev = ns.global.last().copied();
         ns.global.insert(version);
         let doomed = if self.cfg.keep_global == 0 {
             Vec::new()
         } else {
-            window(&mut ns.global, self.cfg.keep_global, prev)
+            window(&mut ns.global, self.cfg.keep_global)
         };
         self.schedule_delete(global, name, doomed, true);
         info!(
@@ -846,16 +844,10 @@ fn delete_version(tier: &dyn Tier, name: &str, version: i64, rank: usize, publis
     }
 }
 
-/// The cache window: keep the newest `keep` versions of `set`, and always `prev` (the newest
-/// one confirmed before the current checkpoint). Returns the versions removed from `set`.
-fn window(set: &mut BTreeSet<i64>, keep: usize, prev: Option<i64>) -> Vec<i64> {
-    let keepers: BTreeSet<i64> = set
-        .iter()
-        .rev()
-        .take(keep.max(1))
-        .copied()
-        .chain(prev)
-        .collect();
+/// The cache window: keep the newest `keep` (at least one) versions of `set`, whose newest
+/// member is the checkpoint just confirmed on every rank. Returns the versions removed.
+fn window(set: &mut BTreeSet<i64>, keep: usize) -> Vec<i64> {
+    let keepers: BTreeSet<i64> = set.iter().rev().take(keep.max(1)).copied().collect();
     let doomed: Vec<i64> = set
         .iter()
         .filter(|v| !keepers.contains(v))
@@ -887,13 +879,18 @@ mod tests {
     use std::collections::BTreeSet;
 
     #[test]
-    fn window_keeps_newest_and_the_previous_confirmed() {
+    fn window_keeps_the_newest() {
         let mut s: BTreeSet<i64> = [1, 2, 3, 4].into();
-        assert_eq!(window(&mut s, 2, Some(3)), vec![1, 2]);
-        let mut s: BTreeSet<i64> = [1, 2, 3, 4].into();
-        assert_eq!(window(&mut s, 1, Some(3)), vec![1, 2]);
+        assert_eq!(window(&mut s, 2), vec![1, 2]);
         assert_eq!(s, [3, 4].into());
+        let mut s: BTreeSet<i64> = [1, 2, 3, 4].into();
+        assert_eq!(window(&mut s, 1), vec![1, 2, 3]);
+        assert_eq!(s, [4].into());
         let mut s: BTreeSet<i64> = [7].into();
-        assert_eq!(window(&mut s, 1, None), Vec::<i64>::new());
+        assert_eq!(
+            window(&mut s, 0),
+            Vec::<i64>::new(),
+            "keep 0 still keeps the newest"
+        );
     }
 }
