@@ -73,6 +73,9 @@ struct NameState {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// Versions a rank can restore, each with the tiers holding its part (fastest first).
+type Candidates = BTreeMap<i64, Vec<Arc<dyn Tier>>>;
+
 /// Runs deletions in the background so they never sit on the checkpoint path (the DEEP-ER
 /// measurements attribute most of SCR's per-checkpoint cost growth to synchronous deletion).
 struct Deleter {
@@ -538,10 +541,7 @@ impl Engine {
     }
 
     /// Versions of `name` this rank could restore: version -> tiers holding its part.
-    fn candidates(
-        &self,
-        name: &str,
-    ) -> Result<(BTreeMap<i64, Vec<Arc<dyn Tier>>>, Option<(i64, u32)>)> {
+    fn candidates(&self, name: &str) -> Result<(Candidates, Option<(i64, u32)>)> {
         let mut out: BTreeMap<i64, Vec<Arc<dyn Tier>>> = BTreeMap::new();
         let mut wrong_size: Option<(i64, u32)> = None;
         let rank = self.topo.rank;
@@ -574,11 +574,7 @@ impl Engine {
     }
 
     /// Collective: the newest version `<= upper` present in every rank's candidates.
-    fn agree_newest(
-        &self,
-        cands: &BTreeMap<i64, Vec<Arc<dyn Tier>>>,
-        upper: i64,
-    ) -> Result<Option<i64>> {
+    fn agree_newest(&self, cands: &Candidates, upper: i64) -> Result<Option<i64>> {
         let mut upper = upper;
         loop {
             let mine = cands

@@ -49,10 +49,7 @@ pub(crate) fn make_private_dir(label: &str, dir: &Path) -> Result<()> {
         .map_err(|e| err(label, "cannot create directory", dir, e))?;
     let md = fs::symlink_metadata(dir).map_err(|e| err(label, "cannot stat", dir, e))?;
     if !md.is_dir() {
-        let e = std::io::Error::new(
-            std::io::ErrorKind::Other,
-            "not a directory (symlinks are refused)",
-        );
+        let e = std::io::Error::other("not a directory (symlinks are refused)");
         return Err(err(label, "bad root", dir, e));
     }
     if md.uid() != current_uid() {
@@ -101,7 +98,7 @@ impl DirTier {
         let root = root.into();
         let md = fs::metadata(&root).map_err(|e| err(label, "cannot open", &root, e))?;
         if !md.is_dir() {
-            let e = std::io::Error::new(std::io::ErrorKind::Other, "not a directory");
+            let e = std::io::Error::other("not a directory");
             return Err(err(label, "cannot open", &root, e));
         }
         Ok(DirTier {
