@@ -1,57 +1,10 @@
 //! The `cairn` binary's list, inspect and verify on checkpoints written by the engine: output,
 //! JSON, damage and loss detection, and exit codes.
 
-use cairn_comm::{Comm, CommError, Op};
+use cairn_comm::Threads;
 use cairn_core::{Config, Dtype, Engine, RegionRef};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Barrier, Mutex};
-
-/// Ranks as threads of one process, so a test can write a checkpoint spread over nodes.
-struct Threads {
-    rank: usize,
-    size: usize,
-    slots: Arc<Mutex<Vec<Vec<u8>>>>,
-    barrier: Arc<Barrier>,
-}
-
-impl Comm for Threads {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn barrier(&self) -> cairn_comm::Result<()> {
-        self.barrier.wait();
-        Ok(())
-    }
-    fn allreduce_i64(&self, vals: &mut [i64], op: Op) -> cairn_comm::Result<()> {
-        let mine: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let all = self.allgather(&mine)?;
-        for (i, v) in vals.iter_mut().enumerate() {
-            *v = all
-                .iter()
-                .map(|b| i64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
-                .reduce(|a, b| op.apply(a, b))
-                .unwrap();
-        }
-        Ok(())
-    }
-    fn allgather(&self, mine: &[u8]) -> cairn_comm::Result<Vec<Vec<u8>>> {
-        self.slots.lock().unwrap()[self.rank] = mine.to_vec();
-        self.barrier.wait();
-        let all = self.slots.lock().unwrap().clone();
-        self.barrier.wait();
-        Ok(all)
-    }
-    fn sendrecv(&self, _: &[u8], _: usize, _: usize) -> cairn_comm::Result<Vec<u8>> {
-        Err(CommError {
-            op: "sendrecv",
-            msg: "not used by these tests".into(),
-        })
-    }
-}
 
 fn config(root: &Path) -> Config {
     Config {
@@ -103,16 +56,10 @@ fn write_multi(root: &Path, size: usize, nodes: usize, name: &str, versions: &[i
         flush_every: 2,
         ..config(root)
     };
-    let slots = Arc::new(Mutex::new(vec![Vec::new(); size]));
-    let barrier = Arc::new(Barrier::new(size));
-    let threads: Vec<_> = (0..size)
-        .map(|rank| {
-            let comm = Threads {
-                rank,
-                size,
-                slots: slots.clone(),
-                barrier: barrier.clone(),
-            };
+    let threads: Vec<_> = Threads::world(size)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, comm)| {
             let (cfg, name, versions) = (cfg.clone(), name.to_string(), versions.to_vec());
             std::thread::spawn(move || {
                 let mut e = Engine::new(Box::new(comm), cfg).unwrap();

@@ -15,8 +15,10 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod threads;
 mod topology;
 
+pub use threads::Threads;
 pub use topology::Topology;
 
 /// A failed collective operation.

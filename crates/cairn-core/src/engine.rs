@@ -363,26 +363,9 @@ impl Engine {
         } else {
             self.topo.is_node_leader()
         };
-        let published = if publish {
-            let m = self.manifest(name, version, state, capture_ns, first_is_global);
-            first
-                .put(&manifest_key(name, version), &m.encode())
-                .map_err(|e| {
-                    Error::from(e).context(format!(
-                        "rank {rank}: publishing checkpoint {name} v{version}"
-                    ))
-                })
-        } else {
-            Ok(())
-        };
         // Return only once every node's manifest is out: a rank told that v is captured may
-        // rely on it even if another node's leader dies right after, and a failed publication
-        // fails the call on every rank.
-        agree(
-            &*self.comm,
-            published,
-            &format!("publish checkpoint {name} v{version}"),
-        )?;
+        // rely on it even if another node's leader dies right after.
+        self.publish(&*first, name, version, state, capture_ns, publish)?;
         let ns = self.names.get_mut(name).expect("entry created above");
         ns.first.insert(version);
         ns.last = Some(version);
@@ -412,6 +395,39 @@ impl Engine {
         };
         self.stats.checkpoint_seconds += t0.elapsed().as_secs_f64();
         result
+    }
+
+    /// Collective: `publisher` writes the manifest of `name` v`version` to `tier` (listing
+    /// every rank on a global tier, its node's ranks on a node-local one), then all ranks agree,
+    /// so a failed publication fails the call on every rank.
+    fn publish(
+        &self,
+        tier: &dyn Tier,
+        name: &str,
+        version: i64,
+        state: CkptState,
+        capture_ns: u64,
+        publisher: bool,
+    ) -> Result<()> {
+        let all_ranks = tier.scope() == Scope::Global;
+        let res = if publisher {
+            let m = self.manifest(name, version, state, capture_ns, all_ranks);
+            tier.put(&manifest_key(name, version), &m.encode())
+                .map_err(|e| {
+                    Error::from(e).context(format!(
+                        "rank {}: publishing {name} v{version} on the {} tier",
+                        self.topo.rank,
+                        tier.label()
+                    ))
+                })
+        } else {
+            Ok(())
+        };
+        agree(
+            &*self.comm,
+            res,
+            &format!("publish {name} v{version} on the {} tier", tier.label()),
+        )
     }
 
     fn manifest(
@@ -480,24 +496,15 @@ impl Engine {
                 ),
             });
         }
-        let published = if rank == 0 {
-            let m = self.manifest(name, version, CkptState::Durable, (-v[1]) as u64, true);
-            global
-                .put(&manifest_key(name, version), &m.encode())
-                .map_err(|e| {
-                    Error::from(e).context(format!(
-                        "rank 0: publishing {name} v{version} on the global tier"
-                    ))
-                })
-        } else {
-            Ok(())
-        };
         // As for capture: no rank may report the version durable before the global manifest
-        // is out, and a failed publication fails the flush on every rank.
-        agree(
-            &*self.comm,
-            published,
-            &format!("publish {name} v{version} on the global tier"),
+        // is out.
+        self.publish(
+            &*global,
+            name,
+            version,
+            CkptState::Durable,
+            (-v[1]) as u64,
+            rank == 0,
         )?;
         let ns = self.names.entry(name.to_string()).or_default();
         ns.global.insert(version);
