@@ -606,6 +606,30 @@ fn restart_mismatches_name_both_sides() {
 }
 
 #[test]
+fn cxx_program_on_its_own_communicator_restarts() {
+    let tiers = Tiers::new(2);
+    let _mpi = mpi_lock();
+    let first = run(
+        command(&bins().vector, Some(2), &[], &tiers),
+        "C++ first run",
+    );
+    first.assert_ok();
+    assert_eq!(first.stdout.matches("done").count(), 2, "{}", first.show());
+    assert!(!first.stdout.contains("restored"), "{}", first.show());
+    let second = run(
+        command(&bins().vector, Some(2), &[], &tiers),
+        "C++ second run",
+    );
+    second.assert_ok();
+    assert_eq!(
+        second.stdout.matches("restored v5 ok").count(),
+        2,
+        "{}",
+        second.show()
+    );
+}
+
+#[test]
 fn solo_mode_checkpoints_and_restarts() {
     let tiers = Tiers::new(0);
     let solo = |args: &[&str], what: &str| {
