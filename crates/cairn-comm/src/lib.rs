@@ -62,6 +62,10 @@ pub trait Comm {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// Exchange with peers: send `send` to rank `dest` and receive from rank `src`.
     fn sendrecv(&self, send: &[u8], dest: usize, src: usize) -> Result<Vec<u8>>;
+    /// Point to point: send `bytes` to rank `dest` (blocks until it can be delivered).
+    fn send(&self, bytes: &[u8], dest: usize) -> Result<()>;
+    /// Point to point: receive the next message rank `src` sent to this rank.
+    fn recv(&self, src: usize) -> Result<Vec<u8>>;
 
     /// True on every rank if `ok` is true on every rank. This is how ranks agree on the
     /// outcome of each step, so they never diverge.
@@ -100,5 +104,17 @@ impl Comm for Solo {
             });
         }
         Ok(send.to_vec())
+    }
+    fn send(&self, _bytes: &[u8], dest: usize) -> Result<()> {
+        Err(CommError {
+            op: "send",
+            msg: format!("no peer {dest} in a world of 1"),
+        })
+    }
+    fn recv(&self, src: usize) -> Result<Vec<u8>> {
+        Err(CommError {
+            op: "recv",
+            msg: format!("no peer {src} in a world of 1"),
+        })
     }
 }

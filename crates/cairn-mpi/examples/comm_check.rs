@@ -63,6 +63,16 @@ fn main() {
         .unwrap();
     check(got == vec![left as u8; 1000 + left], "sendrecv ring", r);
 
+    // Point to point: everyone sends to rank 0, which receives in rank order.
+    if r == 0 {
+        for src in 1..n {
+            let got = comm.recv(src).unwrap();
+            check(got == vec![src as u8; 3 * src], "recv from every rank", r);
+        }
+    } else {
+        comm.send(&vec![r as u8; 3 * r], 0).unwrap();
+    }
+
     check(comm.all_agree(true).unwrap(), "all_agree(true)", r);
     check(
         !comm.all_agree(r != n - 1).unwrap(),

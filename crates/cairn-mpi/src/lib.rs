@@ -131,6 +131,35 @@ impl Comm for MpiComm {
             .collect())
     }
 
+    fn send(&self, bytes: &[u8], dest: usize) -> Result<()> {
+        let n = self.size();
+        if dest >= n {
+            return Err(CommError {
+                op: "send",
+                msg: format!("peer {dest} outside a world of {n}"),
+            });
+        }
+        let p = self.comm.process_at_rank(dest as i32);
+        p.send(&(bytes.len() as u64));
+        p.send(bytes);
+        Ok(())
+    }
+
+    fn recv(&self, src: usize) -> Result<Vec<u8>> {
+        let n = self.size();
+        if src >= n {
+            return Err(CommError {
+                op: "recv",
+                msg: format!("peer {src} outside a world of {n}"),
+            });
+        }
+        let p = self.comm.process_at_rank(src as i32);
+        let (len, _) = p.receive::<u64>();
+        let mut buf = vec![0u8; len as usize];
+        p.receive_into(&mut buf[..]);
+        Ok(buf)
+    }
+
     fn sendrecv(&self, send: &[u8], dest: usize, src: usize) -> Result<Vec<u8>> {
         let n = self.size();
         if dest >= n || src >= n {
