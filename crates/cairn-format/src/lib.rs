@@ -22,6 +22,7 @@
 pub mod container;
 mod dtype;
 mod manifest;
+pub mod parity;
 
 pub use container::{
     check_header, checksum, encode_header, RankIndex, RegionEntry, Trailer, HEADER_LEN,
@@ -29,6 +30,7 @@ pub use container::{
 };
 pub use dtype::Dtype;
 pub use manifest::{check_name, is_node_dir, CkptState, Manifest, MANIFEST_FORMAT};
+pub use parity::{ParityCodec, ParityHeader, PARITY_MAGIC};
 
 /// The version of the rank-file container this build writes; readers accept exactly the
 /// versions they know and reject others with [`FormatError::Version`].
