@@ -25,6 +25,8 @@ pub enum KeyType {
     Seconds,
     /// A log level.
     Level,
+    /// One of a fixed list of words.
+    Choice(&'static [&'static str]),
     /// Free text.
     Text,
 }
@@ -39,6 +41,7 @@ impl KeyType {
             KeyType::Bytes => "a size in bytes such as 1048576, \"4K\" or \"1M\"".into(),
             KeyType::Seconds => "a duration such as 30, 2.5, \"90s\", \"10m\" or \"1h\"".into(),
             KeyType::Level => "one of error, warn, info, debug, trace".into(),
+            KeyType::Choice(words) => format!("one of {}", words.join(", ")),
             KeyType::Text => "text".into(),
         }
     }
@@ -77,6 +80,14 @@ pub const KEYS: &[KeySpec] = &[
         doc: "cairn_need_checkpoint is true when this much time has passed since the last checkpoint (0: no time policy). With neither policy set, it is always true." },
     KeySpec { section: "flush", key: "every", ty: KeyType::Count(0), default: "0",
         doc: "Also store every n-th checkpoint (by count in this run) on the global tier, synchronously, making it durable (0: never)." },
+    KeySpec { section: "redundancy", key: "scheme", ty: KeyType::Choice(&["single", "partner", "xor", "rs"]), default: "\"single\"",
+        doc: "How node-local checkpoints survive the loss of nodes: single (no copy), partner (a full copy on a rank of the next failure domain), xor (parity over sets, survives 1 lost member per set), rs (Reed-Solomon over sets, survives [redundancy] parity lost members per set)." },
+    KeySpec { section: "redundancy", key: "set_size", ty: KeyType::Count(0), default: "0",
+        doc: "Members per xor / rs set, each in a distinct failure domain (0: as many domains as the job has, at most 8). Storage overhead is parity / (set_size - parity)." },
+    KeySpec { section: "redundancy", key: "parity", ty: KeyType::Count(1), default: "2",
+        doc: "Parity shards per stripe for rs: how many lost members of a set can be rebuilt. Must be smaller than the set size." },
+    KeySpec { section: "redundancy", key: "partner_mode", ty: KeyType::Choice(&["stream", "readback"]), default: "\"stream\"",
+        doc: "How partner copies are made: stream (sent in pieces while the part is written, overlapping send, receive and write) or readback (written, read back and sent afterwards; kept as the benchmark baseline)." },
     KeySpec { section: "log", key: "level", ty: KeyType::Level, default: "\"warn\"",
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
@@ -97,6 +108,10 @@ pub struct Config {
     pub seconds: f64,
     pub flush_every: u64,
     pub log_level: String,
+    pub redundancy: String,
+    pub set_size: usize,
+    pub parity: usize,
+    pub partner_mode: String,
 }
 
 /// A raw value before parsing, from TOML or from text.
@@ -148,6 +163,10 @@ impl Default for Config {
             seconds: 0.0,
             flush_every: 0,
             log_level: "warn".into(),
+            redundancy: "single".into(),
+            set_size: 0,
+            parity: 2,
+            partner_mode: "stream".into(),
         }
     }
 }
@@ -333,6 +352,22 @@ impl Config {
                 self.seconds = v;
             }
             ("flush", "every") => self.flush_every = count(0)?,
+            ("redundancy", "scheme") | ("redundancy", "partner_mode") => {
+                let KeyType::Choice(words) = spec.ty else {
+                    unreachable!("choice keys")
+                };
+                let s = text.ok_or_else(bad)?.to_ascii_lowercase();
+                if !words.contains(&s.as_str()) {
+                    return Err(bad());
+                }
+                if key == "scheme" {
+                    self.redundancy = s;
+                } else {
+                    self.partner_mode = s;
+                }
+            }
+            ("redundancy", "set_size") => self.set_size = count(0)? as usize,
+            ("redundancy", "parity") => self.parity = count(1)? as usize,
             ("log", "level") => {
                 let s = text.ok_or_else(bad)?.to_ascii_lowercase();
                 if !["error", "warn", "info", "debug", "trace"].contains(&s.as_str()) {
@@ -499,6 +534,7 @@ mod tests {
         for k in KEYS {
             let mut c = Config::default();
             let value = match k.ty {
+                KeyType::Choice(_) => k.default.to_string(),
                 KeyType::Path | KeyType::OptPath => {
                     format!("{:?}", k.default.replace("<user>", "u"))
                 }

@@ -35,8 +35,10 @@ use crate::catalog::{self, manifest_key, rank_key, version_dir};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::part::{self, PartMeta, RegionMut, RegionRef};
+use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{check_name, CkptState, Manifest, MANIFEST_FORMAT};
+use cairn_redundancy::{Plan, Scheme, Settings};
 use cairn_tier::{DirTier, Scope, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc;
@@ -139,6 +141,8 @@ pub struct Engine {
     first: Arc<dyn Tier>,
     /// The global tier, when it is not already `first`.
     global: Option<Arc<dyn Tier>>,
+    /// Who protects whom, from `[redundancy]`.
+    plan: Plan,
     names: HashMap<String, NameState>,
     calls_since: u64,
     last_ckpt: Instant,
@@ -197,6 +201,18 @@ impl Engine {
         init_logging(&cfg.log_level);
         let topo = Topology::discover(&*comm, cfg.sim_nodes, cfg.domain_env.as_deref());
         let setup = topo.map_err(Error::from).and_then(|topo| {
+            let settings = Settings {
+                scheme: Scheme::parse(&cfg.redundancy).expect("config checks the scheme"),
+                set_size: cfg.set_size,
+                parity: cfg.parity,
+            };
+            let plan = cairn_redundancy::plan(&settings, &topo).map_err(Error::config)?;
+            if plan.scheme != Scheme::Single && cfg.local.is_none() {
+                return Err(Error::config(format!(
+                    "[redundancy] scheme \"{}\" protects node-local checkpoints, but [tiers] local is \"none\"",
+                    cfg.redundancy
+                )));
+            }
             let global = open_root("global", &cfg.global, cfg.fsync_global, Scope::Global)?;
             let global: Arc<dyn Tier> = Arc::new(global);
             let (first, global) = match &cfg.local {
@@ -213,9 +229,9 @@ impl Engine {
                 }
                 None => (global, None),
             };
-            Ok((topo, first, global))
+            Ok((topo, plan, first, global))
         });
-        let (topo, first, global) = agree(&*comm, setup, "initialise")?;
+        let (topo, plan, first, global) = agree(&*comm, setup, "initialise")?;
         debug!(
             "cairn: rank {} of {} on node {} of {} ({}), first tier {}",
             topo.rank,
@@ -231,6 +247,7 @@ impl Engine {
             topo,
             first,
             global,
+            plan,
             names: HashMap::new(),
             calls_since: 0,
             last_ckpt: Instant::now(),
@@ -240,6 +257,20 @@ impl Engine {
             },
             deleter: Deleter::new(),
         })
+    }
+
+    fn ctx(&self) -> protect::Ctx<'_> {
+        protect::Ctx {
+            comm: &*self.comm,
+            topo: &self.topo,
+            tier: &*self.first,
+            plan: &self.plan,
+        }
+    }
+
+    /// The redundancy plan in force (`xor(4)`, `partner`, ...).
+    pub fn redundancy(&self) -> String {
+        self.plan.describe()
     }
 
     pub fn config(&self) -> &Config {
@@ -291,6 +322,18 @@ impl Engine {
         })();
         let key = rank_key(name, version, rank);
         let first = self.first.clone();
+        let partner = self.plan.scheme == Scheme::Partner;
+        // Partner streams are exchanges: every rank must enter them, or none.
+        let pre = if partner && !self.comm.all_agree(pre.is_ok())? {
+            pre.and(Err(Error::new(
+                ErrorKind::Peer,
+                format!(
+                    "checkpoint {name} v{version} was refused on another rank (see its message)"
+                ),
+            )))
+        } else {
+            pre
+        };
         let written = pre.and_then(|()| {
             if noop {
                 return Ok(None);
@@ -305,15 +348,19 @@ impl Engine {
                 world_size: self.topo.size as u32,
                 chunk: self.cfg.chunk,
             };
-            part::write_part(&*first, &key, meta, regions)
-                .map(Some)
-                .map_err(|e| {
-                    e.context(format!(
-                        "rank {rank}: checkpoint {name} v{version} on {} tier {}",
-                        first.label(),
-                        first.location()
-                    ))
-                })
+            let ctx = self.ctx();
+            let res = match (partner, self.cfg.partner_mode.as_str()) {
+                (true, "readback") => protect::write_readback(&ctx, meta, regions),
+                (true, _) => protect::write_streamed(&ctx, meta, regions),
+                (false, _) => part::write_part(&*first, &key, meta, regions),
+            };
+            res.map(Some).map_err(|e| {
+                e.context(format!(
+                    "rank {rank}: checkpoint {name} v{version} on {} tier {}",
+                    first.label(),
+                    first.location()
+                ))
+            })
         });
         let own_ok = written.is_ok();
         let write_ns = written
@@ -363,6 +410,15 @@ impl Engine {
         } else {
             self.topo.is_node_leader()
         };
+        // PROTECTED: partner copies were streamed with the write; sets encode their parity now.
+        if matches!(self.plan.scheme, Scheme::Xor | Scheme::Rs) {
+            let ctx = self.ctx();
+            let res = first
+                .open(&key)
+                .map_err(Error::from)
+                .and_then(|r| protect::encode_parity(&ctx, name, version, r.len()));
+            agree(&*self.comm, res, &format!("protect {name} v{version}"))?;
+        }
         // Return only once every node's manifest is out: a rank told that v is captured may
         // rely on it even if another node's leader dies right after.
         self.publish(&*first, name, version, state, capture_ns, publish)?;
@@ -459,7 +515,7 @@ impl Engine {
                 Some(self.topo.node as u32)
             },
             ranks,
-            scheme: "single".into(),
+            scheme: self.plan.describe(),
             state,
             created_unix_ms: unix_ms(),
             capture_ns,
@@ -547,6 +603,62 @@ impl Engine {
         }));
     }
 
+    /// Collective: rebuild versions of `name` whose parts some ranks lost (a replaced or wiped
+    /// node), newest first, down to the newest version every rank still holds. A version the
+    /// scheme cannot rebuild is reported and skipped; restart then falls back to an older
+    /// one or to the global tier.
+    fn rebuild_missing(&mut self, name: &str) -> Result<()> {
+        if self.plan.scheme == Scheme::Single || check_name(name).is_err() {
+            return Ok(());
+        }
+        let rank = self.topo.rank;
+        let mut mine = Vec::new();
+        for v in catalog::versions(&*self.first, name).unwrap_or_default() {
+            if let Ok(Some(m)) = catalog::read_manifest(&*self.first, name, v) {
+                let has =
+                    m.ranks.contains(&(rank as u32)) && self.first.exists(&rank_key(name, v, rank));
+                mine.extend_from_slice(&v.to_le_bytes());
+                mine.push(has as u8);
+            }
+        }
+        let mut holders: BTreeMap<i64, usize> = BTreeMap::new();
+        for theirs in self.comm.allgather(&mine)? {
+            for rec in theirs.chunks_exact(9) {
+                let v = i64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
+                *holders.entry(v).or_default() += rec[8] as usize;
+            }
+        }
+        for (v, have) in holders.iter().rev() {
+            if *have == self.topo.size {
+                break;
+            }
+            match protect::rebuild(&self.ctx(), name, *v) {
+                Ok(report) => {
+                    if let (Some(report), 0) = (report, rank) {
+                        warn!("cairn: {name} v{v}: {report}");
+                    }
+                    break;
+                }
+                Err(e) if rank == 0 => warn!(
+                    "cairn: cannot rebuild {name} v{v}: {}; falling back to an older checkpoint or the global tier",
+                    e.msg
+                ),
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Collective: rebuild and re-protect one version of `name` (`cairn rebuild`), or with
+    /// `None` every version that needs it. Returns what was done.
+    pub fn rebuild(&mut self, name: &str, version: Option<i64>) -> Result<Option<String>> {
+        check_name(name)?;
+        match version {
+            Some(v) => protect::rebuild(&self.ctx(), name, v),
+            None => self.rebuild_missing(name).map(|()| None),
+        }
+    }
+
     /// Versions of `name` this rank could restore: version -> tiers holding its part.
     fn candidates(&self, name: &str) -> Result<(Candidates, Option<(i64, u32)>)> {
         let mut out: BTreeMap<i64, Vec<Arc<dyn Tier>>> = BTreeMap::new();
@@ -605,6 +717,7 @@ impl Engine {
     /// `None`. A checkpoint written by a different number of ranks is an error when nothing
     /// else can be restored.
     pub fn restart_test(&mut self, name: &str) -> Result<Option<i64>> {
+        self.rebuild_missing(name)?;
         let cands = agree(
             &*self.comm,
             check_name(name)
@@ -648,6 +761,7 @@ impl Engine {
         let rank = self.topo.rank;
         // Background deletions must not race with the clean-up of newer versions below.
         self.deleter.drain();
+        self.rebuild_missing(name)?;
         let (mut cands, _) = agree(
             &*self.comm,
             check_name(name)
@@ -662,6 +776,7 @@ impl Engine {
             ));
         }
         let mut v = version;
+        let mut repaired = BTreeSet::new();
         loop {
             let tiers = cands.get(&v).cloned().unwrap_or_default();
             let res = self.restore_from(name, v, &tiers, regions);
@@ -676,6 +791,29 @@ impl Engine {
                     Err(e) if e.kind == ErrorKind::Mismatch => e,
                     _ => Error::new(ErrorKind::Peer, format!("checkpoint {name} v{v} does not fit the protected regions of another rank (see its message)")),
                 });
+            }
+            // Damaged parts of a redundant checkpoint are repaired from its partners or parity
+            // before anything older is considered.
+            if self.plan.scheme != Scheme::Single && repaired.insert(v) {
+                if let Err(e) = &res {
+                    warn!("cairn: rank {rank}: checkpoint {name} v{v} cannot be restored: {}; rebuilding it from redundancy", e.msg);
+                    let _ = self.first.remove(&rank_key(name, v, rank));
+                }
+                match protect::rebuild(&self.ctx(), name, v) {
+                    Ok(Some(report)) => {
+                        if rank == 0 {
+                            warn!("cairn: repaired {name} v{v}: {report}");
+                        }
+                        let tiers = cands.entry(v).or_default();
+                        if !tiers.iter().any(|t| Arc::ptr_eq(t, &self.first)) {
+                            tiers.insert(0, self.first.clone());
+                        }
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) if rank == 0 => warn!("cairn: cannot repair {name} v{v}: {}", e.msg),
+                    Err(_) => {}
+                }
             }
             match &res {
                 Err(e) => warn!("cairn: rank {rank}: checkpoint {name} v{v} cannot be restored: {}; falling back to an older checkpoint", e.msg),

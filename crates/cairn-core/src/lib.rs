@@ -33,6 +33,7 @@ mod engine;
 mod error;
 pub mod inventory;
 pub mod part;
+mod protect;
 
 pub use cairn_format::{CkptState, Dtype};
 pub use config::Config;

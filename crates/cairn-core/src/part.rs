@@ -87,16 +87,28 @@ impl<'a> RegionMut<'a> {
 /// caller's memory.
 const COALESCE: usize = 64 * 1024;
 
-struct Coalescing {
-    w: Box<dyn ObjectWriter>,
+/// Where the bytes of a rank file go, in order: a tier object, or a stream that also feeds a
+/// partner (see `protect.rs`).
+pub trait PartSink {
+    fn write(&mut self, bytes: &[u8]) -> Result<()>;
+}
+
+impl PartSink for Box<dyn ObjectWriter> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        Ok(self.write_all(bytes)?)
+    }
+}
+
+struct Coalescing<'s> {
+    w: &'s mut dyn PartSink,
     buf: Vec<u8>,
 }
 
-impl Coalescing {
+impl Coalescing<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
         if bytes.len() >= COALESCE {
             self.flush()?;
-            self.w.write_all(bytes)?;
+            self.w.write(bytes)?;
         } else {
             self.buf.extend_from_slice(bytes);
             if self.buf.len() >= COALESCE {
@@ -108,7 +120,7 @@ impl Coalescing {
 
     fn flush(&mut self) -> Result<()> {
         if !self.buf.is_empty() {
-            self.w.write_all(&self.buf)?;
+            self.w.write(&self.buf)?;
             self.buf.clear();
         }
         Ok(())
@@ -132,6 +144,31 @@ pub fn write_part(
     meta: PartMeta<'_>,
     regions: &[RegionRef<'_>],
 ) -> Result<RankIndex> {
+    let mut w = tier.create(key)?;
+    let index = encode_part(&mut w, meta, regions)?;
+    w.commit()?;
+    Ok(index)
+}
+
+/// The exact length of the rank file `encode_part` writes for these regions.
+pub fn part_len(meta: PartMeta<'_>, regions: &[RegionRef<'_>]) -> u64 {
+    let data: u64 = regions.iter().map(|r| r.bytes.len() as u64).sum();
+    let index: u64 = 42
+        + meta.name.len() as u64
+        + regions
+            .iter()
+            .map(|r| 36 + 8 * (r.bytes.len() as u64).div_ceil(meta.chunk as u64))
+            .sum::<u64>();
+    HEADER_LEN + data + index + TRAILER_LEN
+}
+
+/// Stream one rank file into `sink`: header, region data with a checksum per chunk, index,
+/// trailer. Returns the index.
+pub fn encode_part(
+    sink: &mut dyn PartSink,
+    meta: PartMeta<'_>,
+    regions: &[RegionRef<'_>],
+) -> Result<RankIndex> {
     let t0 = Instant::now();
     let mut index = RankIndex::new(
         meta.name,
@@ -141,7 +178,7 @@ pub fn write_part(
         meta.chunk,
     );
     let mut out = Coalescing {
-        w: tier.create(key)?,
+        w: sink,
         buf: Vec::with_capacity(COALESCE),
     };
     out.write(&encode_header())?;
@@ -172,7 +209,6 @@ pub fn write_part(
     out.write(&ib)?;
     out.write(&trailer.encode())?;
     out.flush()?;
-    out.w.commit()?;
     Ok(index)
 }
 
@@ -302,6 +338,33 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
     Ok(index.data_bytes())
 }
 
+/// A rank file held in memory (received from a partner or rebuilt), readable like a stored one.
+pub struct MemObject(pub Vec<u8>);
+
+impl ObjectReader for MemObject {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> cairn_tier::Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|e| *e <= self.0.len() as u64);
+        match end {
+            Some(end) => {
+                buf.copy_from_slice(&self.0[offset as usize..end as usize]);
+                Ok(())
+            }
+            None => Err(cairn_tier::TierError {
+                tier: "memory".into(),
+                what: "short object",
+                path: std::path::PathBuf::new(),
+                source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            }),
+        }
+    }
+}
+
 /// Copy one object between tiers in large pieces, publishing it atomically at the destination.
 pub fn copy_object(src: &dyn Tier, dst: &dyn Tier, key: &str) -> Result<u64> {
     const PIECE: u64 = 8 << 20;
@@ -386,6 +449,30 @@ mod tests {
                 verify(&*r).is_err(),
                 "flip at byte {pos} of {} not detected",
                 good.len()
+            );
+        }
+    }
+
+    #[test]
+    fn part_len_is_exact() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = DirTier::new("local", d.path().join("t"), false).unwrap();
+        for sizes in [vec![], vec![0], vec![1, 4096, 4097], vec![10_000, 3, 8192]] {
+            let bufs: Vec<Vec<u8>> = sizes.iter().map(|n| vec![5u8; *n]).collect();
+            let regs: Vec<RegionRef> = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| RegionRef {
+                    id: i as i32,
+                    dtype: Dtype::Byte,
+                    bytes: b,
+                })
+                .collect();
+            write_part(&tier, "k", meta(), &regs).unwrap();
+            assert_eq!(
+                tier.open("k").unwrap().len(),
+                part_len(meta(), &regs),
+                "{sizes:?}"
             );
         }
     }

@@ -56,6 +56,21 @@ fn main() {
         r,
     );
 
+    let empty = comm.allgather(&[]).unwrap();
+    check(
+        empty.len() == n && empty.iter().all(Vec::is_empty),
+        "allgather of nothing",
+        r,
+    );
+    let some = comm
+        .allgather(if r == 0 { &[7u8][..] } else { &[] })
+        .unwrap();
+    check(
+        some[0] == [7] && some[1..].iter().all(Vec::is_empty),
+        "allgather with empty parts",
+        r,
+    );
+
     let right = (r + 1) % n;
     let left = (r + n - 1) % n;
     let got = comm

@@ -119,6 +119,10 @@ impl Comm for MpiComm {
                 msg: "gathered data exceeds 2 GiB".into(),
             })?;
         }
+        if total == 0 {
+            // Nothing to move; Open MPI rejects an all-empty MPI_Allgatherv (MPI_ERR_ARG).
+            return Ok(vec![Vec::new(); n]);
+        }
         let mut buf = vec![0u8; total as usize];
         {
             let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);

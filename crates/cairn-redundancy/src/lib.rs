@@ -93,7 +93,10 @@ impl Plan {
 
     /// The set holding `rank` and its member index, for xor / rs.
     pub fn set_of(&self, rank: usize) -> Option<(usize, usize)> {
-        self.sets.iter().enumerate().find_map(|(s, set)| set.iter().position(|r| *r == rank).map(|i| (s, i)))
+        self.sets
+            .iter()
+            .enumerate()
+            .find_map(|(s, set)| set.iter().position(|r| *r == rank).map(|i| (s, i)))
     }
 }
 
@@ -106,9 +109,18 @@ fn rows(topo: &Topology) -> (usize, Vec<Vec<usize>>) {
             domains.push(*d);
         }
     }
-    let members: Vec<Vec<usize>> = domains.iter().map(|d| (0..topo.size).filter(|r| topo.domain_of[*r] == *d).collect()).collect();
+    let members: Vec<Vec<usize>> = domains
+        .iter()
+        .map(|d| {
+            (0..topo.size)
+                .filter(|r| topo.domain_of[*r] == *d)
+                .collect()
+        })
+        .collect();
     let depth = members.iter().map(Vec::len).max().unwrap_or(0);
-    let rows = (0..depth).map(|p| members.iter().filter_map(|m| m.get(p).copied()).collect()).collect();
+    let rows = (0..depth)
+        .map(|p| members.iter().filter_map(|m| m.get(p).copied()).collect())
+        .collect();
     (domains.len(), rows)
 }
 
@@ -116,7 +128,13 @@ fn rows(topo: &Topology) -> (usize, Vec<Vec<usize>>) {
 /// protect this job (never a silent downgrade).
 pub fn plan(settings: &Settings, topo: &Topology) -> Result<Plan, String> {
     let (ndomains, rows) = rows(topo);
-    let mut plan = Plan { scheme: settings.scheme, partner_dest: Vec::new(), partner_src: Vec::new(), sets: Vec::new(), parity: 0 };
+    let mut plan = Plan {
+        scheme: settings.scheme,
+        partner_dest: Vec::new(),
+        partner_src: Vec::new(),
+        sets: Vec::new(),
+        parity: 0,
+    };
     match settings.scheme {
         Scheme::Single => {}
         Scheme::Partner => {
@@ -142,12 +160,20 @@ pub fn plan(settings: &Settings, topo: &Topology) -> Result<Plan, String> {
             }
         }
         Scheme::Xor | Scheme::Rs => {
-            let m = if settings.scheme == Scheme::Xor { 1 } else { settings.parity };
+            let m = if settings.scheme == Scheme::Xor {
+                1
+            } else {
+                settings.parity
+            };
             let name = settings.scheme.name();
             if m == 0 {
                 return Err("[redundancy] parity must be at least 1 for scheme \"rs\"".into());
             }
-            let n = if settings.set_size == 0 { ndomains.min(8) } else { settings.set_size };
+            let n = if settings.set_size == 0 {
+                ndomains.min(8)
+            } else {
+                settings.set_size
+            };
             if n > ndomains {
                 return Err(format!(
                     "[redundancy] set_size = {n} but the job has only {ndomains} failure domain(s) (nodes); members of a set must be in distinct domains"
@@ -182,12 +208,18 @@ mod tests {
     use super::*;
 
     fn topo(size: usize, nodes: usize) -> Topology {
-        let hosts: Vec<(String, String)> = (0..size).map(|_| ("h".to_string(), String::new())).collect();
+        let hosts: Vec<(String, String)> = (0..size)
+            .map(|_| ("h".to_string(), String::new()))
+            .collect();
         Topology::from_hosts(0, &hosts, nodes, false).unwrap()
     }
 
     fn settings(scheme: Scheme, set_size: usize, parity: usize) -> Settings {
-        Settings { scheme, set_size, parity }
+        Settings {
+            scheme,
+            set_size,
+            parity,
+        }
     }
 
     #[test]
@@ -207,7 +239,13 @@ mod tests {
 
     #[test]
     fn sets_never_hold_two_members_of_one_domain() {
-        for (size, nodes, n, m) in [(8, 4, 4, 2), (12, 4, 0, 1), (10, 5, 2, 1), (16, 8, 3, 1), (9, 9, 4, 2)] {
+        for (size, nodes, n, m) in [
+            (8, 4, 4, 2),
+            (12, 4, 0, 1),
+            (10, 5, 2, 1),
+            (16, 8, 3, 1),
+            (9, 9, 4, 2),
+        ] {
             let t = topo(size, nodes);
             let p = plan(&settings(Scheme::Rs, n, m), &t).unwrap();
             let mut seen = vec![0; size];
@@ -221,7 +259,10 @@ mod tests {
                     seen[*r] += 1;
                 }
             }
-            assert!(seen.iter().all(|c| *c == 1), "{size}/{nodes}: every rank in exactly one set");
+            assert!(
+                seen.iter().all(|c| *c == 1),
+                "{size}/{nodes}: every rank in exactly one set"
+            );
         }
         // 9 ranks in 9 domains with sets of 4 and m = 2: the last chunk of 1 joins its neighbour.
         let p = plan(&settings(Scheme::Rs, 4, 2), &topo(9, 9)).unwrap();
@@ -238,6 +279,11 @@ mod tests {
         assert!(e.contains("2 parity"), "{e}");
         let e = plan(&settings(Scheme::Partner, 0, 0), &topo(5, 2)).unwrap_err();
         assert!(e.contains("same number of ranks"), "{e}");
-        assert_eq!(plan(&settings(Scheme::Xor, 0, 0), &topo(4, 2)).unwrap().describe(), "xor(2)");
+        assert_eq!(
+            plan(&settings(Scheme::Xor, 0, 0), &topo(4, 2))
+                .unwrap()
+                .describe(),
+            "xor(2)"
+        );
     }
 }

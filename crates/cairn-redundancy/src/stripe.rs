@@ -53,7 +53,8 @@ pub fn encode(codec: Codec, data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>, St
             }
             Ok(vec![p])
         }
-        Codec::ReedSolomon => reed_solomon_simd::encode(data.len(), m, data).map_err(|e| format!("Reed-Solomon encode: {e}")),
+        Codec::ReedSolomon => reed_solomon_simd::encode(data.len(), m, data)
+            .map_err(|e| format!("Reed-Solomon encode: {e}")),
     }
 }
 
@@ -62,7 +63,8 @@ fn xor_into(acc: &mut [u8], src: &[u8]) {
     let (a8, a_tail) = acc.split_at_mut(acc.len() / 8 * 8);
     let (s8, s_tail) = src.split_at(a8.len());
     for (a, s) in a8.chunks_exact_mut(8).zip(s8.chunks_exact(8)) {
-        let v = u64::from_ne_bytes(a.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
+        let v =
+            u64::from_ne_bytes(a.try_into().unwrap()) ^ u64::from_ne_bytes(s.try_into().unwrap());
         a.copy_from_slice(&v.to_ne_bytes());
     }
     for (a, s) in a_tail.iter_mut().zip(s_tail) {
@@ -72,7 +74,11 @@ fn xor_into(acc: &mut [u8], src: &[u8]) {
 
 /// Recover the missing data shards of one stripe (`None` entries) from the shards present.
 /// At most `m` shards in all may be missing. Returns the complete data shards.
-pub fn recover(codec: Codec, data: &[Option<Vec<u8>>], parity: &[Option<Vec<u8>>]) -> Result<Vec<Vec<u8>>, String> {
+pub fn recover(
+    codec: Codec,
+    data: &[Option<Vec<u8>>],
+    parity: &[Option<Vec<u8>>],
+) -> Result<Vec<Vec<u8>>, String> {
     let (k, m) = (data.len(), parity.len());
     let missing: Vec<usize> = (0..k).filter(|i| data[*i].is_none()).collect();
     if missing.is_empty() {
@@ -80,21 +86,32 @@ pub fn recover(codec: Codec, data: &[Option<Vec<u8>>], parity: &[Option<Vec<u8>>
     }
     let lost = missing.len() + parity.iter().filter(|p| p.is_none()).count();
     if lost > m {
-        return Err(format!("{lost} shards of a stripe are lost but the code tolerates {m}"));
+        return Err(format!(
+            "{lost} shards of a stripe are lost but the code tolerates {m}"
+        ));
     }
     let mut out: Vec<Option<Vec<u8>>> = data.to_vec();
     match codec {
         Codec::Xor => {
-            let mut p = parity[0].clone().expect("checked above: only one shard lost");
+            let mut p = parity[0]
+                .clone()
+                .expect("checked above: only one shard lost");
             for d in data.iter().flatten() {
                 xor_into(&mut p, d);
             }
             out[missing[0]] = Some(p);
         }
         Codec::ReedSolomon => {
-            let originals = data.iter().enumerate().filter_map(|(i, d)| d.as_ref().map(|d| (i, d)));
-            let recovery = parity.iter().enumerate().filter_map(|(j, p)| p.as_ref().map(|p| (j, p)));
-            let restored = reed_solomon_simd::decode(k, m, originals, recovery).map_err(|e| format!("Reed-Solomon decode: {e}"))?;
+            let originals = data
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| d.as_ref().map(|d| (i, d)));
+            let recovery = parity
+                .iter()
+                .enumerate()
+                .filter_map(|(j, p)| p.as_ref().map(|p| (j, p)));
+            let restored = reed_solomon_simd::decode(k, m, originals, recovery)
+                .map_err(|e| format!("Reed-Solomon decode: {e}"))?;
             for (i, d) in restored {
                 out[i] = Some(d);
             }
@@ -129,7 +146,10 @@ mod tests {
                 let mut contributions = vec![0; n];
                 let mut held = vec![0; n];
                 for t in 0..n {
-                    let mut members: Vec<usize> = (0..k).map(|i| data_member(n, m, t, i)).chain((0..m).map(|j| parity_holder(n, t, j))).collect();
+                    let mut members: Vec<usize> = (0..k)
+                        .map(|i| data_member(n, m, t, i))
+                        .chain((0..m).map(|j| parity_holder(n, t, j)))
+                        .collect();
                     for i in 0..k {
                         contributions[data_member(n, m, t, i)] += 1;
                     }
@@ -138,7 +158,11 @@ mod tests {
                     }
                     members.sort();
                     members.dedup();
-                    assert_eq!(members.len(), n, "stripe {t} of n={n} m={m} reuses a member");
+                    assert_eq!(
+                        members.len(),
+                        n,
+                        "stripe {t} of n={n} m={m} reuses a member"
+                    );
                 }
                 assert!(contributions.iter().all(|c| *c == k) && held.iter().all(|c| *c == m));
                 for h in 0..n {
@@ -153,9 +177,18 @@ mod tests {
     #[test]
     fn any_m_lost_shards_are_recovered() {
         let mut next = rng(7);
-        for (codec, k, m) in [(Codec::Xor, 3, 1), (Codec::Xor, 1, 1), (Codec::ReedSolomon, 4, 2), (Codec::ReedSolomon, 8, 2), (Codec::ReedSolomon, 1, 2), (Codec::ReedSolomon, 5, 3)] {
+        for (codec, k, m) in [
+            (Codec::Xor, 3, 1),
+            (Codec::Xor, 1, 1),
+            (Codec::ReedSolomon, 4, 2),
+            (Codec::ReedSolomon, 8, 2),
+            (Codec::ReedSolomon, 1, 2),
+            (Codec::ReedSolomon, 5, 3),
+        ] {
             let s = 2 * (1 + next() % 500) as usize;
-            let data: Vec<Vec<u8>> = (0..k).map(|_| (0..s).map(|_| next() as u8).collect()).collect();
+            let data: Vec<Vec<u8>> = (0..k)
+                .map(|_| (0..s).map(|_| next() as u8).collect())
+                .collect();
             let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
             let parity = encode(codec, &refs, m).unwrap();
             assert_eq!(parity.len(), m);
@@ -164,14 +197,25 @@ mod tests {
                 if mask.count_ones() as usize > m {
                     continue;
                 }
-                let d: Vec<Option<Vec<u8>>> = (0..k).map(|i| (mask & (1 << i) == 0).then(|| data[i].clone())).collect();
-                let p: Vec<Option<Vec<u8>>> = (0..m).map(|j| (mask & (1 << (k + j)) == 0).then(|| parity[j].clone())).collect();
-                assert_eq!(recover(codec, &d, &p).unwrap(), data, "{codec:?} k={k} m={m} mask={mask:b}");
+                let d: Vec<Option<Vec<u8>>> = (0..k)
+                    .map(|i| (mask & (1 << i) == 0).then(|| data[i].clone()))
+                    .collect();
+                let p: Vec<Option<Vec<u8>>> = (0..m)
+                    .map(|j| (mask & (1 << (k + j)) == 0).then(|| parity[j].clone()))
+                    .collect();
+                assert_eq!(
+                    recover(codec, &d, &p).unwrap(),
+                    data,
+                    "{codec:?} k={k} m={m} mask={mask:b}"
+                );
             }
             let all_lost: Vec<Option<Vec<u8>>> = vec![None; k];
             let none: Vec<Option<Vec<u8>>> = vec![None; m];
             if k + m > m {
-                assert!(recover(codec, &all_lost, &none).is_err(), "losing everything must fail, not invent data");
+                assert!(
+                    recover(codec, &all_lost, &none).is_err(),
+                    "losing everything must fail, not invent data"
+                );
             }
         }
     }

@@ -1,0 +1,878 @@
+//! The PROTECTED step: partner copies streamed while a part is written, xor / rs parity
+//! encoded after capture, and the rebuild of lost parts before a restart.
+//!
+//! Redundancy objects live next to the parts in a node's directory:
+//!
+//! ```text
+//! <name>/v<version>/partner/rank<r>.ckpt   a byte-identical copy of rank r's part (partner)
+//! <name>/v<version>/parity/rank<r>.par     the parity shards rank r holds (xor, rs)
+//! ```
+//!
+//! Every exchange here is arranged so that ranks never wait on each other in a cycle: partner
+//! streams are ring shifts with an agreed number of steps, set encoding is a ring inside each
+//! set, and rebuild transfers run in one global order of receivers. A rank whose own step
+//! failed still takes part in every exchange (sending empty messages) and reports the failure
+//! afterwards, so a local error never deadlocks the job.
+
+use crate::catalog::{self, rank_key, version_dir};
+use crate::error::{Error, ErrorKind, Result};
+use crate::part::{self, encode_part, part_len, MemObject, PartMeta, PartSink, RegionRef};
+use cairn_comm::{Comm, Op, Topology};
+use cairn_format::{checksum, Manifest, ParityCodec, ParityHeader, RankIndex};
+use cairn_redundancy::stripe::{self, Codec};
+use cairn_redundancy::{Plan, Scheme};
+use cairn_tier::{ObjectWriter, Tier};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+
+/// Bytes per exchange step of a partner stream.
+const PIECE: usize = 1 << 20;
+
+/// What protection code needs from the engine.
+pub(crate) struct Ctx<'a> {
+    pub comm: &'a dyn Comm,
+    pub topo: &'a Topology,
+    /// This node's first tier.
+    pub tier: &'a dyn Tier,
+    pub plan: &'a Plan,
+}
+
+pub(crate) fn partner_key(name: &str, version: i64, rank: usize) -> String {
+    format!("{}/partner/rank{rank}.ckpt", version_dir(name, version))
+}
+
+pub(crate) fn parity_key(name: &str, version: i64, rank: usize) -> String {
+    format!("{}/parity/rank{rank}.par", version_dir(name, version))
+}
+
+fn peer_failed(what: String) -> Error {
+    Error::new(ErrorKind::Peer, what)
+}
+
+// ---- partner: streamed ---------------------------------------------------------------------
+
+/// A sink that cuts the part into pieces, hands each to a writer thread for the local copy and
+/// swaps it with the partner, whose pieces go to a second writer thread.
+struct Streamer<'a> {
+    comm: &'a dyn Comm,
+    dest: usize,
+    src: usize,
+    steps_left: u64,
+    buf: Vec<u8>,
+    own_tx: Option<SyncSender<Vec<u8>>>,
+    copy_tx: Option<SyncSender<Vec<u8>>>,
+    pool: Receiver<Vec<u8>>,
+    err: Option<Error>,
+}
+
+impl Streamer<'_> {
+    fn step(&mut self) {
+        let fresh = self
+            .pool
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(PIECE));
+        let piece = std::mem::replace(&mut self.buf, fresh);
+        self.steps_left = self.steps_left.saturating_sub(1);
+        match self.comm.sendrecv(&piece, self.dest, self.src) {
+            Ok(got) if !got.is_empty() => {
+                if let Some(tx) = &self.copy_tx {
+                    let _ = tx.send(got);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => self.err = Some(e.into()),
+        }
+        if !piece.is_empty() {
+            if let Some(tx) = &self.own_tx {
+                let _ = tx.send(piece);
+            }
+        }
+        self.buf.clear();
+    }
+
+    /// Send what is left, then keep exchanging empty pieces until the agreed step count.
+    fn finish(&mut self) {
+        if !self.buf.is_empty() {
+            self.step();
+        }
+        while self.steps_left > 0 {
+            self.step();
+        }
+    }
+}
+
+impl PartSink for Streamer<'_> {
+    fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            let take = (PIECE - self.buf.len()).min(bytes.len());
+            self.buf.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.buf.len() == PIECE {
+                self.step();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Run a writer thread's loop: write every piece, recycle buffers, keep the first error.
+fn drain_into(
+    mut w: Option<Box<dyn ObjectWriter>>,
+    rx: Receiver<Vec<u8>>,
+    pool: Option<Sender<Vec<u8>>>,
+) -> (Option<Box<dyn ObjectWriter>>, Option<Error>) {
+    let mut err = None;
+    for piece in rx {
+        if err.is_none() {
+            if let Some(w) = w.as_mut() {
+                if let Err(e) = w.write_all(&piece) {
+                    err = Some(Error::from(e));
+                }
+            }
+        }
+        if let Some(p) = &pool {
+            let _ = p.send(piece);
+        }
+    }
+    (w, err)
+}
+
+/// Collective over each partner ring: write this rank's part to the first tier and, in the
+/// same pass, send it to its partner while receiving the partner's part, the local write,
+/// the partner write and the exchange overlapping (the DEEP-ER "buddy" scheme).
+pub(crate) fn write_streamed(
+    ctx: &Ctx<'_>,
+    meta: PartMeta<'_>,
+    regions: &[RegionRef<'_>],
+) -> Result<RankIndex> {
+    let rank = ctx.topo.rank;
+    let (dest, src) = (ctx.plan.partner_dest[rank], ctx.plan.partner_src[rank]);
+    let mut steps = [part_len(meta, regions).div_ceil(PIECE as u64).max(1) as i64];
+    ctx.comm.allreduce_i64(&mut steps, Op::Max)?;
+    let own_key = rank_key(meta.name, meta.version, rank);
+    let copy_key = partner_key(meta.name, meta.version, src);
+    let own_w = ctx.tier.create(&own_key);
+    let copy_w = ctx.tier.create(&copy_key);
+    let mut first_err: Option<Error> = None;
+    let own_w = own_w
+        .map_err(|e| first_err.get_or_insert(e.into()).clone())
+        .ok();
+    let copy_w = copy_w
+        .map_err(|e| first_err.get_or_insert(e.into()).clone())
+        .ok();
+    let (index, own, copy, stream_err) = std::thread::scope(|s| {
+        let (own_tx, own_rx) = sync_channel::<Vec<u8>>(2);
+        let (copy_tx, copy_rx) = sync_channel::<Vec<u8>>(2);
+        let (pool_tx, pool_rx) = channel::<Vec<u8>>();
+        let own_h = s.spawn(move || drain_into(own_w, own_rx, Some(pool_tx)));
+        let copy_h = s.spawn(move || drain_into(copy_w, copy_rx, None));
+        let mut st = Streamer {
+            comm: ctx.comm,
+            dest,
+            src,
+            steps_left: steps[0] as u64,
+            buf: Vec::with_capacity(PIECE),
+            own_tx: Some(own_tx),
+            copy_tx: Some(copy_tx),
+            pool: pool_rx,
+            err: None,
+        };
+        let index = encode_part(&mut st, meta, regions);
+        st.finish();
+        st.own_tx.take();
+        st.copy_tx.take();
+        let own = own_h.join().expect("writer thread does not panic");
+        let copy = copy_h.join().expect("writer thread does not panic");
+        (index, own, copy, st.err)
+    });
+    let index = index?;
+    if let Some(e) = [first_err, stream_err, own.1, copy.1]
+        .into_iter()
+        .flatten()
+        .next()
+    {
+        return Err(e.context(format!(
+            "rank {rank}: partner copy of {} v{} with rank {dest}/{src}",
+            meta.name, meta.version
+        )));
+    }
+    own.0.expect("writer exists when no error").commit()?;
+    copy.0.expect("writer exists when no error").commit()?;
+    Ok(index)
+}
+
+/// Collective over each partner ring: the older scheme, kept as the benchmark baseline:
+/// write the part, read it back and send it, then write the partner's.
+pub(crate) fn write_readback(
+    ctx: &Ctx<'_>,
+    meta: PartMeta<'_>,
+    regions: &[RegionRef<'_>],
+) -> Result<RankIndex> {
+    let rank = ctx.topo.rank;
+    let (dest, src) = (ctx.plan.partner_dest[rank], ctx.plan.partner_src[rank]);
+    let own_key = rank_key(meta.name, meta.version, rank);
+    let written = part::write_part(ctx.tier, &own_key, meta, regions);
+    let reader = written
+        .as_ref()
+        .ok()
+        .and_then(|_| ctx.tier.open(&own_key).ok());
+    let len = reader.as_ref().map_or(0, |r| r.len());
+    let mut steps = [len.div_ceil(PIECE as u64).max(1) as i64];
+    ctx.comm.allreduce_i64(&mut steps, Op::Max)?;
+    let mut copy = ctx
+        .tier
+        .create(&partner_key(meta.name, meta.version, src))
+        .map_err(Error::from);
+    let mut buf = vec![0u8; PIECE];
+    for step in 0..steps[0] as u64 {
+        let off = step * PIECE as u64;
+        let n = len.saturating_sub(off).min(PIECE as u64) as usize;
+        let piece = match &reader {
+            Some(r) if n > 0 && r.read_exact_at(&mut buf[..n], off).is_ok() => &buf[..n],
+            _ => &buf[..0],
+        };
+        let got = ctx.comm.sendrecv(piece, dest, src)?;
+        if let Ok(w) = copy.as_mut() {
+            if let Err(e) = w.write_all(&got) {
+                copy = Err(e.into());
+            }
+        }
+    }
+    let index = written?;
+    copy?.commit()?;
+    Ok(index)
+}
+
+// ---- xor / rs: encoding after capture ----------------------------------------------------
+
+fn codec(scheme: Scheme) -> (Codec, ParityCodec) {
+    if scheme == Scheme::Xor {
+        (Codec::Xor, ParityCodec::Xor)
+    } else {
+        (Codec::ReedSolomon, ParityCodec::ReedSolomon)
+    }
+}
+
+/// Segment `idx` of a padded part.
+fn segment(data: &[u8], idx: usize, s: usize) -> &[u8] {
+    &data[idx * s..(idx + 1) * s]
+}
+
+/// Data-shard index of member `member` in stripe `t`, if it contributes one.
+fn data_index(n: usize, m: usize, t: usize, member: usize) -> Option<usize> {
+    let i = (member + 2 * n - t - m) % n;
+    (i < n - m).then_some(i)
+}
+
+fn pad(mut bytes: Vec<u8>, len: usize) -> Vec<u8> {
+    bytes.resize(len, 0);
+    bytes
+}
+
+fn parity_object(header: &ParityHeader, shards: &[Vec<u8>]) -> Vec<u8> {
+    let mut obj = header.encode();
+    for s in shards {
+        obj.extend_from_slice(s);
+    }
+    obj
+}
+
+/// Collective within each set: compute and store the parity shards this rank holds. Each
+/// member sends every other member the segments that member needs, in a ring of `n - 1`
+/// shifts, then encodes its stripes.
+pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u64) -> Result<()> {
+    let rank = ctx.topo.rank;
+    let lens = ctx.comm.allgather(&own_len.to_le_bytes())?;
+    let lens: Vec<u64> = lens
+        .iter()
+        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+        .collect();
+    let (set_id, me) = ctx
+        .plan
+        .set_of(rank)
+        .expect("every rank is in a set under xor / rs");
+    let set = &ctx.plan.sets[set_id];
+    let (n, m) = (set.len(), ctx.plan.parity);
+    let k = n - m;
+    let s = stripe::segment_size(set.iter().map(|r| lens[*r]).max().unwrap_or(0), n, m) as usize;
+    let mut err: Option<Error> = None;
+    let own = match ctx.tier.get(&rank_key(name, version, rank)) {
+        Ok(b) if b.len() as u64 == own_len => pad(b, k * s),
+        Ok(b) => {
+            err = Some(Error::new(
+                ErrorKind::Corrupt,
+                format!("part is {} bytes, expected {own_len}", b.len()),
+            ));
+            vec![0; k * s]
+        }
+        Err(e) => {
+            err = Some(e.into());
+            vec![0; k * s]
+        }
+    };
+    let held = stripe::held_stripes(n, m, me);
+    let mut shards: Vec<Vec<Option<Vec<u8>>>> = held.iter().map(|_| vec![None; k]).collect();
+    for d in 1..n {
+        let (to, from) = ((me + d) % n, (me + n - d) % n);
+        let mut msg = Vec::new();
+        for (t, _) in stripe::held_stripes(n, m, to) {
+            if let Some(i) = data_index(n, m, t, me) {
+                msg.extend_from_slice(segment(&own, i, s));
+            }
+        }
+        let got = ctx.comm.sendrecv(&msg, set[to], set[from])?;
+        let mut off = 0;
+        for (h, (t, _)) in held.iter().enumerate() {
+            if let Some(i) = data_index(n, m, *t, from) {
+                match got.get(off..off + s) {
+                    Some(seg) => shards[h][i] = Some(seg.to_vec()),
+                    None => {
+                        err.get_or_insert(peer_failed(format!(
+                            "rank {} sent no data for parity (see its message)",
+                            set[from]
+                        )));
+                    }
+                }
+                off += s;
+            }
+        }
+    }
+    if let Some(e) = err {
+        return Err(e.context(format!("rank {rank}: encoding parity of {name} v{version}")));
+    }
+    let (code, pcodec) = codec(ctx.plan.scheme);
+    let mut out = Vec::with_capacity(m);
+    for (h, (t, j)) in held.iter().enumerate() {
+        let data: Vec<Vec<u8>> = shards[h]
+            .iter()
+            .map(|d| d.clone().expect("filled above"))
+            .collect();
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let parity = stripe::encode(code, &refs, m)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("stripe {t}: {e}")))?;
+        out.push(parity[*j].clone());
+    }
+    let header = ParityHeader {
+        codec: pcodec,
+        set_id: set_id as u32,
+        m: m as u32,
+        holder: me as u32,
+        segment: s as u64,
+        members: set.iter().map(|r| (*r as u32, lens[*r])).collect(),
+        shard_sums: out.iter().map(|p| checksum(p)).collect(),
+    };
+    ctx.tier.put(
+        &parity_key(name, version, rank),
+        &parity_object(&header, &out),
+    )?;
+    Ok(())
+}
+
+// ---- rebuild ---------------------------------------------------------------------------
+
+/// A parity object in memory: its header and the shards it holds.
+type Parity = (ParityHeader, Vec<Vec<u8>>);
+
+/// What a needy member received from each other member: its part and its parity, if any.
+type Received = BTreeMap<usize, (Option<Vec<u8>>, Option<Parity>)>;
+
+/// What one rank has of a version, gathered from every rank before a rebuild.
+#[derive(Debug, Default, Clone)]
+struct Status {
+    has_own: bool,
+    has_copy: bool,
+    manifest: Option<Manifest>,
+    /// A parity object whose header and shards check out.
+    parity: Option<ParityHeader>,
+}
+
+impl Status {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = vec![self.has_own as u8, self.has_copy as u8];
+        let m = self
+            .manifest
+            .as_ref()
+            .map(Manifest::encode)
+            .unwrap_or_default();
+        b.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        b.extend_from_slice(&m);
+        let p = self
+            .parity
+            .as_ref()
+            .map(ParityHeader::encode)
+            .unwrap_or_default();
+        b.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        b.extend_from_slice(&p);
+        b
+    }
+
+    fn decode(b: &[u8]) -> Status {
+        let field = |off: usize| -> Option<(&[u8], usize)> {
+            let len = u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?) as usize;
+            Some((b.get(off + 4..off + 4 + len)?, off + 4 + len))
+        };
+        let mut st = Status {
+            has_own: b.first() == Some(&1),
+            has_copy: b.get(1) == Some(&1),
+            ..Status::default()
+        };
+        if let Some((m, next)) = field(2) {
+            st.manifest = Manifest::decode(m).ok();
+            if let Some((p, _)) = field(next) {
+                st.parity = ParityHeader::decode(p).ok();
+            }
+        }
+        st
+    }
+}
+
+/// Read this rank's parity object and check its header and every shard.
+fn read_parity(tier: &dyn Tier, name: &str, version: i64, rank: usize) -> Option<Parity> {
+    let obj = tier.get(&parity_key(name, version, rank)).ok()?;
+    let h = ParityHeader::decode(&obj).ok()?;
+    let s = h.segment as usize;
+    let start = h.encoded_len();
+    if obj.len() != start + s * h.m as usize
+        || h.members.get(h.holder as usize).map(|m| m.0 as usize) != Some(rank)
+    {
+        return None;
+    }
+    let shards: Vec<Vec<u8>> = (0..h.m as usize)
+        .map(|j| obj[start + j * s..start + (j + 1) * s].to_vec())
+        .collect();
+    shards
+        .iter()
+        .zip(&h.shard_sums)
+        .all(|(sh, sum)| checksum(sh) == *sum)
+        .then_some((h, shards))
+}
+
+/// Whether a part in memory is a valid, complete rank file of `name` v`version` for `rank`.
+fn check_part(bytes: Vec<u8>, name: &str, version: i64, rank: usize) -> Result<Vec<u8>> {
+    let obj = MemObject(bytes);
+    let index = part::read_index(&obj)?;
+    if index.name != name || index.version != version || index.rank as usize != rank {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "holds {} v{} of rank {}",
+                index.name, index.version, index.rank
+            ),
+        ));
+    }
+    part::verify(&obj)?;
+    Ok(obj.0)
+}
+
+/// Collective: make version `version` of `name` restorable on every rank again, rebuilding
+/// parts and redundancy lost with a node (or damaged) from partner copies or parity, and
+/// re-protecting it. Returns a description of what was rebuilt, or `None` if nothing was
+/// missing. Fails on every rank, with the reason, when the losses exceed what the scheme
+/// tolerates.
+pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<String>> {
+    let rank = ctx.topo.rank;
+    let own_key = rank_key(name, version, rank);
+    let manifest = catalog::read_manifest(ctx.tier, name, version)
+        .ok()
+        .flatten();
+    let listed = manifest
+        .as_ref()
+        .is_some_and(|m| m.ranks.contains(&(rank as u32)));
+    let has_own = listed
+        && ctx
+            .tier
+            .open(&own_key)
+            .ok()
+            .and_then(|r| part::read_index(&*r).ok())
+            .is_some_and(|ix| ix.rank as usize == rank && ix.version == version);
+    let has_copy = ctx.plan.scheme == Scheme::Partner
+        && ctx
+            .tier
+            .exists(&partner_key(name, version, ctx.plan.partner_src[rank]));
+    let parity = read_parity(ctx.tier, name, version, rank);
+    let mine = Status {
+        has_own,
+        has_copy,
+        manifest: manifest.clone(),
+        parity: parity.as_ref().map(|p| p.0.clone()),
+    };
+    let all: Vec<Status> = ctx
+        .comm
+        .allgather(&mine.encode())?
+        .iter()
+        .map(|b| Status::decode(b))
+        .collect();
+    let Some(template) = all.iter().find_map(|s| s.manifest.clone()) else {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("no node holds a manifest of {name} v{version}"),
+        ));
+    };
+    if template.world_size as usize != ctx.topo.size {
+        return Err(Error::new(
+            ErrorKind::Mismatch,
+            format!(
+                "{name} v{version} was written by {} ranks",
+                template.world_size
+            ),
+        ));
+    }
+    let lost: Vec<usize> = (0..all.len()).filter(|r| !all[*r].has_own).collect();
+    let scheme = template.scheme.split('(').next().unwrap_or("single");
+    let report = match scheme {
+        "partner" => rebuild_partner(ctx, name, version, &all, &lost)?,
+        "xor" | "rs" => rebuild_sets(ctx, name, version, &all, &lost, parity)?,
+        other => {
+            if lost.is_empty() {
+                None
+            } else {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "ranks {lost:?} lost their part and scheme \"{other}\" keeps no copies"
+                    ),
+                ));
+            }
+        }
+    };
+    // A replacement node (or a wiped one) needs its manifest again.
+    let leader_needs = ctx.topo.is_node_leader() && manifest.is_none();
+    let res = if leader_needs && report.is_some() {
+        let m = Manifest {
+            node: Some(ctx.topo.node as u32),
+            ranks: ctx.topo.node_ranks().iter().map(|r| *r as u32).collect(),
+            ..template
+        };
+        ctx.tier
+            .put(&catalog::manifest_key(name, version), &m.encode())
+            .map_err(Error::from)
+    } else {
+        Ok(())
+    };
+    if !ctx.comm.all_agree(res.is_ok())? {
+        return Err(res.err().unwrap_or_else(|| {
+            peer_failed(format!(
+                "re-publishing {name} v{version} failed on another rank"
+            ))
+        }));
+    }
+    Ok(report)
+}
+
+fn rebuild_partner(
+    ctx: &Ctx<'_>,
+    name: &str,
+    version: i64,
+    all: &[Status],
+    lost: &[usize],
+) -> Result<Option<String>> {
+    let rank = ctx.topo.rank;
+    let plan = ctx.plan;
+    if plan.partner_dest.len() != all.len() {
+        return Err(Error::new(
+            ErrorKind::Mismatch,
+            "this job is not configured with scheme \"partner\"; it cannot rebuild partner copies",
+        ));
+    }
+    let copy_missing: Vec<usize> = (0..all.len())
+        .filter(|r| !all[plan.partner_dest[*r]].has_copy)
+        .collect();
+    if lost.is_empty() && copy_missing.is_empty() {
+        return Ok(None);
+    }
+    if let Some(x) = lost.iter().find(|x| !all[plan.partner_dest[**x]].has_copy) {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!(
+                "rank {x}'s part and its partner copy on rank {} are both lost",
+                plan.partner_dest[*x]
+            ),
+        ));
+    }
+    let mut err: Option<Error> = None;
+    // Lost parts come back from their holders.
+    for x in lost {
+        let h = plan.partner_dest[*x];
+        if rank == h {
+            let bytes = ctx
+                .tier
+                .get(&partner_key(name, version, *x))
+                .map_err(Error::from)
+                .and_then(|b| check_part(b, name, version, *x));
+            match bytes {
+                Ok(b) => ctx.comm.send(&b, *x)?,
+                Err(e) => {
+                    ctx.comm.send(&[], *x)?;
+                    err.get_or_insert(e.context(format!("rank {rank}: partner copy of rank {x}")));
+                }
+            }
+        } else if rank == *x {
+            let got = ctx.comm.recv(h)?;
+            let res = if got.is_empty() {
+                Err(peer_failed(format!(
+                    "rank {h} could not send the partner copy of rank {x}"
+                )))
+            } else {
+                check_part(got, name, version, rank)
+                    .and_then(|b| Ok(ctx.tier.put(&rank_key(name, version, rank), &b)?))
+            };
+            if let Err(e) = res {
+                err.get_or_insert(e);
+            }
+        }
+    }
+    // Re-protect: every part whose copy went with a lost node is sent to its partner again.
+    for y in &copy_missing {
+        let d = plan.partner_dest[*y];
+        if rank == *y {
+            let b = ctx
+                .tier
+                .get(&rank_key(name, version, rank))
+                .unwrap_or_default();
+            ctx.comm.send(&b, d)?;
+        } else if rank == d {
+            let got = ctx.comm.recv(*y)?;
+            let res = check_part(got, name, version, *y)
+                .and_then(|b| Ok(ctx.tier.put(&partner_key(name, version, *y), &b)?));
+            if let Err(e) = res {
+                err.get_or_insert(e.context(format!("rank {rank}: re-protecting rank {y}")));
+            }
+        }
+    }
+    if !ctx.comm.all_agree(err.is_none())? {
+        return Err(err.unwrap_or_else(|| {
+            peer_failed(format!(
+                "rebuilding {name} v{version} failed on another rank (see its message)"
+            ))
+        }));
+    }
+    let mut parts = Vec::new();
+    if !lost.is_empty() {
+        parts.push(format!(
+            "rebuilt the parts of ranks {lost:?} from partner copies"
+        ));
+    }
+    parts.push(format!("re-protected ranks {copy_missing:?}"));
+    Ok(Some(parts.join("; ")))
+}
+
+fn rebuild_sets(
+    ctx: &Ctx<'_>,
+    name: &str,
+    version: i64,
+    all: &[Status],
+    lost: &[usize],
+    own_parity: Option<Parity>,
+) -> Result<Option<String>> {
+    let rank = ctx.topo.rank;
+    // The sets as recorded by the surviving parity holders (the job's layout may differ).
+    let mut sets: BTreeMap<Vec<u32>, ParityHeader> = BTreeMap::new();
+    for st in all {
+        if let Some(h) = &st.parity {
+            sets.entry(h.members.iter().map(|m| m.0).collect())
+                .or_insert_with(|| h.clone());
+        }
+    }
+    let set_of = |r: usize| {
+        sets.iter()
+            .find(|(members, _)| members.contains(&(r as u32)))
+            .map(|(_, h)| h)
+    };
+    let parity_missing: Vec<usize> = (0..all.len())
+        .filter(|r| all[*r].parity.is_none())
+        .collect();
+    if lost.is_empty() && parity_missing.is_empty() {
+        return Ok(None);
+    }
+    for r in lost.iter().chain(&parity_missing) {
+        let Some(h) = set_of(*r) else {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!("no parity of rank {r}'s set survives"),
+            ));
+        };
+        let (n, m) = (h.n(), h.m as usize);
+        let has_data = |member: usize| all[h.members[member].0 as usize].has_own;
+        let has_par = |member: usize| all[h.members[member].0 as usize].parity.is_some();
+        for t in 0..n {
+            let gone = (0..n - m)
+                .filter(|i| !has_data(stripe::data_member(n, m, t, *i)))
+                .count()
+                + (0..m)
+                    .filter(|j| !has_par(stripe::parity_holder(n, t, *j)))
+                    .count();
+            if gone > m {
+                let members: Vec<u32> = h.members.iter().map(|x| x.0).collect();
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("the set of ranks {members:?} lost {gone} shards of a stripe but its code tolerates {m}"),
+                ));
+            }
+        }
+    }
+    let mut needy: Vec<usize> = lost.iter().chain(&parity_missing).copied().collect();
+    needy.sort_unstable();
+    needy.dedup();
+    let own = all[rank]
+        .has_own
+        .then(|| ctx.tier.get(&rank_key(name, version, rank)).ok())
+        .flatten();
+    let own_par = own_parity.map(|(h, shards)| parity_object(&h, &shards));
+    let mut received: Received = BTreeMap::new();
+    for x in &needy {
+        let h = set_of(*x).expect("checked above");
+        let members: Vec<usize> = h.members.iter().map(|m| m.0 as usize).collect();
+        for y in members.iter().filter(|y| *y != x) {
+            if rank == *y {
+                let data = own.clone().unwrap_or_default();
+                let mut msg = (data.len() as u64).to_le_bytes().to_vec();
+                msg.extend_from_slice(&data);
+                msg.extend_from_slice(own_par.as_deref().unwrap_or_default());
+                ctx.comm.send(&msg, *x)?;
+            } else if rank == *x {
+                let msg = ctx.comm.recv(*y)?;
+                let dlen = msg
+                    .get(..8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+                    .min(msg.len().saturating_sub(8));
+                let data = (dlen > 0).then(|| msg[8..8 + dlen].to_vec());
+                let par = &msg[(8 + dlen).min(msg.len())..];
+                let par = ParityHeader::decode(par).ok().and_then(|hh| {
+                    let s = hh.segment as usize;
+                    let start = hh.encoded_len();
+                    let shards: Vec<Vec<u8>> = (0..hh.m as usize)
+                        .filter_map(|j| {
+                            par.get(start + j * s..start + (j + 1) * s)
+                                .map(<[u8]>::to_vec)
+                        })
+                        .collect();
+                    (shards.len() == hh.m as usize
+                        && shards
+                            .iter()
+                            .zip(&hh.shard_sums)
+                            .all(|(sh, sum)| checksum(sh) == *sum))
+                    .then_some((hh, shards))
+                });
+                received.insert(*y, (data, par));
+            }
+        }
+    }
+    let mut result: Result<()> = Ok(());
+    if needy.contains(&rank) {
+        result = rebuild_member(
+            ctx,
+            name,
+            version,
+            set_of(rank).expect("checked"),
+            own,
+            received,
+            all[rank].has_own,
+        );
+    }
+    if !ctx.comm.all_agree(result.is_ok())? {
+        return Err(result.err().unwrap_or_else(|| {
+            peer_failed(format!(
+                "rebuilding {name} v{version} failed on another rank (see its message)"
+            ))
+        }));
+    }
+    let mut parts = Vec::new();
+    if !lost.is_empty() {
+        parts.push(format!("rebuilt the parts of ranks {lost:?} from parity"));
+    }
+    parts.push(format!("re-encoded the parity of ranks {needy:?}"));
+    Ok(Some(parts.join("; ")))
+}
+
+/// On a member that lost its part or its parity: reconstruct every stripe of its set from
+/// what the others sent, then store its part (if lost) and its parity shards.
+fn rebuild_member(
+    ctx: &Ctx<'_>,
+    name: &str,
+    version: i64,
+    h: &ParityHeader,
+    own: Option<Vec<u8>>,
+    mut received: Received,
+    has_own: bool,
+) -> Result<()> {
+    let rank = ctx.topo.rank;
+    let (n, m) = (h.n(), h.m as usize);
+    let k = n - m;
+    let s = h.segment as usize;
+    let me = h
+        .members
+        .iter()
+        .position(|x| x.0 as usize == rank)
+        .expect("member of its set");
+    let code = if h.codec == ParityCodec::Xor {
+        Codec::Xor
+    } else {
+        Codec::ReedSolomon
+    };
+    let mut data: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
+    let mut parity: Vec<Option<Vec<Vec<u8>>>> = Vec::with_capacity(n);
+    for (i, (r, len)) in h.members.iter().enumerate() {
+        let (d, p) = if i == me {
+            (own.clone(), None)
+        } else {
+            received.remove(&(*r as usize)).unwrap_or((None, None))
+        };
+        data.push(d.filter(|d| d.len() as u64 == *len).map(|d| pad(d, k * s)));
+        parity.push(
+            p.filter(|(ph, _)| ph.segment as usize == s && ph.members == h.members)
+                .map(|(_, sh)| sh),
+        );
+    }
+    // Recover every stripe; fill in the segments of members whose data is missing.
+    let mut full: Vec<Vec<u8>> = data
+        .iter()
+        .map(|d| d.clone().unwrap_or_else(|| vec![0; k * s]))
+        .collect();
+    for t in 0..n {
+        let shards: Vec<Option<Vec<u8>>> = (0..k)
+            .map(|i| {
+                data[stripe::data_member(n, m, t, i)]
+                    .as_ref()
+                    .map(|d| segment(d, i, s).to_vec())
+            })
+            .collect();
+        let pars: Vec<Option<Vec<u8>>> = (0..m)
+            .map(|j| {
+                parity[stripe::parity_holder(n, t, j)]
+                    .as_ref()
+                    .map(|p| p[j].clone())
+            })
+            .collect();
+        let restored = stripe::recover(code, &shards, &pars)
+            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("stripe {t}: {e}")))?;
+        for (i, seg) in restored.into_iter().enumerate() {
+            let member = stripe::data_member(n, m, t, i);
+            full[member][i * s..(i + 1) * s].copy_from_slice(&seg);
+        }
+    }
+    if !has_own {
+        let mut mine = full[me].clone();
+        mine.truncate(h.members[me].1 as usize);
+        let mine = check_part(mine, name, version, rank)
+            .map_err(|e| e.context(format!("rank {rank}: rebuilt part")))?;
+        ctx.tier.put(&rank_key(name, version, rank), &mine)?;
+    }
+    let mut out = Vec::with_capacity(m);
+    for (t, j) in stripe::held_stripes(n, m, me) {
+        let segs: Vec<&[u8]> = (0..k)
+            .map(|i| segment(&full[stripe::data_member(n, m, t, i)], i, s))
+            .collect();
+        let p = stripe::encode(code, &segs, m).map_err(|e| Error::new(ErrorKind::Io, e))?;
+        out.push(p[j].clone());
+    }
+    let header = ParityHeader {
+        holder: me as u32,
+        shard_sums: out.iter().map(|p| checksum(p)).collect(),
+        ..h.clone()
+    };
+    ctx.tier.put(
+        &parity_key(name, version, rank),
+        &parity_object(&header, &out),
+    )?;
+    Ok(())
+}
