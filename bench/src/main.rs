@@ -16,20 +16,16 @@
 //! The machine this is developed on is small and shared, so results are ratios against the
 //! baselines, never absolute claims. `bench/README.md` explains every figure.
 
+use cairn_bench::*;
 use cairn_comm::{Comm, Op};
 use cairn_core::{Config, Dtype, Engine, RegionRef};
-use cairn_mpi::mpi::collective::SystemOperation;
-use cairn_mpi::mpi::topology::{Communicator, SimpleCommunicator};
+use cairn_mpi::mpi::topology::Communicator;
 use cairn_mpi::mpi::traits::*;
 use cairn_mpi::{mpi, MpiComm};
 use serde_json::json;
-use std::fs::{self, DirBuilder, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-const MIB: usize = 1 << 20;
 /// Cairn's target for the fixed cost of one checkpoint.
 const TARGET_FIXED_S: f64 = 2e-3;
 /// SCR's fixed cost per checkpoint as measured in the DEEP-ER project report.
@@ -109,173 +105,6 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         }
     }
     Ok(Some(a))
-}
-
-/// A failed step. `peer` marks the echo on ranks whose own step succeeded, so only the rank
-/// that saw the cause (and rank 0) prints.
-#[derive(Debug)]
-struct Failure {
-    msg: String,
-    peer: bool,
-}
-
-fn fail(msg: impl std::fmt::Display) -> Failure {
-    Failure {
-        msg: msg.to_string(),
-        peer: false,
-    }
-}
-
-type Res<T> = Result<T, Failure>;
-
-struct Mpi {
-    world: SimpleCommunicator,
-    rank: usize,
-    size: usize,
-}
-
-impl Mpi {
-    /// Turn this rank's outcome into one every rank shares: all fail if any does.
-    fn agree<T>(&self, what: &str, r: Result<T, String>) -> Res<T> {
-        let mut bad = 0i64;
-        self.world
-            .all_reduce_into(&(r.is_err() as i64), &mut bad, SystemOperation::max());
-        match r {
-            Err(e) => Err(fail(format!("rank {}: {what}: {e}", self.rank))),
-            Ok(_) if bad != 0 => Err(Failure {
-                msg: format!("{what} failed on another rank (see its message)"),
-                peer: true,
-            }),
-            Ok(v) => Ok(v),
-        }
-    }
-
-    /// Run `f` on every rank from a barrier to its return. The run's time is the slowest
-    /// rank's, in seconds; a failure on any rank fails the run on every rank.
-    fn timed(&self, what: &str, f: impl FnOnce() -> Result<(), String>) -> Res<f64> {
-        self.world.barrier();
-        let t0 = Instant::now();
-        let r = f();
-        let ns = t0.elapsed().as_nanos() as i64;
-        let mut slowest = 0i64;
-        self.world
-            .all_reduce_into(&ns, &mut slowest, SystemOperation::max());
-        self.agree(what, r)?;
-        Ok(slowest as f64 * 1e-9)
-    }
-}
-
-/// The run's private directory `<base>/cairn-bench-<pid of rank 0>` (mode 0700). Rank 0
-/// creates it and removes it, with everything in it, when this is dropped.
-struct RunDir {
-    path: PathBuf,
-    owner: bool,
-}
-
-impl RunDir {
-    /// Collective.
-    fn create(mpi: &Mpi, base: &Path) -> Res<RunDir> {
-        let path = base.join(format!("cairn-bench-{}", std::process::id()));
-        let mut dir = None;
-        let mut text = Vec::new();
-        if mpi.rank == 0 {
-            let made = DirBuilder::new()
-                .mode(0o700)
-                .create(&path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()));
-            if made.is_ok() {
-                dir = Some(RunDir {
-                    path: path.clone(),
-                    owner: true,
-                });
-                text = path.as_os_str().as_encoded_bytes().to_vec();
-            }
-            mpi.agree("create the run directory", made)?;
-        } else {
-            mpi.agree("create the run directory", Ok(()))?;
-        }
-        let root = mpi.world.process_at_rank(0);
-        let mut len = text.len() as u64;
-        root.broadcast_into(&mut len);
-        text.resize(len as usize, 0);
-        root.broadcast_into(&mut text[..]);
-        Ok(dir.unwrap_or(RunDir {
-            path: PathBuf::from(String::from_utf8_lossy(&text).into_owned()),
-            owner: false,
-        }))
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        if self.owner {
-            if let Err(e) = fs::remove_dir_all(&self.path) {
-                eprintln!(
-                    "cairn-bench-ckpt: could not remove {}: {e}",
-                    self.path.display()
-                );
-            }
-        }
-    }
-}
-
-/// Median (mean of the middle two for an even count) and 90th percentile (nearest rank).
-fn median_p90(samples: &[f64]) -> (f64, f64) {
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return (f64::NAN, f64::NAN);
-    }
-    let med = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    let p90 = v[((n * 9).div_ceil(10)).max(1) - 1];
-    (med, p90)
-}
-
-/// `cfg` with the tier roots moved under `root`.
-fn with_root(cfg: &Config, root: &Path) -> Config {
-    let mut cfg = cfg.clone();
-    cfg.local = Some(root.join("local"));
-    cfg.global = root.join("global");
-    cfg
-}
-
-fn private_dir(p: &Path) -> Result<(), String> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create {}: {e}", p.display()))
-}
-
-/// Write `pieces` to a new file `tmp`, then rename it to `dst`: the plain way to publish a
-/// file atomically, with the file flags the node-local tier uses.
-fn write_rename(
-    tmp: &Path,
-    dst: &Path,
-    pieces: &mut dyn Iterator<Item = &[u8]>,
-) -> Result<(), String> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    for p in pieces {
-        f.write_all(p)
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    }
-    drop(f);
-    fs::rename(tmp, dst).map_err(|e| format!("cannot rename to {}: {e}", dst.display()))
-}
-
-fn remove_file(p: &Path) -> Result<(), String> {
-    fs::remove_file(p).map_err(|e| format!("cannot remove {}: {e}", p.display()))
 }
 
 #[derive(Debug)]
@@ -387,43 +216,6 @@ struct Bandwidth {
     checksum: Vec<f64>,
 }
 
-/// Read a `/proc/meminfo` field, in bytes.
-fn meminfo(field: &str) -> Option<u64> {
-    let text = fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
-        let kb: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
-        Some(kb * 1024)
-    })
-}
-
-/// Bytes available to an unprivileged writer on the file system holding `p`.
-fn fs_available(p: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statvfs(3) writes into the zeroed struct we pass and reads the C string.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return None;
-        }
-        Some(st.f_bavail as u64 * st.f_frsize as u64)
-    }
-}
-
-/// Whether `p` is on tmpfs (where file pages are memory).
-fn on_tmpfs(p: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs(2) writes into the zeroed struct we pass and reads the C string.
-    // The width of f_type differs between platforms, hence the casts.
-    #[allow(clippy::unnecessary_cast)]
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == libc::TMPFS_MAGIC as i64
-    }
-}
-
 /// Collective: refuse to start when a node cannot hold every local rank's buffer and file.
 fn check_memory(mpi: &Mpi, root: &Path, mib: usize) -> Res<()> {
     let node = mpi.world.split_shared(mpi.rank as i32);
@@ -455,20 +247,6 @@ fn check_memory(mpi: &Mpi, root: &Path, mib: usize) -> Res<()> {
     // One rank per node checks for the node.
     let res = if node.rank() == 0 { check() } else { Ok(()) };
     mpi.agree("memory check", res)
-}
-
-/// A buffer of `n` pseudo-random bytes (xorshift64), every page touched.
-fn filled(n: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for w in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        w.copy_from_slice(&b[..w.len()]);
-    }
-    v
 }
 
 /// Benchmark 2: checkpoint bandwidth against a plain write of the same bytes.
@@ -612,26 +390,6 @@ impl BwRatios {
             .iter()
             .all(|x| (*x >= TARGET_BW_RATIO) == meets)
     }
-}
-
-fn verdict(meets: bool) -> &'static str {
-    if meets {
-        "MEETS"
-    } else {
-        "MISSES"
-    }
-}
-
-fn size_label(bytes: usize) -> String {
-    if bytes % MIB == 0 {
-        format!("{} MiB", bytes / MIB)
-    } else {
-        format!("{} KiB", bytes / 1024)
-    }
-}
-
-fn ms(s: f64) -> String {
-    format!("{:.3} ms", s * 1e3)
 }
 
 struct Context {
@@ -826,17 +584,8 @@ fn to_json(ctx: &Context, fixed: Option<&Fixed>, bw: Option<&Bandwidth>) -> serd
     })
 }
 
-fn count_nodes(mpi: &Mpi) -> usize {
-    let node = mpi.world.split_shared(mpi.rank as i32);
-    let leader = (node.rank() == 0) as i64;
-    let mut nodes = 0i64;
-    mpi.world
-        .all_reduce_into(&leader, &mut nodes, SystemOperation::sum());
-    nodes as usize
-}
-
 fn run(mpi: &Mpi, args: &Args) -> i32 {
-    let dir = match RunDir::create(mpi, &args.base) {
+    let dir = match RunDir::create(mpi, &args.base, "cairn-bench-ckpt") {
         Ok(d) => d,
         Err(f) => {
             if mpi.rank == 0 || !f.peer {
