@@ -3,6 +3,11 @@
 //! checkpoint holds ([`Inventory::inspect`]) and whether its bytes still match their checksums
 //! ([`Inventory::verify`]).
 //!
+//! For a redundant checkpoint it also records what each node directory holds of its
+//! redundancy (partner copies under `partner/`, parity objects under `parity/`, each checked)
+//! and a [`Protection`] verdict: whether every lost part and redundancy object can still be
+//! rebuilt (`cairn rebuild`), judged the way the engine's rebuild judges it.
+//!
 //! Nothing here creates or modifies anything: tiers are opened with
 //! [`DirTier::open_existing`], and a missing tier root simply holds nothing. Every key is built
 //! from a name that passed [`check_name`] and from integers parsed out of directory listings
@@ -13,7 +18,9 @@ use crate::catalog::{self, manifest_key, parse_rank_file, rank_key, version_dir}
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::part;
-use cairn_format::{check_name, CkptState, Dtype, Manifest};
+use crate::protect::{parity_key, partner_key};
+use cairn_format::{check_name, checksum, CkptState, Dtype, Manifest, ParityCodec, ParityHeader};
+use cairn_redundancy::stripe;
 use cairn_tier::{DirTier, Scope, Tier};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,6 +98,143 @@ pub struct CopyInfo {
     pub bytes: u64,
 }
 
+/// A partner copy found in a node directory (`partner/rank<r>.ckpt`): a byte-identical copy
+/// of rank `rank`'s part, held for it by a rank of this node.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartnerCopyInfo {
+    /// The rank whose part this is a copy of.
+    pub rank: u32,
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// Whether its index reads and names this checkpoint, version and rank (`list`,
+    /// `inspect`); `verify` also re-checks every chunk.
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+/// One member of an xor / rs set, as a parity header records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SetMember {
+    pub rank: u32,
+    /// Length of its rank file when the parity was encoded.
+    pub bytes: u64,
+}
+
+/// The set a parity object protects, from its header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParitySet {
+    /// `xor` or `rs`.
+    pub codec: String,
+    pub set_id: u32,
+    pub members: Vec<SetMember>,
+    /// Parity shards per stripe: how many lost members the set tolerates.
+    pub m: u32,
+    /// Shard (segment) size in bytes.
+    pub segment: u64,
+    /// This holder's index among `members`.
+    pub holder: u32,
+}
+
+/// A parity object found in a node directory (`parity/rank<r>.par`), checked: its header
+/// decodes, belongs to rank `rank`, the object has the length the header implies, and each
+/// shard matches its checksum.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParityInfo {
+    /// The rank that holds it (its set member).
+    pub rank: u32,
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// The set, when the header decodes.
+    pub set: Option<ParitySet>,
+    pub ok: bool,
+    /// Shards whose checksum does not match.
+    pub damaged_shards: Vec<u32>,
+    pub error: Option<String>,
+}
+
+/// What one node directory holds of a checkpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeHoldings {
+    pub node: u32,
+    /// The checkpoint's directory in that node directory.
+    pub path: PathBuf,
+    /// Ranks whose own part (rank file) is here.
+    pub parts: Vec<u32>,
+    pub partner_copies: Vec<PartnerCopyInfo>,
+    pub parity: Vec<ParityInfo>,
+}
+
+/// How well a checkpoint's redundancy still protects it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtectionState {
+    /// Every part and every redundancy object is present and intact.
+    Protected,
+    /// Parts or redundancy objects are lost or damaged; see `rebuildable`.
+    Degraded,
+    /// A lost part can no longer be rebuilt from what the node directories hold.
+    Unrecoverable,
+    /// Scheme `single`: nothing is lost, but nothing is kept twice either.
+    Unprotected,
+    /// No node directory holds the checkpoint (only the global tier does).
+    NotLocal,
+    /// No manifest records the scheme and world size.
+    Unknown,
+}
+
+/// The protection verdict on one checkpoint, judged from the node-local tier the way the
+/// engine's rebuild judges it: a part is lost when no node directory holds it; a partner copy
+/// or parity object is lost when it is missing or fails its checks; a set can rebuild as long
+/// as no stripe lost more shards than its parity count.
+#[derive(Debug, Clone, Serialize)]
+pub struct Protection {
+    pub state: ProtectionState,
+    /// Whether `cairn rebuild` can restore every lost part and redundancy object.
+    pub rebuildable: bool,
+    /// Node indices (of the job's `nodes`) with no directory of this checkpoint.
+    pub lost_nodes: Vec<u32>,
+    /// Ranks whose part no node directory holds.
+    pub lost_parts: Vec<u32>,
+    /// Ranks whose partner copy or parity object is missing or damaged.
+    pub lost_redundancy: Vec<u32>,
+    /// Ranks whose lost part cannot be rebuilt.
+    pub unrecoverable: Vec<u32>,
+    /// Whether something is missing or damaged in node directories that still hold the
+    /// checkpoint (a part a manifest lists, a partner copy, a parity object), rather than only
+    /// gone with lost nodes. `verify` counts this as damage.
+    pub local_damage: bool,
+    /// In words, e.g. `degraded (node 1 lost; rebuildable)`.
+    pub summary: String,
+}
+
+impl Protection {
+    /// A short form for tables: `protected`, `degraded (rebuildable)`, `unrecoverable`, ...
+    pub fn short(&self) -> &'static str {
+        match (self.state, self.rebuildable) {
+            (ProtectionState::Protected, _) => "protected",
+            (ProtectionState::Degraded, true) => "degraded (rebuildable)",
+            (ProtectionState::Degraded, false) => "degraded (not rebuildable)",
+            (ProtectionState::Unrecoverable, _) => "unrecoverable",
+            (ProtectionState::Unprotected, _) => "none",
+            (ProtectionState::NotLocal, _) | (ProtectionState::Unknown, _) => "-",
+        }
+    }
+
+    /// Whether something is lost or damaged.
+    pub fn is_impaired(&self) -> bool {
+        matches!(
+            self.state,
+            ProtectionState::Degraded | ProtectionState::Unrecoverable
+        )
+    }
+}
+
+impl std::fmt::Display for Protection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary)
+    }
+}
+
 /// What is stored of one checkpoint version.
 #[derive(Debug, Clone, Serialize)]
 pub struct CkptRecord {
@@ -116,6 +260,13 @@ pub struct CkptRecord {
     /// global one), nanoseconds.
     pub capture_ns: Option<u64>,
     pub copies: Vec<CopyInfo>,
+    /// The redundancy scheme its manifests record (`single`, `partner`, `xor(4)`, `rs(2+2)`).
+    pub scheme: Option<String>,
+    /// Size of every partner copy and parity object in the node directories.
+    pub redundancy_bytes: u64,
+    /// Per node directory: own parts, partner copies and parity objects.
+    pub holdings: Vec<NodeHoldings>,
+    pub protection: Protection,
     /// What is wrong with it, in words (unreadable manifest, missing rank files, ...).
     pub problems: Vec<String>,
 }
@@ -172,19 +323,36 @@ pub enum Selection {
     Version(String, i64),
 }
 
-/// The outcome of re-checking one rank file.
+/// What kind of file a [`FileCheck`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// A rank's own part (`rank<r>.ckpt`).
+    Part,
+    /// A partner copy of rank `rank`'s part (`partner/rank<r>.ckpt`).
+    Partner,
+    /// The parity object rank `rank` holds (`parity/rank<r>.par`).
+    Parity,
+}
+
+/// The outcome of re-checking one rank file, partner copy or parity object.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileCheck {
+    pub kind: FileKind,
+    /// The part's rank (for a partner copy, the rank it is a copy of; for a parity object,
+    /// the rank holding it).
     pub rank: u32,
     pub place: Place,
     pub path: PathBuf,
     pub ok: bool,
-    /// Region bytes whose checksums matched (when ok).
+    /// Bytes whose checksums matched (when ok): region bytes, or parity shard bytes.
     pub bytes: Option<u64>,
     pub error: Option<String>,
     /// The damaged region and chunk, when the damage is in region data.
     pub region: Option<i32>,
     pub chunk: Option<u64>,
+    /// The first damaged shard, when the damage is in a parity shard.
+    pub shard: Option<u32>,
 }
 
 /// The verdict on one checkpoint.
@@ -193,8 +361,9 @@ pub struct FileCheck {
 pub enum Verdict {
     /// Every stored rank file matches its checksums and some tier holds a complete copy.
     Ok,
-    /// A rank file fails its checksums or cannot be read, a manifest lists a missing rank
-    /// file, or a manifest is unreadable.
+    /// A rank file, partner copy or parity object fails its checksums or cannot be read, a
+    /// manifest lists a missing rank file, a manifest is unreadable, or a node directory that
+    /// holds the checkpoint lacks redundancy its scheme calls for.
     Damaged,
     /// Nothing stored is damaged, but no tier holds a complete copy.
     Incomplete,
@@ -208,8 +377,9 @@ pub struct CkptCheck {
     pub verdict: Verdict,
     pub state: Status,
     pub files: Vec<FileCheck>,
-    /// Region bytes checked in total.
+    /// Bytes checked in total (region bytes of parts and partner copies, parity shards).
     pub bytes: u64,
+    pub protection: Protection,
     pub problems: Vec<String>,
 }
 
@@ -231,6 +401,9 @@ struct Found {
     manifest_error: Option<String>,
     /// rank -> file size
     files: BTreeMap<u32, u64>,
+    /// Partner copies and parity objects held here (node-local tiers only).
+    partner: Vec<PartnerCopyInfo>,
+    parity: Vec<ParityInfo>,
     problems: Vec<String>,
 }
 
@@ -326,6 +499,444 @@ fn damaged_chunk(msg: &str) -> Option<(i32, u64)> {
     let (chunk, rest) = rest.split_once(" of region ")?;
     let (region, _) = rest.split_once(' ')?;
     Some((region.parse().ok()?, chunk.parse().ok()?))
+}
+
+/// Parse `rank<r>.par` strictly, as [`parse_rank_file`] does `rank<r>.ckpt`.
+fn parse_parity_file(file: &str) -> Option<u32> {
+    let stem = file.strip_suffix(".par")?;
+    parse_rank_file(&format!("{stem}.ckpt")).and_then(|r| u32::try_from(r).ok())
+}
+
+/// At most this many ranks or nodes are spelled out in a [`Protection`] (a manifest's world
+/// size is not trusted to be small).
+const MAX_LISTED: u64 = 1 << 16;
+
+/// The integers of some ranges, at most [`MAX_LISTED`] of them.
+fn expand(rs: &[(u32, u32)]) -> Vec<u32> {
+    rs.iter()
+        .flat_map(|(a, b)| *a..=*b)
+        .take(MAX_LISTED as usize)
+        .collect()
+}
+
+/// `rank 3` or `ranks 2-3, 5`.
+fn ranks_phrase(rs: &BTreeSet<u32>) -> String {
+    format!(
+        "rank{} {}",
+        if rs.len() == 1 { "" } else { "s" },
+        ranges(rs.iter().copied())
+    )
+}
+
+/// Check a partner copy's index: it must read and name `name` v`v` of rank `r`.
+fn check_partner_index(tier: &DirTier, name: &str, v: i64, r: u32) -> Result<()> {
+    let rd = tier.open(&partner_key(name, v, r as usize))?;
+    let ix = part::read_index(&*rd)?;
+    if ix.name != name || ix.version != v || ix.rank != r {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "holds {} v{} of rank {}, not {name} v{v} of rank {r}",
+                ix.name, ix.version, ix.rank
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Largest header a parity object can have (1024 members, 1023 shards).
+const MAX_PARITY_HEADER: u64 = 44 + 12 * 1024 + 8 * 1023 + 8;
+
+/// Read and check the parity object rank `r` holds, through the tier, one shard at a time.
+fn check_parity(tier: &DirTier, place_path: PathBuf, key: &str, r: u32) -> ParityInfo {
+    let mut info = ParityInfo {
+        rank: r,
+        path: place_path,
+        bytes: 0,
+        set: None,
+        ok: false,
+        damaged_shards: Vec::new(),
+        error: None,
+    };
+    let res = (|| -> Result<()> {
+        let rd = tier.open(key)?;
+        let len = rd.len();
+        info.bytes = len;
+        if len < 16 {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("file of {len} bytes is too short"),
+            ));
+        }
+        let mut lead = [0u8; 16];
+        rd.read_exact_at(&mut lead, 0)?;
+        let h = u32::from_le_bytes(lead[12..16].try_into().expect("4 bytes")) as u64;
+        // A header length the format cannot have is left to `decode` to name.
+        let want = if (52..=MAX_PARITY_HEADER).contains(&h) && h <= len {
+            h
+        } else {
+            len.min(52)
+        };
+        let mut hb = vec![0u8; want as usize];
+        rd.read_exact_at(&mut hb, 0)?;
+        let hd = ParityHeader::decode(&hb)
+            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("parity header: {e}")))?;
+        info.set = Some(ParitySet {
+            codec: match hd.codec {
+                ParityCodec::Xor => "xor",
+                ParityCodec::ReedSolomon => "rs",
+            }
+            .to_string(),
+            set_id: hd.set_id,
+            members: hd
+                .members
+                .iter()
+                .map(|(rank, bytes)| SetMember {
+                    rank: *rank,
+                    bytes: *bytes,
+                })
+                .collect(),
+            m: hd.m,
+            segment: hd.segment,
+            holder: hd.holder,
+        });
+        let holder = hd.members[hd.holder as usize].0;
+        if holder != r {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("holds the parity of rank {holder}, not of rank {r}"),
+            ));
+        }
+        let start = hd.encoded_len() as u64;
+        let expected = hd
+            .segment
+            .checked_mul(hd.m as u64)
+            .and_then(|x| x.checked_add(start));
+        if expected != Some(len) {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "object is {len} bytes but its header describes {} shard(s) of {} bytes",
+                    hd.m, hd.segment
+                ),
+            ));
+        }
+        let s = usize::try_from(hd.segment)
+            .map_err(|_| Error::new(ErrorKind::Corrupt, "shard size does not fit in memory"))?;
+        let mut buf = vec![0u8; s];
+        for (j, want) in hd.shard_sums.iter().enumerate() {
+            rd.read_exact_at(&mut buf, start + j as u64 * hd.segment)?;
+            if checksum(&buf) != *want {
+                info.damaged_shards.push(j as u32);
+            }
+        }
+        match info.damaged_shards.as_slice() {
+            [] => Ok(()),
+            [j] => Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("shard {j} fails its checksum"),
+            )),
+            js => Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("shards {} fail their checksums", ranges(js.iter().copied())),
+            )),
+        }
+    })();
+    match res {
+        Ok(()) => info.ok = true,
+        Err(e) => info.error = Some(e.msg),
+    }
+    info
+}
+
+/// The ranks of a set of parity headers' members, as a phrase: `ranks 0, 2`.
+fn members_phrase(set: &ParitySet) -> String {
+    let rs: Vec<String> = set.members.iter().map(|m| m.rank.to_string()).collect();
+    format!("ranks {}", rs.join(", "))
+}
+
+/// The protection verdict on one checkpoint from what its node directories hold (see
+/// [`Protection`]). Mirrors the engine's rebuild: a part counts as present when some node
+/// directory holds it; sets are those recorded by the intact parity objects.
+fn judge(
+    scheme: Option<&str>,
+    world: Option<u32>,
+    nodes: Option<u32>,
+    copies: &[Found],
+    global_complete: bool,
+) -> Protection {
+    let mut p = Protection {
+        state: ProtectionState::Unknown,
+        rebuildable: false,
+        lost_nodes: Vec::new(),
+        lost_parts: Vec::new(),
+        lost_redundancy: Vec::new(),
+        unrecoverable: Vec::new(),
+        local_damage: false,
+        summary: String::new(),
+    };
+    let local: Vec<&Found> = copies
+        .iter()
+        .filter(|c| matches!(c.place, Place::Local(_)))
+        .collect();
+    if local.is_empty() {
+        p.state = ProtectionState::NotLocal;
+        p.summary = "none on the node-local tier (only the global tier holds it)".into();
+        return p;
+    }
+    let (Some(scheme), Some(world)) = (scheme, world) else {
+        p.summary = "unknown (no manifest records its scheme)".into();
+        return p;
+    };
+    let present_nodes: BTreeSet<u32> = local
+        .iter()
+        .filter_map(|c| match c.place {
+            Place::Local(n) => Some(n),
+            Place::Global => None,
+        })
+        .collect();
+    let lost_nodes = nodes
+        .map(|n| missing_ranges(n, &present_nodes))
+        .unwrap_or_default();
+    p.lost_nodes = expand(&lost_nodes);
+    let parts: BTreeSet<u32> = local
+        .iter()
+        .flat_map(|c| c.files.keys().copied())
+        .filter(|r| *r < world)
+        .collect();
+    let lost_parts: BTreeSet<u32> = expand(&missing_ranges(world, &parts)).into_iter().collect();
+    // Ranks a surviving node manifest lists: what is missing of them is not explained by a
+    // lost node.
+    let listed: BTreeSet<u32> = local
+        .iter()
+        .filter_map(|c| c.manifest.as_ref())
+        .flat_map(|m| m.ranks.iter().copied())
+        .collect();
+
+    let mut issues: Vec<String> = Vec::new();
+    if !lost_nodes.is_empty() {
+        issues.push(format!(
+            "node{} {} lost",
+            if count_ranges(&lost_nodes) == 1 {
+                ""
+            } else {
+                "s"
+            },
+            show_ranges(&lost_nodes)
+        ));
+    }
+    let missing_listed: BTreeSet<u32> = lost_parts.intersection(&listed).copied().collect();
+    let mut local_damage = !missing_listed.is_empty();
+    if !missing_listed.is_empty() {
+        issues.push(format!(
+            "part{} of {} missing",
+            if missing_listed.len() == 1 { "" } else { "s" },
+            ranks_phrase(&missing_listed)
+        ));
+    }
+    // Why lost parts cannot be rebuilt, and why lost redundancy cannot be re-made.
+    let mut fatal: Vec<String> = Vec::new();
+    let mut unrecoverable: BTreeSet<u32> = BTreeSet::new();
+    let mut blocked: Vec<String> = Vec::new();
+    let kind = scheme.split('(').next().unwrap_or(scheme);
+    match kind {
+        "partner" => {
+            let good: BTreeSet<u32> = local
+                .iter()
+                .flat_map(|c| &c.partner)
+                .filter(|x| x.ok && x.rank < world)
+                .map(|x| x.rank)
+                .collect();
+            let damaged: BTreeSet<u32> = local
+                .iter()
+                .flat_map(|c| &c.partner)
+                .filter(|x| !x.ok && !good.contains(&x.rank))
+                .map(|x| x.rank)
+                .collect();
+            let no_copy: BTreeSet<u32> =
+                expand(&missing_ranges(world, &good)).into_iter().collect();
+            p.lost_redundancy = no_copy.iter().copied().collect();
+            if lost_nodes.is_empty() {
+                let missing: BTreeSet<u32> = no_copy.difference(&damaged).copied().collect();
+                if !missing.is_empty() {
+                    local_damage = true;
+                    issues.push(format!(
+                        "partner copy of {} missing",
+                        ranks_phrase(&missing)
+                    ));
+                }
+            }
+            if !damaged.is_empty() {
+                local_damage = true;
+                issues.push(format!(
+                    "partner copy of {} damaged",
+                    ranks_phrase(&damaged)
+                ));
+            }
+            unrecoverable = lost_parts.intersection(&no_copy).copied().collect();
+            if !unrecoverable.is_empty() {
+                fatal.push(format!(
+                    "{} lost with {}",
+                    ranks_phrase(&unrecoverable),
+                    if unrecoverable.len() == 1 {
+                        "its copy"
+                    } else {
+                        "their copies"
+                    }
+                ));
+            }
+        }
+        "xor" | "rs" => {
+            let mut good: BTreeMap<u32, &ParitySet> = BTreeMap::new();
+            for x in local.iter().flat_map(|c| &c.parity) {
+                if let (true, Some(set)) = (x.ok && x.rank < world, &x.set) {
+                    good.insert(x.rank, set);
+                }
+            }
+            let damaged: BTreeSet<u32> = local
+                .iter()
+                .flat_map(|c| &c.parity)
+                .filter(|x| !x.ok && !good.contains_key(&x.rank))
+                .map(|x| x.rank)
+                .collect();
+            let have: BTreeSet<u32> = good.keys().copied().collect();
+            let no_parity: BTreeSet<u32> =
+                expand(&missing_ranges(world, &have)).into_iter().collect();
+            p.lost_redundancy = no_parity.iter().copied().collect();
+            let missing: BTreeSet<u32> = no_parity
+                .iter()
+                .filter(|r| listed.contains(r) && !damaged.contains(r))
+                .copied()
+                .collect();
+            if !missing.is_empty() {
+                local_damage = true;
+                issues.push(format!("parity of {} missing", ranks_phrase(&missing)));
+            }
+            if !damaged.is_empty() {
+                local_damage = true;
+                issues.push(format!("parity of {} damaged", ranks_phrase(&damaged)));
+            }
+            // The sets, as the intact parity objects record them.
+            let mut sets: BTreeMap<Vec<u32>, &ParitySet> = BTreeMap::new();
+            for set in good.values() {
+                sets.entry(set.members.iter().map(|m| m.rank).collect())
+                    .or_insert(set);
+            }
+            let set_of = |r: u32| {
+                sets.iter()
+                    .find(|(members, _)| members.contains(&r))
+                    .map(|(_, s)| *s)
+            };
+            let holds_parity =
+                |r: u32, set: &ParitySet| good.get(&r).is_some_and(|g| g.members == set.members);
+            let needy: BTreeSet<u32> = lost_parts.union(&no_parity).copied().collect();
+            let mut orphans: BTreeSet<u32> = BTreeSet::new();
+            let mut checked: BTreeSet<Vec<u32>> = BTreeSet::new();
+            for &r in &needy {
+                let Some(set) = set_of(r) else {
+                    orphans.insert(r);
+                    continue;
+                };
+                let members: Vec<u32> = set.members.iter().map(|m| m.rank).collect();
+                if !checked.insert(members.clone()) {
+                    continue;
+                }
+                let (n, m) = (members.len(), set.m as usize);
+                let worst = (0..n)
+                    .map(|t| {
+                        (0..n - m)
+                            .filter(|i| !parts.contains(&members[stripe::data_member(n, m, t, *i)]))
+                            .count()
+                            + (0..m)
+                                .filter(|j| {
+                                    !holds_parity(members[stripe::parity_holder(n, t, *j)], set)
+                                })
+                                .count()
+                    })
+                    .max()
+                    .unwrap_or(0);
+                if worst > m {
+                    let lost_here: BTreeSet<u32> = members
+                        .iter()
+                        .filter(|r| lost_parts.contains(r))
+                        .copied()
+                        .collect();
+                    let why = format!(
+                        "the set of {} lost {worst} shards of a stripe and {} tolerates {m}",
+                        members_phrase(set),
+                        scheme
+                    );
+                    if lost_here.is_empty() {
+                        blocked.push(why);
+                    } else {
+                        fatal.push(format!("{} lost: {why}", ranks_phrase(&lost_here)));
+                        unrecoverable.extend(lost_here);
+                    }
+                }
+            }
+            let lost_orphans: BTreeSet<u32> = orphans.intersection(&lost_parts).copied().collect();
+            if !lost_orphans.is_empty() {
+                fatal.push(format!(
+                    "{} lost and no intact parity of {} set survives",
+                    ranks_phrase(&lost_orphans),
+                    if lost_orphans.len() == 1 {
+                        "its"
+                    } else {
+                        "their"
+                    }
+                ));
+                unrecoverable.extend(lost_orphans);
+            }
+            let bare: BTreeSet<u32> = orphans.difference(&lost_parts).copied().collect();
+            if !bare.is_empty() {
+                blocked.push(format!(
+                    "no intact parity of the set of {} survives to re-encode from",
+                    ranks_phrase(&bare)
+                ));
+            }
+        }
+        // Nothing to judge: what a lost node took is gone, which `state` already says.
+        _ => {
+            p.lost_parts = lost_parts.into_iter().collect();
+            p.state = ProtectionState::Unprotected;
+            p.summary = format!("none (scheme {scheme} keeps no copies)");
+            return p;
+        }
+    }
+    p.lost_parts = lost_parts.iter().copied().collect();
+    p.unrecoverable = unrecoverable.into_iter().collect();
+    p.local_damage = local_damage;
+    if lost_parts.is_empty() && p.lost_redundancy.is_empty() && issues.is_empty() {
+        p.state = ProtectionState::Protected;
+        p.rebuildable = true;
+        p.summary = "protected".into();
+        return p;
+    }
+    if issues.is_empty() {
+        let mut all = lost_parts.clone();
+        all.extend(p.lost_redundancy.iter().copied());
+        issues.push(format!("{} incomplete", ranks_phrase(&all)));
+    }
+    if !p.unrecoverable.is_empty() {
+        p.state = ProtectionState::Unrecoverable;
+        if global_complete {
+            fatal.push("the global tier still holds a complete copy".into());
+        }
+        p.summary = format!("unrecoverable ({})", fatal.join("; "));
+    } else {
+        p.state = ProtectionState::Degraded;
+        p.rebuildable = blocked.is_empty();
+        p.summary = if p.rebuildable {
+            format!("degraded ({}; rebuildable)", issues.join("; "))
+        } else {
+            format!(
+                "degraded ({}; not rebuildable: {})",
+                issues.join("; "),
+                blocked.join("; ")
+            )
+        };
+    }
+    p
 }
 
 impl Inventory {
@@ -427,12 +1038,41 @@ impl Inventory {
                 Err(e) => problems.push(format!("{place}: rank {r}: {e}")),
             }
         }
+        let mut partner = Vec::new();
+        let mut parity = Vec::new();
+        if let Place::Local(_) = place {
+            let vdir = version_dir(name, v);
+            for entry in tier.list(&format!("{vdir}/partner"))? {
+                let Some(r) = parse_rank_file(&entry).and_then(|r| u32::try_from(r).ok()) else {
+                    continue;
+                };
+                let key = partner_key(name, v, r as usize);
+                let bytes = tier.open(&key).map(|f| f.len()).unwrap_or(0);
+                let checked = check_partner_index(tier, name, v, r);
+                partner.push(PartnerCopyInfo {
+                    rank: r,
+                    path: tier.root().join(&key),
+                    bytes,
+                    ok: checked.is_ok(),
+                    error: checked.err().map(|e| e.msg),
+                });
+            }
+            for entry in tier.list(&format!("{vdir}/parity"))? {
+                let Some(r) = parse_parity_file(&entry) else {
+                    continue;
+                };
+                let key = parity_key(name, v, r as usize);
+                parity.push(check_parity(tier, tier.root().join(&key), &key, r));
+            }
+        }
         Ok(Found {
             place,
             dir,
             manifest,
             manifest_error,
             files,
+            partner,
+            parity,
             problems,
         })
     }
@@ -474,6 +1114,16 @@ impl Inventory {
             });
         }
         let nodes = manifests.first().map(|(_, m)| m.nodes);
+        let scheme = manifests.first().map(|(_, m)| m.scheme.clone());
+        for (p, m) in &manifests {
+            if Some(&m.scheme) != scheme.as_ref() {
+                problems.push(format!(
+                    "{p}: manifest says scheme {}, another says {}",
+                    m.scheme,
+                    scheme.as_deref().unwrap_or("")
+                ));
+            }
+        }
 
         // Coverage: which ranks each tier holds a published, present copy of.
         let mut global_state = None;
@@ -598,6 +1248,33 @@ impl Inventory {
         if copies.iter().any(|c| c.place == Place::Global) {
             tiers.push("global".to_string());
         }
+        let protection = judge(
+            scheme.as_deref(),
+            world,
+            nodes,
+            copies,
+            global_state.is_some(),
+        );
+        let holdings: Vec<NodeHoldings> = copies
+            .iter()
+            .filter_map(|c| match c.place {
+                Place::Local(node) => Some(NodeHoldings {
+                    node,
+                    path: c.dir.clone(),
+                    parts: c.files.keys().copied().collect(),
+                    partner_copies: c.partner.clone(),
+                    parity: c.parity.clone(),
+                }),
+                Place::Global => None,
+            })
+            .collect();
+        let redundancy_bytes = holdings
+            .iter()
+            .map(|h| {
+                h.partner_copies.iter().map(|p| p.bytes).sum::<u64>()
+                    + h.parity.iter().map(|p| p.bytes).sum::<u64>()
+            })
+            .sum();
         let created_unix_ms = manifests.iter().map(|(_, m)| m.created_unix_ms).min();
         let capture_ns = manifests
             .iter()
@@ -627,6 +1304,10 @@ impl Inventory {
                     bytes: c.files.values().sum(),
                 })
                 .collect(),
+            scheme,
+            redundancy_bytes,
+            holdings,
+            protection,
             problems,
         }
     }
@@ -764,6 +1445,7 @@ impl Inventory {
                     for &r in m.ranks.iter().filter(|r| !c.files.contains_key(r)) {
                         damaged = true;
                         files.push(FileCheck {
+                            kind: FileKind::Part,
                             rank: r,
                             place: c.place,
                             path: tier.root().join(rank_key(name, *version, r as usize)),
@@ -772,12 +1454,40 @@ impl Inventory {
                             error: Some("missing (listed in the manifest)".into()),
                             region: None,
                             chunk: None,
+                            shard: None,
                         });
                     }
                 }
+                for x in &c.partner {
+                    let check = self.check_partner(tier, c.place, name, *version, x.rank);
+                    damaged |= !check.ok;
+                    files.push(check);
+                }
+                // Parity objects were read in full and checked by the scan.
+                for x in &c.parity {
+                    damaged |= !x.ok;
+                    files.push(FileCheck {
+                        kind: FileKind::Parity,
+                        rank: x.rank,
+                        place: c.place,
+                        path: x.path.clone(),
+                        ok: x.ok,
+                        bytes: x
+                            .set
+                            .as_ref()
+                            .filter(|_| x.ok)
+                            .map(|s| s.segment * s.m as u64),
+                        error: x.error.clone(),
+                        region: None,
+                        chunk: None,
+                        shard: x.damaged_shards.first().copied(),
+                    });
+                }
             }
-            files.sort_by_key(|f| (f.rank, f.place));
-            let verdict = if damaged {
+            files.sort_by_key(|f| (f.kind, f.rank, f.place));
+            // Redundancy a surviving node should hold but does not is damage too; a lost node
+            // makes the checkpoint incomplete instead (unless another tier holds all of it).
+            let verdict = if damaged || record.protection.local_damage {
                 Verdict::Damaged
             } else if !record.state.is_complete() {
                 Verdict::Incomplete
@@ -791,10 +1501,42 @@ impl Inventory {
                 state: record.state,
                 bytes: files.iter().filter_map(|f| f.bytes).sum(),
                 files,
+                protection: record.protection,
                 problems: record.problems,
             });
         }
         Ok(out)
+    }
+
+    /// Re-check a partner copy: its index names the right checkpoint and rank, and every
+    /// chunk matches its checksum.
+    fn check_partner(&self, tier: &DirTier, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
+        let key = partner_key(name, v, r as usize);
+        let res =
+            check_partner_index(tier, name, v, r).and_then(|()| part::verify(&*tier.open(&key)?));
+        let mut fc = FileCheck {
+            kind: FileKind::Partner,
+            rank: r,
+            place,
+            path: tier.root().join(&key),
+            ok: res.is_ok(),
+            bytes: None,
+            error: None,
+            region: None,
+            chunk: None,
+            shard: None,
+        };
+        match res {
+            Ok(b) => fc.bytes = Some(b),
+            Err(e) => {
+                if let Some((region, chunk)) = damaged_chunk(&e.msg) {
+                    fc.region = Some(region);
+                    fc.chunk = Some(chunk);
+                }
+                fc.error = Some(e.msg);
+            }
+        }
+        fc
     }
 
     fn check_file(&self, tier: &DirTier, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
@@ -814,6 +1556,7 @@ impl Inventory {
             part::verify(&*rd)
         })();
         let mut fc = FileCheck {
+            kind: FileKind::Part,
             rank: r,
             place,
             path: tier.root().join(&key),
@@ -822,6 +1565,7 @@ impl Inventory {
             error: None,
             region: None,
             chunk: None,
+            shard: None,
         };
         match res {
             Ok(b) => fc.bytes = Some(b),
@@ -1171,6 +1915,162 @@ mod tests {
         );
     }
 
+    fn protected_cfg(root: &Path, scheme: &str, parity: usize) -> Config {
+        Config {
+            redundancy: scheme.into(),
+            parity,
+            ..config(root)
+        }
+    }
+
+    #[test]
+    fn redundancy_is_recorded_per_node_without_changing_anything() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = protected_cfg(d.path(), "rs", 2);
+        write(&cfg, 8, 4, "heat", &[1]);
+        let before = snapshot(d.path());
+        let inv = Inventory::open(&cfg).unwrap();
+        let r = &inv.list(None).unwrap()[0];
+        assert_eq!(r.scheme.as_deref(), Some("rs(2+2)"));
+        assert_eq!(r.protection.state, ProtectionState::Protected);
+        assert!(r.protection.rebuildable && !r.protection.local_damage);
+        assert_eq!(r.holdings.len(), 4);
+        let h = &r.holdings[1];
+        assert_eq!((h.node, h.parts.clone()), (1, vec![2, 3]));
+        assert!(h.partner_copies.is_empty());
+        let ranks: Vec<u32> = h.parity.iter().map(|p| p.rank).collect();
+        assert_eq!(ranks, vec![2, 3]);
+        let set = h.parity[0].set.as_ref().unwrap();
+        assert_eq!((set.codec.as_str(), set.m, set.holder), ("rs", 2, 1));
+        let members: Vec<u32> = set.members.iter().map(|m| m.rank).collect();
+        assert_eq!(members, vec![0, 2, 4, 6]);
+        assert!(h.parity.iter().all(|p| p.ok && p.damaged_shards.is_empty()));
+        assert_eq!(
+            r.redundancy_bytes,
+            r.holdings
+                .iter()
+                .flat_map(|h| &h.parity)
+                .map(|p| p.bytes)
+                .sum::<u64>()
+        );
+        let c = &inv.verify(&Selection::All).unwrap()[0];
+        assert_eq!(c.verdict, Verdict::Ok);
+        assert_eq!(
+            c.files
+                .iter()
+                .filter(|f| f.kind == FileKind::Parity)
+                .count(),
+            8
+        );
+        assert_eq!(
+            snapshot(d.path()),
+            before,
+            "the inventory changed the tiers"
+        );
+    }
+
+    #[test]
+    fn rs_tolerates_parity_many_lost_nodes_per_set() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = protected_cfg(d.path(), "rs", 2);
+        write(&cfg, 8, 4, "heat", &[1]);
+        // Nodes 1 and 2 (ranks 2-5): each set {0,2,4,6}, {1,3,5,7} loses two members.
+        for n in [1, 2] {
+            std::fs::remove_dir_all(d.path().join(format!("local/node{n}"))).unwrap();
+        }
+        let inv = Inventory::open(&cfg).unwrap();
+        let p = inv.list(None).unwrap()[0].protection.clone();
+        assert_eq!(p.state, ProtectionState::Degraded, "{p:?}");
+        assert!(p.rebuildable && !p.local_damage);
+        assert_eq!(p.summary, "degraded (nodes 1-2 lost; rebuildable)");
+        assert_eq!(p.lost_nodes, vec![1, 2]);
+        assert_eq!(p.lost_parts, vec![2, 3, 4, 5]);
+        assert_eq!(p.lost_redundancy, vec![2, 3, 4, 5]);
+        // A third node is one member too many.
+        std::fs::remove_dir_all(d.path().join("local/node3")).unwrap();
+        let p = inv.list(None).unwrap()[0].protection.clone();
+        assert_eq!(p.state, ProtectionState::Unrecoverable, "{p:?}");
+        assert!(!p.rebuildable);
+        assert_eq!(p.unrecoverable, vec![2, 3, 4, 5, 6, 7]);
+        assert!(
+            p.summary.contains(
+                "the set of ranks 0, 2, 4, 6 lost 3 shards of a stripe and rs(2+2) tolerates 2"
+            ),
+            "{}",
+            p.summary
+        );
+    }
+
+    #[test]
+    fn bad_partner_copies_and_parity_objects_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = protected_cfg(d.path(), "partner", 2);
+        write(&cfg, 4, 2, "heat", &[1]);
+        let node0 = d.path().join("local/node0/heat/v1");
+        // A copy stored under the wrong rank's name.
+        std::fs::rename(
+            node0.join("partner/rank2.ckpt"),
+            node0.join("partner/rank9.ckpt"),
+        )
+        .unwrap();
+        let inv = Inventory::open(&cfg).unwrap();
+        let r = &inv.list(None).unwrap()[0];
+        let c = r.holdings[0]
+            .partner_copies
+            .iter()
+            .find(|c| c.rank == 9)
+            .unwrap();
+        assert!(!c.ok);
+        assert!(
+            c.error
+                .as_deref()
+                .unwrap()
+                .contains("not heat v1 of rank 9"),
+            "{c:?}"
+        );
+        assert_eq!(r.protection.state, ProtectionState::Degraded);
+        assert!(r.protection.local_damage);
+        assert_eq!(
+            r.protection.summary,
+            "degraded (partner copy of rank 2 missing; partner copy of rank 9 damaged; rebuildable)"
+        );
+        assert_eq!(
+            inv.verify(&Selection::All).unwrap()[0].verdict,
+            Verdict::Damaged
+        );
+
+        let d = tempfile::tempdir().unwrap();
+        let cfg = protected_cfg(d.path(), "xor", 2);
+        write(&cfg, 4, 2, "heat", &[1]);
+        let par = d.path().join("local/node1/heat/v1/parity/rank3.par");
+        let inv = Inventory::open(&cfg).unwrap();
+        for (bytes, want) in [
+            (b"junk".to_vec(), "too short"),
+            (vec![0u8; 200], "parity header"),
+        ] {
+            std::fs::write(&par, &bytes).unwrap();
+            let r = &inv.list(None).unwrap()[0];
+            let p = r.holdings[1].parity.iter().find(|p| p.rank == 3).unwrap();
+            assert!(!p.ok && p.set.is_none());
+            assert!(p.error.as_deref().unwrap().contains(want), "{p:?}");
+            assert_eq!(
+                r.protection.summary,
+                "degraded (parity of rank 3 damaged; rebuildable)"
+            );
+        }
+        // Rank 1's parity object under rank 3's name: the header names the holder.
+        std::fs::copy(d.path().join("local/node0/heat/v1/parity/rank1.par"), &par).unwrap();
+        let r = &inv.list(None).unwrap()[0];
+        let p = r.holdings[1].parity.iter().find(|p| p.rank == 3).unwrap();
+        assert!(
+            p.error
+                .as_deref()
+                .unwrap()
+                .contains("holds the parity of rank 1"),
+            "{p:?}"
+        );
+    }
+
     #[test]
     fn helpers() {
         assert_eq!(parse_node_dir("node12"), Some(12));
@@ -1186,5 +2086,9 @@ mod tests {
             Some((-2, 4))
         );
         assert_eq!(damaged_chunk("index fails its checksum"), None);
+        assert_eq!(parse_parity_file("rank12.par"), Some(12));
+        for bad in ["rank01.par", "rank.par", "rank1.ckpt", "rank1.par.tmp.3.0"] {
+            assert_eq!(parse_parity_file(bad), None, "{bad}");
+        }
     }
 }
