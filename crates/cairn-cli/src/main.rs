@@ -1,13 +1,16 @@
-//! `cairn`: the command-line tool that lists, inspects and verifies stored checkpoints, and
-//! runs the kill-and-restart demo.
+//! `cairn`: the command-line tool that lists, inspects and verifies stored checkpoints,
+//! rebuilds lost parts and redundancy, and runs the kill-and-restart demo.
 //!
-//! Everything except `demo` only reads the tiers (through `cairn_core::inventory`); nothing is
-//! created or changed. Exit codes: 0 success, 1 a check failed (`verify` found damaged or
-//! incomplete checkpoints, `demo` ended with different results), 2 usage, configuration or
-//! other errors that kept the command from doing its job.
+//! `list`, `inspect` and `verify` only read the tiers (through `cairn_core::inventory`);
+//! nothing is created or changed. `rebuild` is collective: it runs under `mpirun` and is the
+//! only subcommand that initialises MPI. Exit codes: 0 success, 1 a check failed (`verify`
+//! found damaged or incomplete checkpoints, `rebuild` could not rebuild, `demo` ended with
+//! different results), 2 usage, configuration or other errors that kept the command from
+//! doing its job.
 #![forbid(unsafe_code)]
 
 mod demo;
+mod rebuild;
 mod show;
 
 use anyhow::{Context, Result};
@@ -19,21 +22,47 @@ use std::process::ExitCode;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success (verify: every checkpoint checked is intact and complete)
-  1  verify found a damaged or incomplete checkpoint; demo ended with different results
+  0  success (verify: every checkpoint checked is intact and complete; rebuild: everything
+     rebuilt, or nothing to rebuild)
+  1  verify found a damaged or incomplete checkpoint; rebuild could not rebuild (the message
+     says why); demo ended with different results
   2  usage or configuration error, or the command could not do its job
-     (e.g. no such checkpoint, unreadable storage, demo could not run)";
+     (e.g. no such checkpoint, unreadable storage, demo could not run, rebuild run with a
+     rank count or [topology] / [redundancy] settings other than the checkpoint's)";
+
+const REBUILD_HELP: &str = "\
+rebuild is collective: run it under mpirun with the job's rank count and the job's
+configuration, i.e. the same [tiers], [topology] (sim_nodes, domain_env) and [redundancy]
+(scheme, set_size, parity) settings, from the same --config file or CAIRN_* variables:
+
+  mpirun -n 4 cairn rebuild heat 300
+  CAIRN_TOPOLOGY_SIM_NODES=2 CAIRN_REDUNDANCY_SCHEME=xor mpirun -n 4 cairn rebuild heat
+
+Each rank restores into its own node's directory what its node lost: its part (from its
+partner's copy, or from the parity of its set), its partner copy or parity object, and its
+node's manifest. Without VERSION, every version of NAME published on the node-local tier is
+checked and rebuilt where needed. A checkpoint written by a different rank count, node count
+or scheme is refused (exit code 2). Run it while the job is not running.
+
+Exit codes:
+  0  rebuilt, or nothing to rebuild
+  1  could not rebuild (too much was lost for the scheme, or storage failed); the message
+     says why
+  2  usage or configuration error, no such checkpoint, or a layout that differs from the
+     checkpoint's";
 
 #[derive(Parser, Debug)]
 #[command(
     name = "cairn",
     version,
-    about = "List, inspect and verify Cairn checkpoints, and run the kill-and-restart demo",
-    long_about = "List, inspect and verify the checkpoints Cairn has stored, and run the \
-kill-and-restart demo.\n\nThe tiers come from the same configuration the library reads: \
-built-in defaults, then the TOML file given with --config (else the one named by \
-CAIRN_CONFIG), then CAIRN_<SECTION>_<KEY> environment variables (e.g. CAIRN_TIERS_LOCAL), \
-then --local and --global. list, inspect and verify never create or change anything.",
+    about = "List, inspect, verify and rebuild Cairn checkpoints, and run the kill-and-restart demo",
+    long_about = "List, inspect and verify the checkpoints Cairn has stored, rebuild what a \
+lost node took with it, and run the kill-and-restart demo.\n\nThe tiers come from the same \
+configuration the library reads: built-in defaults, then the TOML file given with --config \
+(else the one named by CAIRN_CONFIG), then CAIRN_<SECTION>_<KEY> environment variables (e.g. \
+CAIRN_TIERS_LOCAL), then --local and --global. list, inspect and verify never create or \
+change anything. rebuild is collective and runs under mpirun with the job's rank count and \
+configuration.",
     after_help = EXIT_CODES
 )]
 struct Cli {
@@ -44,7 +73,7 @@ struct Cli {
 }
 
 #[derive(Args, Debug)]
-struct GlobalOpts {
+pub(crate) struct GlobalOpts {
     /// Cairn configuration file (TOML); default: the one named by CAIRN_CONFIG, if any
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
@@ -58,11 +87,15 @@ struct GlobalOpts {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// List stored checkpoints: state, tiers, ranks, size, creation time
+    /// List stored checkpoints: state, redundancy scheme and protection, tiers, ranks, size,
+    /// creation time
     #[command(
         after_help = "States: durable (complete on the global tier), protected or \
 captured (complete on the node-local tier), incomplete (no tier holds every rank: it cannot \
-be restarted from)."
+be restarted from as it is).\n\nProtection: protected (every part and every partner copy or \
+parity object is there and intact), degraded (something is lost or damaged; rebuildable \
+means restart or `cairn rebuild` restores it), unrecoverable (a lost part can no longer be \
+rebuilt), none (scheme single)."
     )]
     List {
         /// Only checkpoints of this name
@@ -71,7 +104,8 @@ be restarted from)."
         #[arg(long)]
         json: bool,
     },
-    /// Show one checkpoint: manifests, and per rank its files, regions, sizes, checksums, timings
+    /// Show one checkpoint: scheme and protection, per node its parts, partner copies and
+    /// parity objects, manifests, and per rank its files, regions, sizes, checksums, timings
     Inspect {
         name: String,
         version: i64,
@@ -79,7 +113,7 @@ be restarted from)."
         #[arg(long)]
         json: bool,
     },
-    /// Re-check every checksum of every stored rank file
+    /// Re-check every checksum of every stored rank file, partner copy and parity object
     #[command(after_help = EXIT_CODES)]
     Verify {
         /// Only checkpoints of this name
@@ -89,6 +123,15 @@ be restarted from)."
         /// Print a JSON array of per-checkpoint results instead of text
         #[arg(long)]
         json: bool,
+    },
+    /// Rebuild lost or damaged parts, partner copies and parity of a checkpoint (collective:
+    /// run under mpirun with the job's rank count and configuration)
+    #[command(after_help = REBUILD_HELP)]
+    Rebuild {
+        /// Checkpoint name
+        name: String,
+        /// Only this version; default: every version on the node-local tier that needs it
+        version: Option<i64>,
     },
     /// Run heat2d under mpirun, kill one rank partway, restart it and compare with an
     /// uninterrupted run
@@ -114,6 +157,10 @@ impl std::error::Error for CheckFailed {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The one MPI subcommand: MPI is initialised inside it and nowhere else.
+    if let Cmd::Rebuild { name, version } = &cli.cmd {
+        return ExitCode::from(rebuild::run(&cli.global, name, *version));
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<CheckFailed>() => ExitCode::from(1),
@@ -196,6 +243,7 @@ fn run(cli: Cli) -> Result<()> {
                 Err(CheckFailed.into())
             }
         }
+        Cmd::Rebuild { .. } => unreachable!("handled in main"),
         Cmd::Demo(args) => {
             let g = &cli.global;
             if g.config.is_some() || g.local.is_some() || g.global.is_some() {

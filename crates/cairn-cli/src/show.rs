@@ -1,6 +1,8 @@
 //! Text output of `cairn list`, `inspect` and `verify`: tables, sizes, times.
 
-use cairn_core::inventory::{CkptCheck, CkptRecord, Inspection, Inventory, Verdict};
+use cairn_core::inventory::{
+    CkptCheck, CkptRecord, FileKind, Inspection, Inventory, ParitySet, Verdict,
+};
 use std::fmt::Write;
 
 /// `812 B`, `10.0 KiB`, `2.0 MiB`.
@@ -104,6 +106,8 @@ pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> Stri
         "NAME",
         "VERSION",
         "STATE",
+        "SCHEME",
+        "PROTECTION",
         "TIERS",
         "RANKS",
         "SIZE",
@@ -116,6 +120,8 @@ pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> Stri
             r.name.clone(),
             r.version.to_string(),
             r.state.to_string(),
+            r.scheme.clone().unwrap_or_else(|| "-".into()),
+            r.protection.short().to_string(),
             r.tiers.join(", "),
             ranks_cell(r),
             bytes(r.bytes),
@@ -123,16 +129,62 @@ pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> Stri
         ]);
     }
     let mut out = table(&rows);
-    let troubled: Vec<&CkptRecord> = records.iter().filter(|r| !r.problems.is_empty()).collect();
+    let troubled: Vec<&CkptRecord> = records
+        .iter()
+        .filter(|r| !r.problems.is_empty() || r.protection.is_impaired())
+        .collect();
     if !troubled.is_empty() {
         out.push('\n');
         for r in troubled {
+            if r.protection.is_impaired() {
+                let _ = writeln!(
+                    out,
+                    "{} v{}: {}{}",
+                    r.name,
+                    r.version,
+                    r.protection,
+                    rebuild_hint(r)
+                );
+            }
             for p in &r.problems {
                 let _ = writeln!(out, "{} v{}: {p}", r.name, r.version);
             }
         }
     }
     out
+}
+
+/// How to rebuild a degraded checkpoint, when it can be.
+fn rebuild_hint(r: &CkptRecord) -> String {
+    if !r.protection.rebuildable || !r.protection.is_impaired() {
+        return String::new();
+    }
+    let n = r.world_size.map_or("N".to_string(), |w| w.to_string());
+    format!(
+        "; `mpirun -n {n} cairn rebuild {} {}` with the job's configuration rebuilds it",
+        r.name, r.version
+    )
+}
+
+/// `xor set 0 of ranks 0 (16.1 KiB), 2 (16.1 KiB), m 1, segment 8.0 KiB`
+fn set_phrase(s: &ParitySet) -> String {
+    let members: Vec<String> = s
+        .members
+        .iter()
+        .map(|m| format!("{} ({})", m.rank, bytes(m.bytes)))
+        .collect();
+    format!(
+        "{} set {} of ranks {}, m {}, segment {}",
+        s.codec,
+        s.set_id,
+        members.join(", "),
+        s.m,
+        bytes(s.segment)
+    )
+}
+
+fn join_ranks(rs: &[u32]) -> String {
+    rs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// The `cairn inspect` report.
@@ -155,6 +207,12 @@ pub fn inspect(ins: &Inspection) -> String {
     let _ = writeln!(out, "  tiers      {}", r.tiers.join(", "));
     let _ = writeln!(
         out,
+        "  scheme     {}",
+        r.scheme.as_deref().unwrap_or("unknown (no manifest)")
+    );
+    let _ = writeln!(out, "  protection {}{}", r.protection, rebuild_hint(r));
+    let _ = writeln!(
+        out,
         "  size       {} per copy, {} stored",
         bytes(r.bytes),
         bytes(r.stored_bytes)
@@ -164,6 +222,20 @@ pub fn inspect(ins: &Inspection) -> String {
     }
     if let Some(c) = r.capture_ns {
         let _ = writeln!(out, "  capture    {} (slowest rank)", ms(c));
+    }
+    if r.redundancy_bytes > 0 {
+        let copies = r.holdings.iter().any(|h| !h.partner_copies.is_empty());
+        let parity = r.holdings.iter().any(|h| !h.parity.is_empty());
+        let what = match (copies, parity) {
+            (true, true) => "partner copies and parity",
+            (true, false) => "partner copies",
+            _ => "parity",
+        };
+        let _ = writeln!(
+            out,
+            "  redundancy {} stored ({what})",
+            bytes(r.redundancy_bytes)
+        );
     }
     for p in &r.problems {
         let _ = writeln!(out, "  problem    {p}");
@@ -185,6 +257,61 @@ pub fn inspect(ins: &Inspection) -> String {
             ]);
         }
         out.push_str(&table(&rows));
+    }
+
+    if !r.holdings.is_empty() || !r.protection.lost_nodes.is_empty() {
+        let _ = writeln!(out, "\nnodes");
+        let mut nodes: Vec<(u32, Option<&_>)> =
+            r.holdings.iter().map(|h| (h.node, Some(h))).collect();
+        nodes.extend(r.protection.lost_nodes.iter().map(|n| (*n, None)));
+        nodes.sort_by_key(|(n, _)| *n);
+        for (n, h) in nodes {
+            let Some(h) = h else {
+                let _ = writeln!(out, "  node{n}  lost: no directory holds this checkpoint");
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "  node{n}  parts of ranks {}  {}",
+                if h.parts.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    join_ranks(&h.parts)
+                },
+                h.path.display()
+            );
+            // One row per object; a parity object's set on the line below it.
+            let mut rows = Vec::new();
+            let mut below: Vec<Option<String>> = Vec::new();
+            let verdict = |e: &Option<String>| match e {
+                None => "ok".to_string(),
+                Some(e) => format!("DAMAGED: {e}"),
+            };
+            for c in &h.partner_copies {
+                rows.push(vec![
+                    format!("    partner copy of rank {}", c.rank),
+                    bytes(c.bytes),
+                    verdict(&c.error),
+                    c.path.display().to_string(),
+                ]);
+                below.push(None);
+            }
+            for p in &h.parity {
+                rows.push(vec![
+                    format!("    parity of rank {}", p.rank),
+                    bytes(p.bytes),
+                    verdict(&p.error),
+                    p.path.display().to_string(),
+                ]);
+                below.push(p.set.as_ref().map(|s| format!("      {}", set_phrase(s))));
+            }
+            for (line, extra) in table(&rows).lines().zip(below) {
+                let _ = writeln!(out, "{line}");
+                if let Some(x) = extra {
+                    let _ = writeln!(out, "{x}");
+                }
+            }
+        }
     }
 
     let _ = writeln!(out, "\nrank files");
@@ -240,26 +367,53 @@ pub fn verify(inv: &Inventory, checks: &[CkptCheck]) -> String {
             Verdict::Damaged => "DAMAGED",
             Verdict::Incomplete => "INCOMPLETE",
         };
-        let good = c.files.iter().filter(|f| f.ok).count();
+        let parts: Vec<_> = c
+            .files
+            .iter()
+            .filter(|f| f.kind == FileKind::Part)
+            .collect();
+        let extra: Vec<_> = c
+            .files
+            .iter()
+            .filter(|f| f.kind != FileKind::Part)
+            .collect();
+        let good = parts.iter().filter(|f| f.ok).count();
+        let mut summary = format!(
+            "{good}/{} rank file{} intact",
+            parts.len(),
+            if parts.len() == 1 { "" } else { "s" }
+        );
+        if !extra.is_empty() {
+            let _ = write!(
+                summary,
+                ", {}/{} redundancy file{} intact",
+                extra.iter().filter(|f| f.ok).count(),
+                extra.len(),
+                if extra.len() == 1 { "" } else { "s" }
+            );
+        }
+        let _ = write!(summary, ", {} checked", bytes(c.bytes));
         rows.push(vec![
             format!("{} v{}", c.name, c.version),
             verdict.to_string(),
-            format!(
-                "{good}/{} rank file{} intact, {} checked",
-                c.files.len(),
-                if c.files.len() == 1 { "" } else { "s" },
-                bytes(c.bytes)
-            ),
+            summary,
         ]);
         let mut d = Vec::new();
         for f in c.files.iter().filter(|f| !f.ok) {
+            let what = match f.kind {
+                FileKind::Part => format!("rank {}", f.rank),
+                FileKind::Partner => format!("partner copy of rank {}", f.rank),
+                FileKind::Parity => format!("parity of rank {}", f.rank),
+            };
             d.push(format!(
-                "  rank {} ({}): {}\n    file {}",
-                f.rank,
+                "  {what} ({}): {}\n    file {}",
                 f.place,
                 f.error.as_deref().unwrap_or("damaged"),
                 f.path.display()
             ));
+        }
+        if c.protection.is_impaired() {
+            d.push(format!("  protection: {}", c.protection));
         }
         if c.verdict != Verdict::Ok {
             for p in &c.problems {
