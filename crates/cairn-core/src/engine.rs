@@ -858,6 +858,9 @@ impl Engine {
                 delete_version(&**tier, name, *x, rank, publisher);
             }
         }
+        // Ranks of one node share its tier: a rank that went on to write the next checkpoint
+        // while another was still listing newer versions would have its new part deleted.
+        self.comm.barrier()?;
         let first_is_global = self.global.is_none();
         let ns = self.names.entry(name.to_string()).or_default();
         ns.first = cands
