@@ -413,10 +413,13 @@ impl Engine {
         // PROTECTED: partner copies were streamed with the write; sets encode their parity now.
         if matches!(self.plan.scheme, Scheme::Xor | Scheme::Rs) {
             let ctx = self.ctx();
-            let res = first
-                .open(&key)
-                .map_err(Error::from)
-                .and_then(|r| protect::encode_parity(&ctx, name, version, r.len()));
+            // Encoding is collective: a rank that cannot open its part must still take part in
+            // every exchange (it fails reading the part and reports it afterwards), or the
+            // others wait for it forever.
+            let own_len = first.open(&key).map(|r| r.len()).map_err(Error::from);
+            let encoded =
+                protect::encode_parity(&ctx, name, version, *own_len.as_ref().unwrap_or(&0));
+            let res = own_len.and(encoded);
             agree(&*self.comm, res, &format!("protect {name} v{version}"))?;
         }
         // Return only once every node's manifest is out: a rank told that v is captured may
