@@ -478,13 +478,13 @@ pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<
     let listed = manifest
         .as_ref()
         .is_some_and(|m| m.ranks.contains(&(rank as u32)));
+    // A part counts only if every checksum holds: a damaged one is lost like a missing one,
+    // and must never feed a rebuilt part or re-encoded parity.
     let has_own = listed
-        && ctx
-            .tier
-            .open(&own_key)
-            .ok()
-            .and_then(|r| part::read_index(&*r).ok())
-            .is_some_and(|ix| ix.rank as usize == rank && ix.version == version);
+        && ctx.tier.open(&own_key).ok().is_some_and(|r| {
+            part::read_index(&*r).is_ok_and(|ix| ix.rank as usize == rank && ix.version == version)
+                && part::verify(&*r).is_ok()
+        });
     let has_copy = ctx.plan.scheme == Scheme::Partner
         && ctx
             .tier
