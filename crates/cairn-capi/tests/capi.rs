@@ -4,8 +4,10 @@
 //!
 //! Needs Open MPI (mpicc, mpirun) and `cargo build --release -p cairn-capi` (or the libcairn.so
 //! that `cargo test` builds). The MPI-heavy tests take a global lock so that they run one at a
-//! time on small machines. `CAPI_KILL_SEEDS=3,7` reruns chosen seeds of the kill test.
+//! time on small machines. `CAPI_KILL_SEEDS=3,7` reruns chosen seeds of the kill test. The
+//! redundancy schemes (partner, xor, rs) under kill -9 and lost nodes are in `redundancy/`.
 
+mod redundancy;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
