@@ -271,7 +271,7 @@ fn rebuild(
             code = USAGE;
             continue;
         }
-        let res = engine.rebuild(name, Some(*v));
+        let res = engine.rebuild(name, *v);
         let msgs = gather(
             ctl,
             res.as_ref()

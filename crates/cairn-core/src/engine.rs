@@ -652,14 +652,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Collective: rebuild and re-protect one version of `name` (`cairn rebuild`), or with
-    /// `None` every version that needs it. Returns what was done.
-    pub fn rebuild(&mut self, name: &str, version: Option<i64>) -> Result<Option<String>> {
+    /// Collective: rebuild and re-protect one version of `name` (`cairn rebuild`). Returns
+    /// what was done, or `None` when nothing was missing.
+    pub fn rebuild(&mut self, name: &str, version: i64) -> Result<Option<String>> {
         check_name(name)?;
-        match version {
-            Some(v) => protect::rebuild(&self.ctx(), name, v),
-            None => self.rebuild_missing(name).map(|()| None),
-        }
+        protect::rebuild(&self.ctx(), name, version)
     }
 
     /// Versions of `name` this rank could restore: version -> tiers holding its part.

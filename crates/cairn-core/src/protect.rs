@@ -517,6 +517,20 @@ pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<
             ),
         ));
     }
+    // Rebuilt files go into this job's node directories and follow this job's plan: the
+    // checkpoint must have been written with the same layout and scheme.
+    if template.nodes as usize != ctx.topo.nodes || template.scheme != ctx.plan.describe() {
+        return Err(Error::new(
+            ErrorKind::Mismatch,
+            format!(
+                "{name} v{version} was written on {} nodes with scheme {}, but this job has {} nodes and scheme {}",
+                template.nodes,
+                template.scheme,
+                ctx.topo.nodes,
+                ctx.plan.describe()
+            ),
+        ));
+    }
     let lost: Vec<usize> = (0..all.len()).filter(|r| !all[*r].has_own).collect();
     let scheme = template.scheme.split('(').next().unwrap_or("single");
     let report = match scheme {
