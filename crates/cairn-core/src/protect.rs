@@ -61,18 +61,42 @@ struct Streamer<'a> {
     buf: Vec<u8>,
     own_tx: Option<SyncSender<Vec<u8>>>,
     copy_tx: Option<SyncSender<Vec<u8>>>,
-    pool: Receiver<Vec<u8>>,
+    pool: Option<Receiver<Vec<u8>>>,
+    /// Writers used on this thread when there are no spare cores for writer threads.
+    inline: Option<(Option<Box<dyn ObjectWriter>>, Option<Box<dyn ObjectWriter>>)>,
     err: Option<Error>,
 }
 
 impl Streamer<'_> {
     fn step(&mut self) {
+        self.steps_left = self.steps_left.saturating_sub(1);
+        if let Some((own, copy)) = self.inline.as_mut() {
+            // One thread: write this piece, swap it, write the partner's. On a node whose
+            // ranks already fill its cores this beats handing pieces to writer threads.
+            let mut res: Result<()> = Ok(());
+            if let (false, Some(w)) = (self.buf.is_empty(), own.as_mut()) {
+                res = w.write_all(&self.buf).map_err(Error::from);
+            }
+            match self.comm.sendrecv(&self.buf, self.dest, self.src) {
+                Ok(got) => {
+                    if let (false, Some(w), true) = (got.is_empty(), copy.as_mut(), res.is_ok()) {
+                        res = w.write_all(&got).map_err(Error::from);
+                    }
+                }
+                Err(e) => res = Err(e.into()),
+            }
+            if let Err(e) = res {
+                self.err.get_or_insert(e);
+            }
+            self.buf.clear();
+            return;
+        }
         let fresh = self
             .pool
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(PIECE));
+            .as_ref()
+            .and_then(|p| p.try_recv().ok())
+            .unwrap_or_else(|| Vec::with_capacity(PIECE));
         let piece = std::mem::replace(&mut self.buf, fresh);
-        self.steps_left = self.steps_left.saturating_sub(1);
         match self.comm.sendrecv(&piece, self.dest, self.src) {
             Ok(got) if !got.is_empty() => {
                 if let Some(tx) = &self.copy_tx {
@@ -160,6 +184,38 @@ pub(crate) fn write_streamed(
     let copy_w = copy_w
         .map_err(|e| first_err.get_or_insert(e.into()).clone())
         .ok();
+    let fail = |e: Error| {
+        e.context(format!(
+            "rank {rank}: partner copy of {} v{} with rank {dest}/{src}",
+            meta.name, meta.version
+        ))
+    };
+    // Writer threads only help when the node has cores to spare for them.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 3 * ctx.topo.node_ranks().len() {
+        let mut st = Streamer {
+            comm: ctx.comm,
+            dest,
+            src,
+            steps_left: steps[0] as u64,
+            buf: Vec::with_capacity(PIECE),
+            own_tx: None,
+            copy_tx: None,
+            pool: None,
+            inline: Some((own_w, copy_w)),
+            err: first_err,
+        };
+        let index = encode_part(&mut st, meta, regions);
+        st.finish();
+        let (own, copy) = st.inline.take().expect("inline writers");
+        if let Some(e) = st.err {
+            return Err(fail(e));
+        }
+        let index = index?;
+        own.expect("writer exists when no error").commit()?;
+        copy.expect("writer exists when no error").commit()?;
+        return Ok(index);
+    }
     let (index, own, copy, stream_err) = std::thread::scope(|s| {
         let (own_tx, own_rx) = sync_channel::<Vec<u8>>(2);
         let (copy_tx, copy_rx) = sync_channel::<Vec<u8>>(2);
@@ -174,7 +230,8 @@ pub(crate) fn write_streamed(
             buf: Vec::with_capacity(PIECE),
             own_tx: Some(own_tx),
             copy_tx: Some(copy_tx),
-            pool: pool_rx,
+            pool: Some(pool_rx),
+            inline: None,
             err: None,
         };
         let index = encode_part(&mut st, meta, regions);
@@ -191,10 +248,7 @@ pub(crate) fn write_streamed(
         .flatten()
         .next()
     {
-        return Err(e.context(format!(
-            "rank {rank}: partner copy of {} v{} with rank {dest}/{src}",
-            meta.name, meta.version
-        )));
+        return Err(fail(e));
     }
     own.0.expect("writer exists when no error").commit()?;
     copy.0.expect("writer exists when no error").commit()?;
