@@ -51,6 +51,9 @@ fn peer_failed(what: String) -> Error {
 
 // ---- partner: streamed ---------------------------------------------------------------------
 
+/// A writer that could be created (or `None` after an error already recorded).
+type Writer = Option<Box<dyn ObjectWriter>>;
+
 /// A sink that cuts the part into pieces, hands each to a writer thread for the local copy and
 /// swaps it with the partner, whose pieces go to a second writer thread.
 struct Streamer<'a> {
@@ -63,7 +66,7 @@ struct Streamer<'a> {
     copy_tx: Option<SyncSender<Vec<u8>>>,
     pool: Option<Receiver<Vec<u8>>>,
     /// Writers used on this thread when there are no spare cores for writer threads.
-    inline: Option<(Option<Box<dyn ObjectWriter>>, Option<Box<dyn ObjectWriter>>)>,
+    inline: Option<(Writer, Writer)>,
     err: Option<Error>,
 }
 
