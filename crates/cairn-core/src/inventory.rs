@@ -1514,29 +1514,7 @@ impl Inventory {
         let key = partner_key(name, v, r as usize);
         let res =
             check_partner_index(tier, name, v, r).and_then(|()| part::verify(&*tier.open(&key)?));
-        let mut fc = FileCheck {
-            kind: FileKind::Partner,
-            rank: r,
-            place,
-            path: tier.root().join(&key),
-            ok: res.is_ok(),
-            bytes: None,
-            error: None,
-            region: None,
-            chunk: None,
-            shard: None,
-        };
-        match res {
-            Ok(b) => fc.bytes = Some(b),
-            Err(e) => {
-                if let Some((region, chunk)) = damaged_chunk(&e.msg) {
-                    fc.region = Some(region);
-                    fc.chunk = Some(chunk);
-                }
-                fc.error = Some(e.msg);
-            }
-        }
-        fc
+        file_check(FileKind::Partner, r, place, tier.root().join(&key), res)
     }
 
     fn check_file(&self, tier: &DirTier, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
@@ -1555,30 +1533,41 @@ impl Inventory {
             }
             part::verify(&*rd)
         })();
-        let mut fc = FileCheck {
-            kind: FileKind::Part,
-            rank: r,
-            place,
-            path: tier.root().join(&key),
-            ok: res.is_ok(),
-            bytes: None,
-            error: None,
-            region: None,
-            chunk: None,
-            shard: None,
-        };
-        match res {
-            Ok(b) => fc.bytes = Some(b),
-            Err(e) => {
-                if let Some((region, chunk)) = damaged_chunk(&e.msg) {
-                    fc.region = Some(region);
-                    fc.chunk = Some(chunk);
-                }
-                fc.error = Some(e.msg);
-            }
-        }
-        fc
+        file_check(FileKind::Part, r, place, tier.root().join(&key), res)
     }
+}
+
+/// The result of re-checking one data file (a part or a partner copy).
+fn file_check(
+    kind: FileKind,
+    rank: u32,
+    place: Place,
+    path: PathBuf,
+    res: Result<u64>,
+) -> FileCheck {
+    let mut fc = FileCheck {
+        kind,
+        rank,
+        place,
+        path,
+        ok: res.is_ok(),
+        bytes: None,
+        error: None,
+        region: None,
+        chunk: None,
+        shard: None,
+    };
+    match res {
+        Ok(b) => fc.bytes = Some(b),
+        Err(e) => {
+            if let Some((region, chunk)) = damaged_chunk(&e.msg) {
+                fc.region = Some(region);
+                fc.chunk = Some(chunk);
+            }
+            fc.error = Some(e.msg);
+        }
+    }
+    fc
 }
 
 #[cfg(test)]
