@@ -1005,7 +1005,7 @@ fn window(set: &mut BTreeSet<i64>, keep: usize) -> Vec<i64> {
 
 /// Collective: turn a per-rank result into an agreed one. Every rank fails if any does; a rank
 /// whose own step succeeded reports that another rank failed.
-fn agree<T>(comm: &dyn Comm, res: Result<T>, what: &str) -> Result<T> {
+pub(crate) fn agree<T>(comm: &dyn Comm, res: Result<T>, what: &str) -> Result<T> {
     let ok = comm.all_agree(res.is_ok())?;
     match res {
         Ok(v) if ok => Ok(v),

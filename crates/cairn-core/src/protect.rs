@@ -15,6 +15,7 @@
 //! afterwards, so a local error never deadlocks the job.
 
 use crate::catalog::{self, rank_key, version_dir};
+use crate::engine::agree;
 use crate::error::{Error, ErrorKind, Result};
 use crate::part::{self, encode_part, part_len, MemObject, PartMeta, PartSink, RegionRef};
 use cairn_comm::{Comm, Op, Topology};
@@ -620,13 +621,7 @@ pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<
     } else {
         Ok(())
     };
-    if !ctx.comm.all_agree(res.is_ok())? {
-        return Err(res.err().unwrap_or_else(|| {
-            peer_failed(format!(
-                "re-publishing {name} v{version} failed on another rank"
-            ))
-        }));
-    }
+    agree(ctx.comm, res, &format!("re-publish {name} v{version}"))?;
     Ok(report)
 }
 
@@ -710,13 +705,11 @@ fn rebuild_partner(
             }
         }
     }
-    if !ctx.comm.all_agree(err.is_none())? {
-        return Err(err.unwrap_or_else(|| {
-            peer_failed(format!(
-                "rebuilding {name} v{version} failed on another rank (see its message)"
-            ))
-        }));
-    }
+    agree(
+        ctx.comm,
+        err.map_or(Ok(()), Err),
+        &format!("rebuild {name} v{version}"),
+    )?;
     let mut parts = Vec::new();
     if !lost.is_empty() {
         parts.push(format!(
@@ -840,13 +833,7 @@ fn rebuild_sets(
             all[rank].has_own,
         );
     }
-    if !ctx.comm.all_agree(result.is_ok())? {
-        return Err(result.err().unwrap_or_else(|| {
-            peer_failed(format!(
-                "rebuilding {name} v{version} failed on another rank (see its message)"
-            ))
-        }));
-    }
+    agree(ctx.comm, result, &format!("rebuild {name} v{version}"))?;
     let mut parts = Vec::new();
     if !lost.is_empty() {
         parts.push(format!("rebuilt the parts of ranks {lost:?} from parity"));
