@@ -37,6 +37,46 @@ pub struct Mpi {
     pub size: usize,
 }
 
+/// The `main` of an MPI benchmark: initialise MPI, parse the arguments, run on every rank,
+/// and exit with the run's code (0 and the usage for `--help`, 2 for bad arguments). MPI is
+/// finalised before the process exits.
+pub fn mpi_main<A>(
+    prog: &str,
+    usage: &str,
+    parsed: Result<Option<A>, String>,
+    run: impl FnOnce(&Mpi, &A) -> i32,
+) -> ! {
+    let code = {
+        let Some(universe) = cairn_mpi::mpi::initialize() else {
+            eprintln!("{prog}: MPI could not be initialised");
+            std::process::exit(1);
+        };
+        let world = universe.world();
+        let mpi = Mpi {
+            rank: world.rank() as usize,
+            size: world.size() as usize,
+            world,
+        };
+        match parsed {
+            Ok(Some(args)) => run(&mpi, &args),
+            Ok(None) => {
+                if mpi.rank == 0 {
+                    println!("{usage}");
+                }
+                0
+            }
+            Err(e) => {
+                if mpi.rank == 0 {
+                    eprintln!("{prog}: {e}\n{usage}");
+                }
+                2
+            }
+        }
+        // `universe` is dropped here, finalising MPI.
+    };
+    std::process::exit(code);
+}
+
 impl Mpi {
     /// Turn this rank's outcome into one every rank shares: all fail if any does.
     pub fn agree<T>(&self, what: &str, r: Result<T, String>) -> Res<T> {

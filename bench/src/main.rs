@@ -21,7 +21,7 @@ use cairn_comm::{Comm, Op};
 use cairn_core::{Config, Dtype, Engine, RegionRef};
 use cairn_mpi::mpi::topology::Communicator;
 use cairn_mpi::mpi::traits::*;
-use cairn_mpi::{mpi, MpiComm};
+use cairn_mpi::MpiComm;
 use serde_json::json;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -671,35 +671,12 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
 }
 
 fn main() {
-    let code = {
-        let Some(universe) = mpi::initialize() else {
-            eprintln!("cairn-bench-ckpt: MPI could not be initialised");
-            std::process::exit(1);
-        };
-        let world = universe.world();
-        let mpi = Mpi {
-            rank: world.rank() as usize,
-            size: world.size() as usize,
-            world,
-        };
-        match parse_args(std::env::args().skip(1)) {
-            Ok(Some(args)) => run(&mpi, &args),
-            Ok(None) => {
-                if mpi.rank == 0 {
-                    println!("{USAGE}");
-                }
-                0
-            }
-            Err(e) => {
-                if mpi.rank == 0 {
-                    eprintln!("cairn-bench-ckpt: {e}\n{USAGE}");
-                }
-                2
-            }
-        }
-        // `universe` is dropped here, finalising MPI.
-    };
-    std::process::exit(code);
+    cairn_bench::mpi_main(
+        "cairn-bench-ckpt",
+        USAGE,
+        parse_args(std::env::args().skip(1)),
+        run,
+    );
 }
 
 #[cfg(test)]

@@ -1823,34 +1823,7 @@ fn main() {
         };
         std::process::exit(code);
     }
-    let code = {
-        let Some(universe) = mpi::initialize() else {
-            eprintln!("{PROG}: MPI could not be initialised");
-            std::process::exit(1);
-        };
-        let world = universe.world();
-        let mpi = Mpi {
-            rank: world.rank() as usize,
-            size: world.size() as usize,
-            world,
-        };
-        match parse_args(argv) {
-            Ok(Some(args)) => run(&mpi, &args),
-            Ok(None) => {
-                if mpi.rank == 0 {
-                    println!("{USAGE}");
-                }
-                0
-            }
-            Err(e) => {
-                if mpi.rank == 0 {
-                    eprintln!("{PROG}: {e}\n{USAGE}");
-                }
-                2
-            }
-        }
-    };
-    std::process::exit(code);
+    cairn_bench::mpi_main(PROG, USAGE, parse_args(argv), run);
 }
 
 #[cfg(test)]
