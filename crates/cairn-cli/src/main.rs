@@ -1,8 +1,10 @@
 //! `cairn`: the command-line tool that lists, inspects and verifies stored checkpoints,
-//! rebuilds lost parts and redundancy, and runs the kill-and-restart demo.
+//! rebuilds lost parts and redundancy, runs the kill-and-restart demo, and advises how often to
+//! checkpoint.
 //!
 //! `list`, `inspect` and `verify` only read the tiers (through `cairn_core::inventory`);
-//! nothing is created or changed. `rebuild` is collective: it runs under `mpirun` and is the
+//! nothing is created or changed. `interval` is arithmetic only (`cairn_core::model`): it reads
+//! no tier and no configuration. `rebuild` is collective: it runs under `mpirun` and is the
 //! only subcommand that initialises MPI. Exit codes: 0 success, 1 a check failed (`verify`
 //! found damaged or incomplete checkpoints, `rebuild` could not rebuild, `demo` ended with
 //! different results), 2 usage, configuration or other errors that kept the command from
@@ -10,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod interval;
 mod rebuild;
 mod show;
 
@@ -55,13 +58,15 @@ Exit codes:
 #[command(
     name = "cairn",
     version,
-    about = "List, inspect, verify and rebuild Cairn checkpoints, and run the kill-and-restart demo",
+    about = "List, inspect, verify and rebuild Cairn checkpoints, run the kill-and-restart demo, \
+and work out how often to checkpoint",
     long_about = "List, inspect and verify the checkpoints Cairn has stored, rebuild what a \
-lost node took with it, and run the kill-and-restart demo.\n\nThe tiers come from the same \
-configuration the library reads: built-in defaults, then the TOML file given with --config \
-(else the one named by CAIRN_CONFIG), then CAIRN_<SECTION>_<KEY> environment variables (e.g. \
-CAIRN_TIERS_LOCAL), then --local and --global. list, inspect and verify never create or \
-change anything. rebuild is collective and runs under mpirun with the job's rank count and \
+lost node took with it, run the kill-and-restart demo, and work out how often to checkpoint \
+(interval).\n\nThe tiers come from the same configuration the library reads: built-in \
+defaults, then the TOML file given with --config (else the one named by CAIRN_CONFIG), then \
+CAIRN_<SECTION>_<KEY> environment variables (e.g. CAIRN_TIERS_LOCAL), then --local and \
+--global. list, inspect and verify never create or change anything. rebuild is collective and \
+runs under mpirun with the job's rank count and configuration. interval needs no tiers and no \
 configuration.",
     after_help = EXIT_CODES
 )]
@@ -141,6 +146,10 @@ or pass --heat). Exit code 0 only if the restarted run ends bit-identical to the
 uninterrupted one; 1 if it differs; 2 if the demo could not run."
     )]
     Demo(demo::DemoArgs),
+    /// How often to checkpoint: Young's, Daly's and the exact optimum interval for a failure
+    /// rate and checkpoint cost, for one level or a hierarchy, with the expected efficiency
+    #[command(after_help = interval::HELP)]
+    Interval(interval::IntervalArgs),
 }
 
 /// An error that means "the check said no" rather than "could not check".
@@ -245,16 +254,26 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Rebuild { .. } => unreachable!("handled in main"),
         Cmd::Demo(args) => {
-            let g = &cli.global;
-            if g.config.is_some() || g.local.is_some() || g.global.is_some() {
-                anyhow::bail!(
-                    "--config, --local and --global do not apply to the demo: it keeps its own \
-                     tiers under --workdir"
-                );
-            }
+            no_tier_options(
+                &cli.global,
+                "the demo: it keeps its own tiers under --workdir",
+            )?;
             demo_result(demo::run(&args)?)
         }
+        Cmd::Interval(args) => {
+            no_tier_options(&cli.global, "interval: it reads no checkpoints")?;
+            interval::run(&args)
+        }
     }
+}
+
+/// Refuses the options that say where the tiers are for a subcommand that does not use them,
+/// rather than ignoring them silently.
+fn no_tier_options(g: &GlobalOpts, what: &str) -> Result<()> {
+    if g.config.is_some() || g.local.is_some() || g.global.is_some() {
+        anyhow::bail!("--config, --local and --global do not apply to {what}");
+    }
+    Ok(())
 }
 
 fn demo_result(identical: bool) -> Result<()> {

@@ -32,6 +32,7 @@ pub mod config;
 mod engine;
 mod error;
 pub mod inventory;
+pub mod model;
 pub mod part;
 mod protect;
 
