@@ -77,6 +77,31 @@
  */
 typedef int cairn_dtype;
 
+/**
+ * Lifecycle state of a checkpoint, from [`cairn_test`].
+ */
+typedef int cairn_state;
+
+/**
+ * No tier holds the checkpoint (or not on every rank).
+ */
+#define CAIRN_STATE_NONE 0
+
+/**
+ * Every rank's part is stored with checksums on the node-local tier.
+ */
+#define CAIRN_STATE_CAPTURED 1
+
+/**
+ * Captured, and protected by the redundancy scheme (`[redundancy] scheme`).
+ */
+#define CAIRN_STATE_PROTECTED 2
+
+/**
+ * Stored on the global tier.
+ */
+#define CAIRN_STATE_DURABLE 3
+
 #define CAIRN_BYTE 0
 
 #define CAIRN_INT32 1
@@ -119,8 +144,10 @@ int cairn_init_solo(const char *config_path);
 int cairn_config_set(const char *key, const char *value);
 
 /**
- * Finish: wait for background work and release everything. Collective. Protected regions
- * are forgotten; configuration overrides are kept for a later `cairn_init`.
+ * Finish: make the newest checkpoint of each name durable (unless `[checkpoint] finalize =
+ * false`), wait for background work and release everything. Collective. Protected regions
+ * are forgotten; configuration overrides are kept for a later `cairn_init`. A failed final
+ * flush is reported after everything is released.
  */
 int cairn_finalize(void);
 
@@ -202,6 +229,37 @@ int cairn_resume(const char *name, int64_t *version);
  * `name` must be a NUL-terminated string.
  */
 int cairn_checkpoint_if_due(const char *name, int64_t version);
+
+/**
+ * Set `*state` to the lifecycle state of checkpoint `version` of `name` (one of the
+ * `CAIRN_STATE_*` values), after publishing the background flushes that have finished on
+ * every rank. Collective; never waits for a flush.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `state` a valid pointer.
+ */
+int cairn_test(const char *name, int64_t version, int *state);
+
+/**
+ * Wait until checkpoint `version` of `name` is durable on the global tier, starting its flush
+ * if none is under way. Collective. Fails (on every rank) if a rank's copy failed; the
+ * checkpoint then stays restart-eligible on the node-local tier.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_wait(const char *name, int64_t version);
+
+/**
+ * Set `*flag` to 1 when the run should stop now: the job's time limit is near enough that
+ * only a last checkpoint and its flush fit (`[exit] time_limit`, or Slurm's end time), the
+ * halt file exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals = true`); else 0.
+ * Collective: every rank gets the same answer, and once 1 it stays 1.
+ *
+ * # Safety
+ * `flag` must be a valid pointer.
+ */
+int cairn_should_exit(int *flag);
 
 /**
  * A short description of an error code. The string is static.

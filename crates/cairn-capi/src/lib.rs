@@ -54,6 +54,17 @@ pub const CAIRN_ERR_PEER: c_int = -9;
 /// An internal error was caught; please report it with the message.
 pub const CAIRN_ERR_PANIC: c_int = -10;
 
+/// Lifecycle state of a checkpoint, from [`cairn_test`].
+pub type cairn_state = c_int;
+/// No tier holds the checkpoint (or not on every rank).
+pub const CAIRN_STATE_NONE: cairn_state = 0;
+/// Every rank's part is stored with checksums on the node-local tier.
+pub const CAIRN_STATE_CAPTURED: cairn_state = 1;
+/// Captured, and protected by the redundancy scheme (`[redundancy] scheme`).
+pub const CAIRN_STATE_PROTECTED: cairn_state = 2;
+/// Stored on the global tier.
+pub const CAIRN_STATE_DURABLE: cairn_state = 3;
+
 /// Element type of a protected region: one of the `CAIRN_BYTE` ... `CAIRN_UINT64` values.
 pub type cairn_dtype = c_int;
 pub const CAIRN_BYTE: cairn_dtype = 0;
@@ -268,8 +279,10 @@ pub unsafe extern "C" fn cairn_config_set(key: *const c_char, value: *const c_ch
     })
 }
 
-/// Finish: wait for background work and release everything. Collective. Protected regions
-/// are forgotten; configuration overrides are kept for a later `cairn_init`.
+/// Finish: make the newest checkpoint of each name durable (unless `[checkpoint] finalize =
+/// false`), wait for background work and release everything. Collective. Protected regions
+/// are forgotten; configuration overrides are kept for a later `cairn_init`. A failed final
+/// flush is reported after everything is released.
 #[no_mangle]
 pub extern "C" fn cairn_finalize() -> c_int {
     guard("cairn_finalize", || {
@@ -505,6 +518,68 @@ pub unsafe extern "C" fn cairn_checkpoint_if_due(name: *const c_char, version: i
                 Ok(())
             }
         })
+    })
+}
+
+/// Set `*state` to the lifecycle state of checkpoint `version` of `name` (one of the
+/// `CAIRN_STATE_*` values), after publishing the background flushes that have finished on
+/// every rank. Collective; never waits for a flush.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string; `state` a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_test(name: *const c_char, version: i64, state: *mut c_int) -> c_int {
+    guard("cairn_test", || {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        if state.is_null() {
+            return Err(invalid("cairn_test: state pointer is NULL".into()));
+        }
+        let st = with_state(|st| st.engine.test(name, version))?;
+        let code = match st {
+            None | Some(cairn_core::CkptState::Writing) => CAIRN_STATE_NONE,
+            Some(cairn_core::CkptState::Captured) => CAIRN_STATE_CAPTURED,
+            Some(cairn_core::CkptState::Protected) => CAIRN_STATE_PROTECTED,
+            Some(cairn_core::CkptState::Durable) => CAIRN_STATE_DURABLE,
+        };
+        // SAFETY: non-NULL, and valid per this function's contract.
+        unsafe { *state = code };
+        Ok(())
+    })
+}
+
+/// Wait until checkpoint `version` of `name` is durable on the global tier, starting its flush
+/// if none is under way. Collective. Fails (on every rank) if a rank's copy failed; the
+/// checkpoint then stays restart-eligible on the node-local tier.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_wait(name: *const c_char, version: i64) -> c_int {
+    guard("cairn_wait", || {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        with_state(|st| st.engine.flush(name, version))
+    })
+}
+
+/// Set `*flag` to 1 when the run should stop now: the job's time limit is near enough that
+/// only a last checkpoint and its flush fit (`[exit] time_limit`, or Slurm's end time), the
+/// halt file exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals = true`); else 0.
+/// Collective: every rank gets the same answer, and once 1 it stays 1.
+///
+/// # Safety
+/// `flag` must be a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_should_exit(flag: *mut c_int) -> c_int {
+    guard("cairn_should_exit", || {
+        if flag.is_null() {
+            return Err(invalid("cairn_should_exit: flag pointer is NULL".into()));
+        }
+        let stop = with_state(|st| st.engine.should_exit())?;
+        // SAFETY: non-NULL, and valid per this function's contract.
+        unsafe { *flag = stop as c_int };
+        Ok(())
     })
 }
 

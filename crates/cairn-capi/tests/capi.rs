@@ -7,6 +7,7 @@
 //! time on small machines. `CAPI_KILL_SEEDS=3,7` reruns chosen seeds of the kill test. The
 //! redundancy schemes (partner, xor, rs) under kill -9 and lost nodes are in `redundancy/`.
 
+mod flush;
 mod redundancy;
 mod support;
 
@@ -47,6 +48,22 @@ fn stress_restored(l: &str) -> Option<(usize, i64, bool)> {
     let (r, rest) = rest.split_once(" restored v")?;
     let (v, verdict) = rest.split_once(' ')?;
     Some((r.parse().ok()?, v.parse().ok()?, verdict == "ok"))
+}
+
+/// `stress: rank <r> durable v<v>` -> (r, v).
+fn stress_durable(l: &str) -> Option<(usize, i64)> {
+    let rest = l.strip_prefix("stress: rank ")?;
+    let (r, v) = rest.split_once(" durable v")?;
+    Some((r.parse().ok()?, v.parse().ok()?))
+}
+
+/// The newest version any rank reported durable.
+fn newest_durable(stdout: &str) -> Option<i64> {
+    stdout
+        .lines()
+        .filter_map(stress_durable)
+        .map(|(_, v)| v)
+        .max()
 }
 
 /// Version -> ranks that reported it done.
@@ -207,9 +224,10 @@ const KILL_MIB: &str = "8";
 /// One killed run (continuing from `floor`, the version a previous round verified, if any)
 /// followed by a verification. Returns the version verified.
 ///
-/// With `lose_node` = Some(f) (a fresh run flushing every f checkpoints, so the durable versions
-/// are the multiples of f), the victim's whole simulated node is lost with it: its node-local
-/// directory is deleted before the relaunch.
+/// With `lose_node` = Some(f) (a fresh run flushing every f checkpoints in the background, so
+/// only multiples of f can become durable), the victim's whole simulated node is lost with it:
+/// its node-local directory is deleted before the relaunch, and the newest version any rank
+/// saw durable (`cairn_test`) must still be restored.
 fn kill_round(
     tiers: &Tiers,
     rng: &mut Rng,
@@ -261,7 +279,12 @@ fn kill_round(
         let node = victim / 2;
         std::fs::remove_dir_all(tiers.local().join(format!("node{node}"))).unwrap();
         ctx.push_str(&format!(", node{node} lost"));
-        must = done.keys().rev().find(|v| *v % every == 0).copied();
+        must = newest_durable(&killed.stdout);
+        assert!(
+            must.map_or(true, |m| m % every == 0),
+            "{ctx}: v{must:?} reported durable but only multiples of {every} are flushed\n{}",
+            killed.show()
+        );
     }
 
     let check = run(
@@ -346,9 +369,13 @@ fn kill9_at_random_points_never_loses_a_complete_checkpoint() {
 #[test]
 fn losing_a_node_restores_from_the_global_tier_or_finds_nothing() {
     let _mpi = mpi_lock();
-    // With flushes: v2 and v4 are durable on the global tier, v4 and v5 cached locally.
+    // With flushes: v2 and v4 are durable on the global tier, v4 and v5 cached locally (and
+    // finalize leaves v5 as it is).
     let tiers = Tiers::new(2);
-    let cfg = tiers.write("cairn.toml", "[cache]\nkeep = 2\n\n[flush]\nevery = 2\n");
+    let cfg = tiers.write(
+        "cairn.toml",
+        "[cache]\nkeep = 2\n\n[flush]\nevery = 2\n\n[checkpoint]\nfinalize = false\n",
+    );
     let cfg = cfg.to_str().unwrap();
     run(
         stress_cmd(
@@ -385,7 +412,8 @@ fn losing_a_node_restores_from_the_global_tier_or_finds_nothing() {
     );
 
     // Without flushes nothing survives on node1, so no checkpoint is complete.
-    let tiers = Tiers::new(2);
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_CHECKPOINT_FINALIZE", "false");
     run(
         stress_cmd(Some(4), &["--mib", "1", "--versions", "3"], &tiers),
         "run without flush",
@@ -414,7 +442,10 @@ const DATA_OFFSET: u64 = 16 + 8 + 3 * 4096 + 5;
 #[test]
 fn a_flipped_byte_falls_back_to_the_previous_checkpoint() {
     let _mpi = mpi_lock();
-    let tiers = Tiers::new(2);
+    // Finalize would make the newest version durable, and restart would take its intact
+    // global copy (the last case below).
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_CHECKPOINT_FINALIZE", "false");
     run(
         stress_cmd(Some(4), &["--mib", "1", "--versions", "4"], &tiers),
         "run",
@@ -445,7 +476,8 @@ fn a_flipped_byte_falls_back_to_the_previous_checkpoint() {
     );
 
     // With the damaged version the only one, restarting must fail, never hand out its data.
-    let tiers = Tiers::new(2);
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_CHECKPOINT_FINALIZE", "false");
     run(
         stress_cmd(Some(4), &["--mib", "1", "--versions", "1"], &tiers),
         "run",

@@ -21,8 +21,12 @@ pub enum KeyType {
     Count(u64),
     /// A size in bytes, with an optional K, M or G suffix (powers of 1024).
     Bytes,
-    /// A duration in seconds, with an optional s, m or h suffix.
+    /// A duration in seconds, with an optional s, m, h, d or y suffix.
     Seconds,
+    /// A duration, or `auto` for the interval the failure model gives.
+    SecondsOrAuto,
+    /// A number from 0 to 1.
+    Fraction,
     /// A log level.
     Level,
     /// One of a fixed list of words.
@@ -39,7 +43,13 @@ impl KeyType {
             KeyType::Bool => "true or false".into(),
             KeyType::Count(min) => format!("a whole number >= {min}"),
             KeyType::Bytes => "a size in bytes such as 1048576, \"4K\" or \"1M\"".into(),
-            KeyType::Seconds => "a duration such as 30, 2.5, \"90s\", \"10m\" or \"1h\"".into(),
+            KeyType::Seconds => {
+                "a duration such as 30, 2.5, \"90s\", \"10m\", \"1h\" or \"5y\"".into()
+            }
+            KeyType::SecondsOrAuto => {
+                "a duration such as 30, \"90s\", \"10m\" or \"1h\", or \"auto\"".into()
+            }
+            KeyType::Fraction => "a number from 0 to 1".into(),
             KeyType::Level => "one of error, warn, info, debug, trace".into(),
             KeyType::Choice(words) => format!("one of {}", words.join(", ")),
             KeyType::Text => "text".into(),
@@ -76,10 +86,22 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Size of the chunks each region is checksummed in (4K to 1G)." },
     KeySpec { section: "checkpoint", key: "every", ty: KeyType::Count(0), default: "0",
         doc: "cairn_need_checkpoint is true every this many calls (0: no step policy)." },
-    KeySpec { section: "checkpoint", key: "seconds", ty: KeyType::Seconds, default: "0",
-        doc: "cairn_need_checkpoint is true when this much time has passed since the last checkpoint (0: no time policy). With neither policy set, it is always true." },
+    KeySpec { section: "checkpoint", key: "seconds", ty: KeyType::SecondsOrAuto, default: "0",
+        doc: "cairn_need_checkpoint is true when this much time has passed since the last checkpoint (0: no time policy; \"auto\": the optimal interval for the job's MTBF and the checkpoint cost the engine measures). With no policy set, it is always true." },
+    KeySpec { section: "checkpoint", key: "finalize", ty: KeyType::Bool, default: "true",
+        doc: "At finalize, make the newest checkpoint of each name durable on the global tier if it is not already (needs a node-local tier)." },
     KeySpec { section: "flush", key: "every", ty: KeyType::Count(0), default: "0",
-        doc: "Also store every n-th checkpoint (by count in this run) on the global tier, synchronously, making it durable (0: never)." },
+        doc: "Flush every n-th checkpoint (by count in this run) to the global tier, making it durable (0: no step schedule)." },
+    KeySpec { section: "flush", key: "seconds", ty: KeyType::SecondsOrAuto, default: "0",
+        doc: "Flush a checkpoint when this much time has passed since the last flush began (0: no time schedule; \"auto\": the interval the failure model gives for the measured flush cost and the failures only the global tier recovers)." },
+    KeySpec { section: "flush", key: "mode", ty: KeyType::Choice(&["async", "sync"]), default: "\"async\"",
+        doc: "async: checkpoint returns once the checkpoint is protected and the copy runs in the background; sync: checkpoint returns once it is durable." },
+    KeySpec { section: "flush", key: "buffer", ty: KeyType::Bytes, default: "\"8M\"",
+        doc: "Memory each rank's flush thread holds at once (at least one checksum chunk)." },
+    KeySpec { section: "flush", key: "bandwidth", ty: KeyType::Bytes, default: "0",
+        doc: "Bytes per second each rank's flush may write, to spare the application's I/O (0: no limit)." },
+    KeySpec { section: "redundancy", key: "every", ty: KeyType::Count(1), default: "1",
+        doc: "Protect every k-th checkpoint (by count in this run) with the scheme; the others are stored single (node-local only)." },
     KeySpec { section: "redundancy", key: "scheme", ty: KeyType::Choice(&["single", "partner", "xor", "rs"]), default: "\"single\"",
         doc: "How node-local checkpoints survive the loss of nodes: single (no copy), partner (a full copy on a rank of the next failure domain), xor (parity over sets, survives 1 lost member per set), rs (Reed-Solomon over sets, survives [redundancy] parity lost members per set)." },
     KeySpec { section: "redundancy", key: "set_size", ty: KeyType::Count(0), default: "0",
@@ -88,6 +110,24 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Parity shards per stripe for rs: how many lost members of a set can be rebuilt. Must be smaller than the set size." },
     KeySpec { section: "redundancy", key: "partner_mode", ty: KeyType::Choice(&["stream", "readback"]), default: "\"stream\"",
         doc: "How partner copies are made: stream (sent in pieces while the part is written, overlapping send, receive and write) or readback (written, read back and sent afterwards; kept as the benchmark baseline)." },
+    KeySpec { section: "failure", key: "mtbf", ty: KeyType::Seconds, default: "0",
+        doc: "Mean time between failures of the whole job, for \"auto\" intervals (0: derive it from node_mtbf)." },
+    KeySpec { section: "failure", key: "node_mtbf", ty: KeyType::Seconds, default: "0",
+        doc: "Mean time between failures of one node; the job's MTBF is this divided by its node count (used when mtbf is 0)." },
+    KeySpec { section: "failure", key: "restart", ty: KeyType::Seconds, default: "0",
+        doc: "Time a restart costs, for the expected efficiency the model reports." },
+    KeySpec { section: "failure", key: "formula", ty: KeyType::Choice(&["young", "daly", "exact"]), default: "\"exact\"",
+        doc: "How \"auto\" intervals are computed: Young's first-order formula, Daly's higher-order estimate, or the exact optimum of Daly's model (Lambert W)." },
+    KeySpec { section: "failure", key: "global_share", ty: KeyType::Fraction, default: "0.1",
+        doc: "Fraction of failures only the global tier recovers (more nodes lost than the redundancy covers, or the whole system); sets the failure rate the flush interval must cover." },
+    KeySpec { section: "exit", key: "time_limit", ty: KeyType::Seconds, default: "0",
+        doc: "Wall time the job may run, counted from cairn_init (0: take the end time from Slurm's SLURM_JOB_END_TIME, if set; else no limit)." },
+    KeySpec { section: "exit", key: "margin", ty: KeyType::Seconds, default: "60",
+        doc: "should_exit turns true when less than this time, plus the measured cost of a checkpoint and its flush, remains before the time limit." },
+    KeySpec { section: "exit", key: "halt_file", ty: KeyType::OptPath, default: "<global>/cairn.halt",
+        doc: "should_exit turns true when this file exists (\"none\": no halt file)." },
+    KeySpec { section: "exit", key: "signals", ty: KeyType::Bool, default: "false",
+        doc: "Install handlers so that SIGTERM and SIGUSR1 make should_exit true instead of killing the process." },
     KeySpec { section: "log", key: "level", ty: KeyType::Level, default: "\"warn\"",
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
@@ -106,7 +146,26 @@ pub struct Config {
     pub chunk: u32,
     pub every: u64,
     pub seconds: f64,
+    /// `[checkpoint] seconds = "auto"`.
+    pub seconds_auto: bool,
+    pub finalize_flush: bool,
     pub flush_every: u64,
+    pub flush_seconds: f64,
+    pub flush_auto: bool,
+    pub flush_sync: bool,
+    pub flush_buffer: u64,
+    pub flush_bandwidth: u64,
+    pub redundancy_every: u64,
+    pub mtbf: f64,
+    pub node_mtbf: f64,
+    pub restart_cost: f64,
+    pub formula: String,
+    pub global_share: f64,
+    pub time_limit: f64,
+    pub exit_margin: f64,
+    /// Halt file; `None` when disabled. `Some("")` means the default under the global tier.
+    pub halt_file: Option<PathBuf>,
+    pub exit_signals: bool,
     pub log_level: String,
     pub redundancy: String,
     pub set_size: usize,
@@ -161,7 +220,24 @@ impl Default for Config {
             chunk: 1 << 20,
             every: 0,
             seconds: 0.0,
+            seconds_auto: false,
+            finalize_flush: true,
             flush_every: 0,
+            flush_seconds: 0.0,
+            flush_auto: false,
+            flush_sync: false,
+            flush_buffer: 8 << 20,
+            flush_bandwidth: 0,
+            redundancy_every: 1,
+            mtbf: 0.0,
+            node_mtbf: 0.0,
+            restart_cost: 0.0,
+            formula: "exact".into(),
+            global_share: 0.1,
+            time_limit: 0.0,
+            exit_margin: 60.0,
+            halt_file: Some(PathBuf::new()),
+            exit_signals: false,
             log_level: "warn".into(),
             redundancy: "single".into(),
             set_size: 0,
@@ -312,22 +388,7 @@ impl Config {
             ("cache", "keep") => self.keep = count(1)? as usize,
             ("cache", "keep_global") => self.keep_global = count(0)? as usize,
             ("checkpoint", "chunk") => {
-                let v = match &raw {
-                    Raw::Int(i) if *i > 0 => *i as f64,
-                    Raw::Text(s) => parse_number_with_suffix(
-                        s,
-                        &[
-                            ("KiB", 1024.0),
-                            ("MiB", 1048576.0),
-                            ("GiB", 1073741824.0),
-                            ("K", 1024.0),
-                            ("M", 1048576.0),
-                            ("G", 1073741824.0),
-                        ],
-                    )
-                    .ok_or_else(bad)?,
-                    _ => return Err(bad()),
-                };
+                let v = parse_bytes(&raw).ok_or_else(bad)?;
                 if !(4096.0..=1073741824.0).contains(&v) || v.fract() != 0.0 {
                     return Err(Error::config(format!(
                         "invalid value {raw} for [checkpoint] chunk from {origin} (expected a size from 4K to 1G)"
@@ -337,34 +398,42 @@ impl Config {
             }
             ("checkpoint", "every") => self.every = count(0)?,
             ("checkpoint", "seconds") => {
-                let v = match &raw {
-                    Raw::Int(i) => *i as f64,
-                    Raw::Float(x) => *x,
-                    Raw::Text(s) => {
-                        parse_number_with_suffix(s, &[("s", 1.0), ("m", 60.0), ("h", 3600.0)])
-                            .ok_or_else(bad)?
-                    }
-                    Raw::Bool(_) => return Err(bad()),
-                };
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(bad());
-                }
-                self.seconds = v;
+                (self.seconds, self.seconds_auto) = seconds_or_auto(&raw).ok_or_else(bad)?
             }
+            ("checkpoint", "finalize") => self.finalize_flush = parse_bool(&raw).ok_or_else(bad)?,
             ("flush", "every") => self.flush_every = count(0)?,
-            ("redundancy", "scheme") | ("redundancy", "partner_mode") => {
-                let KeyType::Choice(words) = spec.ty else {
-                    unreachable!("choice keys")
+            ("flush", "seconds") => {
+                (self.flush_seconds, self.flush_auto) = seconds_or_auto(&raw).ok_or_else(bad)?
+            }
+            ("flush", "mode") => self.flush_sync = choice(spec, &raw).ok_or_else(bad)? == "sync",
+            ("flush", "buffer") => self.flush_buffer = parse_bytes(&raw).ok_or_else(bad)? as u64,
+            ("flush", "bandwidth") => {
+                self.flush_bandwidth = parse_bytes(&raw).ok_or_else(bad)? as u64
+            }
+            ("redundancy", "every") => self.redundancy_every = count(1)?,
+            ("failure", "mtbf") => self.mtbf = parse_seconds(&raw).ok_or_else(bad)?,
+            ("failure", "node_mtbf") => self.node_mtbf = parse_seconds(&raw).ok_or_else(bad)?,
+            ("failure", "restart") => self.restart_cost = parse_seconds(&raw).ok_or_else(bad)?,
+            ("failure", "formula") => self.formula = choice(spec, &raw).ok_or_else(bad)?,
+            ("failure", "global_share") => {
+                self.global_share = parse_float(&raw)
+                    .filter(|x| (0.0..=1.0).contains(x))
+                    .ok_or_else(bad)?
+            }
+            ("exit", "time_limit") => self.time_limit = parse_seconds(&raw).ok_or_else(bad)?,
+            ("exit", "margin") => self.exit_margin = parse_seconds(&raw).ok_or_else(bad)?,
+            ("exit", "halt_file") => {
+                let s = text.filter(|s| !s.is_empty()).ok_or_else(bad)?;
+                self.halt_file = match s.as_str() {
+                    "none" => None,
+                    "<global>/cairn.halt" => Some(PathBuf::new()),
+                    p => Some(PathBuf::from(p)),
                 };
-                let s = text.ok_or_else(bad)?.to_ascii_lowercase();
-                if !words.contains(&s.as_str()) {
-                    return Err(bad());
-                }
-                if key == "scheme" {
-                    self.redundancy = s;
-                } else {
-                    self.partner_mode = s;
-                }
+            }
+            ("exit", "signals") => self.exit_signals = parse_bool(&raw).ok_or_else(bad)?,
+            ("redundancy", "scheme") => self.redundancy = choice(spec, &raw).ok_or_else(bad)?,
+            ("redundancy", "partner_mode") => {
+                self.partner_mode = choice(spec, &raw).ok_or_else(bad)?
             }
             ("redundancy", "set_size") => self.set_size = count(0)? as usize,
             ("redundancy", "parity") => self.parity = count(1)? as usize,
@@ -378,6 +447,72 @@ impl Config {
             _ => unreachable!("every key in KEYS has a setter"),
         }
         Ok(())
+    }
+}
+
+/// The word a `Choice` key was given, lower-cased, if it is one of its words.
+fn choice(spec: &KeySpec, raw: &Raw) -> Option<String> {
+    let KeyType::Choice(words) = spec.ty else {
+        return None;
+    };
+    let Raw::Text(s) = raw else { return None };
+    let s = s.trim().to_ascii_lowercase();
+    words.contains(&s.as_str()).then_some(s)
+}
+
+fn parse_float(raw: &Raw) -> Option<f64> {
+    match raw {
+        Raw::Int(i) => Some(*i as f64),
+        Raw::Float(x) => Some(*x),
+        Raw::Text(s) => s.trim().parse::<f64>().ok(),
+        Raw::Bool(_) => None,
+    }
+    .filter(|x| x.is_finite())
+}
+
+/// A size in bytes with an optional K/M/G (or KiB/MiB/GiB) suffix.
+fn parse_bytes(raw: &Raw) -> Option<f64> {
+    let v = match raw {
+        Raw::Int(i) if *i >= 0 => *i as f64,
+        Raw::Text(s) => parse_number_with_suffix(
+            s,
+            &[
+                ("KiB", 1024.0),
+                ("MiB", 1048576.0),
+                ("GiB", 1073741824.0),
+                ("K", 1024.0),
+                ("M", 1048576.0),
+                ("G", 1073741824.0),
+            ],
+        )?,
+        _ => return None,
+    };
+    (v.is_finite() && v >= 0.0 && v.fract() == 0.0).then_some(v)
+}
+
+/// A duration in seconds with an optional s/m/h/d/y suffix.
+fn parse_seconds(raw: &Raw) -> Option<f64> {
+    let v = match raw {
+        Raw::Text(s) => parse_number_with_suffix(
+            s,
+            &[
+                ("s", 1.0),
+                ("m", 60.0),
+                ("h", 3600.0),
+                ("d", 86400.0),
+                ("y", 365.0 * 86400.0),
+            ],
+        )?,
+        other => parse_float(other)?,
+    };
+    (v.is_finite() && v >= 0.0).then_some(v)
+}
+
+/// A duration, or `auto`: `(seconds, is_auto)`.
+fn seconds_or_auto(raw: &Raw) -> Option<(f64, bool)> {
+    match raw {
+        Raw::Text(s) if s.trim().eq_ignore_ascii_case("auto") => Some((0.0, true)),
+        other => parse_seconds(other).map(|v| (v, false)),
     }
 }
 

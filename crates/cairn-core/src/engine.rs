@@ -34,13 +34,15 @@
 use crate::catalog::{self, manifest_key, rank_key, version_dir};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
+use crate::flush::{Flusher, JobState, Limits};
 use crate::part::{self, PartMeta, RegionMut, RegionRef};
+use crate::policy::{Covers, Policy};
 use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{check_name, CkptState, Manifest, MANIFEST_FORMAT};
 use cairn_redundancy::{Plan, Scheme, Settings};
 use cairn_tier::{DirTier, Scope, Tier};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,6 +61,13 @@ pub struct Stats {
     pub restart_seconds: f64,
     /// Version restored by the last restart, or -1.
     pub restored_version: i64,
+    /// Checkpoints made durable on the global tier by flushes in this run.
+    pub flushes: u64,
+    /// Flushes that failed (the checkpoint stayed node-local).
+    pub flush_failures: u64,
+    /// Sum over flushes of the time from the start of the copy until every rank's copy was
+    /// committed (the slowest rank's time), seconds.
+    pub flush_seconds: f64,
 }
 
 #[derive(Debug, Default)]
@@ -69,8 +78,18 @@ struct NameState {
     global: BTreeSet<i64>,
     last: Option<i64>,
     restored: Option<i64>,
-    /// Checkpoints taken in this run, for the flush cadence.
+    /// Checkpoints taken in this run, for the redundancy and flush schedules.
     count: u64,
+    /// Versions with a flush in progress: the cache window must not delete them yet.
+    pinned: BTreeSet<i64>,
+    /// Versions the cache window dropped while pinned, deleted when their flush ends.
+    deferred: BTreeSet<i64>,
+    /// Versions written with the job's redundancy scheme (the others are stored single).
+    protected: BTreeSet<i64>,
+    /// Flushes that failed, with the reason.
+    failed: BTreeMap<i64, String>,
+    /// When the last flush of this name began.
+    last_flush: Option<Instant>,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -146,8 +165,17 @@ pub struct Engine {
     names: HashMap<String, NameState>,
     calls_since: u64,
     last_ckpt: Instant,
+    started: Instant,
     stats: Stats,
     deleter: Deleter,
+    flusher: Flusher,
+    /// Flushes not yet settled, in the order they were started (the same on every rank).
+    pending: VecDeque<(String, i64)>,
+    policy: Policy,
+    /// Longest checkpoint of this run, seconds (for the time needed before the deadline).
+    max_ckpt: f64,
+    /// Set once `should_exit` said yes; it never turns false again.
+    exiting: bool,
 }
 
 fn unix_ms() -> u64 {
@@ -207,6 +235,7 @@ impl Engine {
                 parity: cfg.parity,
             };
             let plan = cairn_redundancy::plan(&settings, &topo).map_err(Error::config)?;
+            let policy = Policy::new(&cfg, topo.nodes)?;
             if plan.scheme != Scheme::Single && cfg.local.is_none() {
                 return Err(Error::config(format!(
                     "[redundancy] scheme \"{}\" protects node-local checkpoints, but [tiers] local is \"none\"",
@@ -229,9 +258,9 @@ impl Engine {
                 }
                 None => (global, None),
             };
-            Ok((topo, plan, first, global))
+            Ok((topo, plan, first, global, policy))
         });
-        let (topo, plan, first, global) = agree(&*comm, setup, "initialise")?;
+        let (topo, plan, first, global, policy) = agree(&*comm, setup, "initialise")?;
         debug!(
             "cairn: rank {} of {} on node {} of {} ({}), first tier {}",
             topo.rank,
@@ -243,7 +272,6 @@ impl Engine {
         );
         Ok(Engine {
             comm,
-            cfg,
             topo,
             first,
             global,
@@ -251,11 +279,21 @@ impl Engine {
             names: HashMap::new(),
             calls_since: 0,
             last_ckpt: Instant::now(),
+            started: Instant::now(),
             stats: Stats {
                 restored_version: -1,
                 ..Stats::default()
             },
             deleter: Deleter::new(),
+            flusher: Flusher::new(Limits {
+                buffer: cfg.flush_buffer,
+                bandwidth: cfg.flush_bandwidth,
+            }),
+            pending: VecDeque::new(),
+            policy,
+            max_ckpt: 0.0,
+            exiting: false,
+            cfg,
         })
     }
 
@@ -300,7 +338,14 @@ impl Engine {
     ) -> Result<()> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
+        if !self.pending.is_empty() {
+            self.settle(None)?;
+        }
+        let flush_time_due = self.flush_time_due(name);
         let ns = self.names.entry(name.to_string()).or_default();
+        let nth = ns.count + 1;
+        let redundant =
+            self.plan.scheme != Scheme::Single && nth % self.cfg.redundancy_every.max(1) == 0;
         let mut noop = false;
         let pre: Result<()> = (|| {
             check_name(name)?;
@@ -322,7 +367,7 @@ impl Engine {
         })();
         let key = rank_key(name, version, rank);
         let first = self.first.clone();
-        let partner = self.plan.scheme == Scheme::Partner;
+        let partner = redundant && self.plan.scheme == Scheme::Partner;
         // Partner streams are exchanges: every rank must enter them, or none.
         let pre = if partner && !self.comm.all_agree(pre.is_ok())? {
             pre.and(Err(Error::new(
@@ -376,6 +421,7 @@ impl Engine {
             -(write_ns as i64),
             noop as i64,
             -(noop as i64),
+            -(flush_time_due as i64),
         ];
         self.comm.allreduce_i64(&mut v, Op::Min)?;
         let same_args = v[1] == fp && -v[2] == fp && v[4] == -v[5];
@@ -410,8 +456,15 @@ impl Engine {
         } else {
             self.topo.is_node_leader()
         };
+        let scheme = if redundant {
+            self.plan.describe()
+        } else {
+            "single".to_string()
+        };
+        let flush_due = !first_is_global
+            && ((self.cfg.flush_every > 0 && nth % self.cfg.flush_every == 0) || v[6] == -1);
         // PROTECTED: partner copies were streamed with the write; sets encode their parity now.
-        if matches!(self.plan.scheme, Scheme::Xor | Scheme::Rs) {
+        if redundant && matches!(self.plan.scheme, Scheme::Xor | Scheme::Rs) {
             let ctx = self.ctx();
             // Encoding is collective: a rank that cannot open its part must still take part in
             // every exchange (it fails reading the part and reports it afterwards), or the
@@ -422,16 +475,40 @@ impl Engine {
             let res = own_len.and(encoded);
             agree(&*self.comm, res, &format!("protect {name} v{version}"))?;
         }
+        // Scheme "single" promises survival of process failures only, which capture gives; a
+        // checkpoint the redundancy schedule skipped promises less than the job's scheme.
+        let full_scheme = redundant || self.plan.scheme == Scheme::Single;
+        let state = if full_scheme || state == CkptState::Durable {
+            state
+        } else {
+            CkptState::Captured
+        };
+        // A flush is about to copy parts to the global tier: a global manifest left there for
+        // this version (by a run that failed to clean up) must go before any part is replaced,
+        // and the publication's agreement below orders that before every rank's copy.
+        let stale = if flush_due {
+            self.unpublish_global(name, version)
+        } else {
+            Ok(())
+        };
         // Return only once every node's manifest is out: a rank told that v is captured may
         // rely on it even if another node's leader dies right after.
-        self.publish(&*first, name, version, state, capture_ns, publish)?;
+        let published = stale.and_then(|()| {
+            self.publish_one(&*first, name, version, state, &scheme, capture_ns, publish)
+        });
+        agree(
+            &*self.comm,
+            published,
+            &format!("publish {name} v{version} on the {} tier", first.label()),
+        )?;
         let ns = self.names.get_mut(name).expect("entry created above");
         ns.first.insert(version);
         ns.last = Some(version);
         ns.restored = None;
         ns.count += 1;
-        let flush_due =
-            !first_is_global && self.cfg.flush_every > 0 && ns.count % self.cfg.flush_every == 0;
+        if full_scheme {
+            ns.protected.insert(version);
+        }
         let keep = if first_is_global {
             self.cfg.keep_global
         } else {
@@ -442,51 +519,214 @@ impl Engine {
         } else {
             window(&mut ns.first, keep)
         };
+        // Versions still being flushed are read by the flush thread: delete them once it ends.
+        let (held, doomed): (Vec<i64>, Vec<i64>) =
+            doomed.into_iter().partition(|v| ns.pinned.contains(v));
+        ns.deferred.extend(held);
         self.schedule_delete(first, name, doomed, first_is_global);
         self.stats.checkpoints += 1;
         self.stats.bytes_written += bytes;
         self.calls_since = 0;
         self.last_ckpt = Instant::now();
         let result = if flush_due {
-            self.flush(name, version)
+            self.start_flush(name, version)
         } else {
             Ok(())
         };
-        self.stats.checkpoint_seconds += t0.elapsed().as_secs_f64();
+        let secs = t0.elapsed().as_secs_f64();
+        self.stats.checkpoint_seconds += secs;
+        self.max_ckpt = self.max_ckpt.max(secs);
         result
     }
 
-    /// Collective: `publisher` writes the manifest of `name` v`version` to `tier` (listing
-    /// every rank on a global tier, its node's ranks on a node-local one), then all ranks agree,
-    /// so a failed publication fails the call on every rank.
-    fn publish(
+    /// Whether the time schedule of `[flush] seconds` (fixed or `auto`) says the next
+    /// checkpoint of `name` is due for a flush, on this rank.
+    fn flush_time_due(&self, name: &str) -> bool {
+        if self.global.is_none() {
+            return false;
+        }
+        let interval = self.policy.schedule(
+            self.cfg.flush_auto,
+            self.cfg.flush_seconds,
+            self.stats.flushes,
+            self.stats.flush_seconds,
+            Covers::GlobalOnly,
+        );
+        let since = self
+            .names
+            .get(name)
+            .and_then(|ns| ns.last_flush)
+            .unwrap_or(self.started)
+            .elapsed()
+            .as_secs_f64();
+        interval.is_some_and(|iv| since >= iv)
+    }
+
+    /// Rank 0 removes the global manifest of `name` v`version`, if any, before a flush of that
+    /// version replaces its parts; the caller's agreement orders this before every copy.
+    fn unpublish_global(&self, name: &str, version: i64) -> Result<()> {
+        match (&self.global, self.topo.rank) {
+            (Some(g), 0) => Ok(g.remove(&manifest_key(name, version))?),
+            _ => Ok(()),
+        }
+    }
+
+    /// Collective: start the background copy of this rank's part of `name` v`version` to the
+    /// global tier. The global manifest is published later, by `settle`, once every rank's
+    /// copy is committed. At most one round of flushes runs at a time: a flush that comes due
+    /// while older ones still run waits for them (the global tier sets the pace).
+    fn start_flush(&mut self, name: &str, version: i64) -> Result<()> {
+        let Some(global) = self.global.clone() else {
+            return Ok(());
+        };
+        if let Some(last) = self.pending.back().cloned() {
+            self.settle(Some(last))?;
+        }
+        let key = rank_key(name, version, self.topo.rank);
+        let ns = self.names.entry(name.to_string()).or_default();
+        ns.pinned.insert(version);
+        ns.failed.remove(&version);
+        ns.last_flush = Some(Instant::now());
+        self.flusher
+            .submit(name, version, key, self.first.clone(), global);
+        self.pending.push_back((name.to_string(), version));
+        if self.cfg.flush_sync {
+            return self.wait_durable(name, version);
+        }
+        Ok(())
+    }
+
+    /// Collective: settle the pending flushes in order. For each, the ranks agree whether all
+    /// their copies are committed; if so, rank 0 publishes the global manifest (DURABLE); if a
+    /// copy failed anywhere, the flush is abandoned and its global parts removed (the version
+    /// stays node-local, restart-eligible as before). With `until`, waits for the flushes up
+    /// to that one; without, settles only what has finished on every rank.
+    fn settle(&mut self, until: Option<(String, i64)>) -> Result<()> {
+        let rank = self.topo.rank;
+        while let Some((name, v)) = self.pending.front().cloned() {
+            // Wait only for flushes queued no later than `until` (it is still in the queue).
+            let block = until.as_ref().is_some_and(|u| self.pending.contains(u));
+            let st = if block {
+                self.flusher.wait(&name, v)
+            } else {
+                self.flusher.state(&name, v)
+            };
+            let (code, secs) = match &st {
+                Some(JobState::Done { seconds, .. }) => (2, *seconds),
+                Some(JobState::Failed(_)) | None => (0, 0.0),
+                Some(_) => (1, 0.0),
+            };
+            let mut a = [code, -((secs * 1e9) as i64)];
+            self.comm.allreduce_i64(&mut a, Op::Min)?;
+            if a[0] == 1 {
+                // Still copying somewhere, and nobody waits for it.
+                return Ok(());
+            }
+            let slowest = (-a[1]) as f64 / 1e9;
+            let global = self.global.clone().expect("flushes need a global tier");
+            let mut outcome = if a[0] == 2 {
+                let scheme = match self.names.get(&name) {
+                    Some(ns) if ns.protected.contains(&v) => self.plan.describe(),
+                    _ => "single".to_string(),
+                };
+                let res = self.publish_one(
+                    &*global,
+                    &name,
+                    v,
+                    CkptState::Durable,
+                    &scheme,
+                    (slowest * 1e9) as u64,
+                    rank == 0,
+                );
+                agree(
+                    &*self.comm,
+                    res,
+                    &format!("publish {name} v{v} on the global tier"),
+                )
+            } else {
+                Err(match &st {
+                    Some(JobState::Failed(msg)) => Error::new(ErrorKind::Io, msg.clone()),
+                    None => Error::new(
+                        ErrorKind::State,
+                        format!("rank {rank}: no flush of {name} v{v} was started here"),
+                    ),
+                    _ => Error::new(
+                        ErrorKind::Peer,
+                        format!(
+                            "the flush of {name} v{v} failed on another rank (see its message)"
+                        ),
+                    ),
+                })
+            };
+            if outcome.is_ok() {
+                self.stats.flushes += 1;
+                self.stats.flush_seconds += slowest;
+                info!(
+                    "cairn: rank {rank}: {name} v{v} is durable on {}",
+                    global.location()
+                );
+            } else {
+                self.stats.flush_failures += 1;
+                // Nothing was published: remove this rank's copy so no stray part remains.
+                let _ = global.remove(&rank_key(&name, v, rank));
+            }
+            self.pending.pop_front();
+            self.flusher.forget(&name, v);
+            let ns = self.names.entry(name.clone()).or_default();
+            ns.pinned.remove(&v);
+            match outcome.as_mut() {
+                Ok(()) => {
+                    ns.global.insert(v);
+                }
+                Err(e) => {
+                    warn!(
+                        "cairn: rank {rank}: {name} v{v} was not made durable: {}",
+                        e.msg
+                    );
+                    ns.failed.insert(v, e.msg.clone());
+                }
+            }
+            let doomed_global = if outcome.is_ok() && self.cfg.keep_global > 0 {
+                window(&mut ns.global, self.cfg.keep_global)
+            } else {
+                Vec::new()
+            };
+            let doomed_local: Vec<i64> = ns.deferred.take(&v).into_iter().collect();
+            self.schedule_delete(global, &name, doomed_global, true);
+            self.schedule_delete(self.first.clone(), &name, doomed_local, false);
+            if until.as_ref() == Some(&(name, v)) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// `publisher` writes the manifest of `name` v`version` to `tier`, listing every rank on a
+    /// global tier and its node's ranks on a node-local one. The caller agrees on the result.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_one(
         &self,
         tier: &dyn Tier,
         name: &str,
         version: i64,
         state: CkptState,
+        scheme: &str,
         capture_ns: u64,
         publisher: bool,
     ) -> Result<()> {
+        if !publisher {
+            return Ok(());
+        }
         let all_ranks = tier.scope() == Scope::Global;
-        let res = if publisher {
-            let m = self.manifest(name, version, state, capture_ns, all_ranks);
-            tier.put(&manifest_key(name, version), &m.encode())
-                .map_err(|e| {
-                    Error::from(e).context(format!(
-                        "rank {}: publishing {name} v{version} on the {} tier",
-                        self.topo.rank,
-                        tier.label()
-                    ))
-                })
-        } else {
-            Ok(())
-        };
-        agree(
-            &*self.comm,
-            res,
-            &format!("publish {name} v{version} on the {} tier", tier.label()),
-        )
+        let m = self.manifest(name, version, state, scheme, capture_ns, all_ranks);
+        tier.put(&manifest_key(name, version), &m.encode())
+            .map_err(|e| {
+                Error::from(e).context(format!(
+                    "rank {}: publishing {name} v{version} on the {} tier",
+                    self.topo.rank,
+                    tier.label()
+                ))
+            })
     }
 
     fn manifest(
@@ -494,6 +734,7 @@ impl Engine {
         name: &str,
         version: i64,
         state: CkptState,
+        scheme: &str,
         capture_ns: u64,
         all_ranks: bool,
     ) -> Manifest {
@@ -518,66 +759,119 @@ impl Engine {
                 Some(self.topo.node as u32)
             },
             ranks,
-            scheme: self.plan.describe(),
+            scheme: scheme.to_string(),
             state,
             created_unix_ms: unix_ms(),
             capture_ns,
         }
     }
 
-    /// Collective: copy checkpoint `version` of `name` from the node-local tier to the global
-    /// tier and publish it there (DURABLE).
+    /// Collective: make checkpoint `version` of `name` durable on the global tier and wait
+    /// until it is: a flush already under way is waited for, and one not started is started
+    /// (a flush on demand). Fails on every rank if any rank's copy failed; the checkpoint then
+    /// stays as it was on the node-local tier.
     pub fn flush(&mut self, name: &str, version: i64) -> Result<()> {
-        let Some(global) = self.global.clone() else {
-            return Ok(());
-        };
-        let rank = self.topo.rank;
-        let key = rank_key(name, version, rank);
-        let t0 = Instant::now();
-        let copied = global
-            .remove(&manifest_key(name, version))
-            .map_err(Error::from)
-            .and_then(|()| part::copy_object(&*self.first, &*global, &key))
-            .map_err(|e| {
-                e.context(format!(
-                    "rank {rank}: flushing {name} v{version} to the global tier {}",
-                    global.location()
-                ))
-            });
-        let mut v = [copied.is_ok() as i64, -(t0.elapsed().as_nanos() as i64)];
-        self.comm.allreduce_i64(&mut v, Op::Min)?;
-        if v[0] != 1 {
-            return Err(match copied {
-                Err(e) => e,
-                Ok(_) => Error::new(
-                    ErrorKind::Peer,
-                    format!("flush of {name} v{version} failed on another rank (see its message)"),
-                ),
-            });
+        self.wait_durable(name, version)
+    }
+
+    /// Collective: the lifecycle state of `name` v`version` after settling the flushes that
+    /// have finished, or `None` when no tier holds it. Never blocks on a flush.
+    pub fn test(&mut self, name: &str, version: i64) -> Result<Option<CkptState>> {
+        check_name(name)?;
+        if !self.pending.is_empty() {
+            self.settle(None)?;
         }
-        // As for capture: no rank may report the version durable before the global manifest
-        // is out.
-        self.publish(
-            &*global,
-            name,
-            version,
-            CkptState::Durable,
-            (-v[1]) as u64,
-            rank == 0,
-        )?;
-        let ns = self.names.entry(name.to_string()).or_default();
-        ns.global.insert(version);
-        let doomed = if self.cfg.keep_global == 0 {
-            Vec::new()
-        } else {
-            window(&mut ns.global, self.cfg.keep_global)
+        Ok(self.state_of(name, version))
+    }
+
+    /// This rank's view of the state of `name` v`version`.
+    fn state_of(&self, name: &str, version: i64) -> Option<CkptState> {
+        if let Some(ns) = self.names.get(name) {
+            if ns.global.contains(&version) {
+                return Some(CkptState::Durable);
+            }
+            if ns.first.contains(&version) && self.global.is_some() {
+                return Some(if ns.protected.contains(&version) {
+                    CkptState::Protected
+                } else {
+                    CkptState::Captured
+                });
+            }
+        }
+        // Not written in this run: ask the tiers.
+        let tiers = self.global.iter().chain(std::iter::once(&self.first));
+        tiers
+            .filter_map(|t| catalog::read_manifest(&**t, name, version).ok().flatten())
+            .map(|m| m.state)
+            .max()
+    }
+
+    /// Collective: wait until `name` v`version` is durable, starting its flush if none is
+    /// under way.
+    fn wait_durable(&mut self, name: &str, version: i64) -> Result<()> {
+        check_name(name)?;
+        let id = (name.to_string(), version);
+        if !self.pending.contains(&id) {
+            if self.global.is_none() || self.state_of(name, version) == Some(CkptState::Durable) {
+                let known = self.state_of(name, version).is_some();
+                return match self.comm.all_agree(known)? {
+                    true => Ok(()),
+                    false => Err(not_stored(name, version)),
+                };
+            }
+            // A flush on demand: the version must be complete on every rank's first tier.
+            let mine = catalog::read_manifest(&*self.first, name, version)
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.ranks.contains(&(self.topo.rank as u32)))
+                && self.first.exists(&rank_key(name, version, self.topo.rank));
+            if !self.comm.all_agree(mine)? {
+                return Err(not_stored(name, version));
+            }
+            let stale = self.unpublish_global(name, version);
+            agree(
+                &*self.comm,
+                stale,
+                &format!("prepare the flush of {name} v{version}"),
+            )?;
+            let was_sync = std::mem::replace(&mut self.cfg.flush_sync, false);
+            let started = self.start_flush(name, version);
+            self.cfg.flush_sync = was_sync;
+            started?;
+        }
+        self.settle(Some(id))?;
+        match self.names.get(name).and_then(|ns| ns.failed.get(&version)) {
+            Some(msg) => Err(Error::new(
+                ErrorKind::Io,
+                format!("{name} v{version} could not be made durable: {msg}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Collective: whether the run should stop now: the job's time limit is near (leaving
+    /// the margin plus the time a last checkpoint and its flush took so far), the halt file
+    /// exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals`). Once true, stays true.
+    pub fn should_exit(&mut self) -> Result<bool> {
+        if !self.pending.is_empty() {
+            self.settle(None)?;
+        }
+        let flush_cost = match self.stats.flushes {
+            0 => 0.0,
+            n => self.stats.flush_seconds / n as f64,
         };
-        self.schedule_delete(global, name, doomed, true);
-        info!(
-            "cairn: rank {rank}: {name} v{version} is durable on {}",
-            self.cfg.global.display()
-        );
-        Ok(())
+        let reason = self
+            .policy
+            .exit_reason(self.max_ckpt + flush_cost, self.topo.rank == 0);
+        let mut v = [reason.is_some() as i64];
+        self.comm.allreduce_i64(&mut v, Op::Max)?;
+        if v[0] == 1 && !self.exiting {
+            self.exiting = true;
+            if let Some(r) = reason {
+                warn!("cairn: rank {}: time to stop: {r}", self.topo.rank);
+            }
+        }
+        Ok(self.exiting)
     }
 
     /// Delete versions in the background: the publisher unpublishes first, so a version is
@@ -759,7 +1053,11 @@ impl Engine {
     ) -> Result<i64> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
-        // Background deletions must not race with the clean-up of newer versions below.
+        // Background flushes and deletions must not race with the clean-up of newer versions
+        // below.
+        if let Some(last) = self.pending.back().cloned() {
+            self.settle(Some(last))?;
+        }
         self.deleter.drain();
         self.rebuild_missing(name)?;
         let (mut cands, _) = agree(
@@ -879,6 +1177,14 @@ impl Engine {
         };
         ns.last = Some(v);
         ns.restored = Some(v);
+        let flushing = !first_is_global
+            && (self.cfg.flush_every > 0 || self.cfg.flush_seconds > 0.0 || self.cfg.flush_auto);
+        let undurable = !ns.global.contains(&v) && ns.first.contains(&v);
+        if flushing && self.comm.all_agree(undurable)? {
+            // The run that wrote v may have died before v became durable: carry its flush on
+            // (parts already committed on the global tier are not copied again).
+            self.start_flush(name, v)?;
+        }
         self.stats.restarts += 1;
         self.stats.restart_seconds += t0.elapsed().as_secs_f64();
         self.stats.restored_version = v;
@@ -942,25 +1248,68 @@ impl Engine {
         Err(last_err)
     }
 
-    /// Collective when a time policy is set: whether the configured policy says a checkpoint
-    /// is due. Every call counts as one step.
+    /// Collective when a time policy is set (`[checkpoint] seconds`, fixed or `auto`):
+    /// whether the configured policy says a checkpoint is due. Every call counts as one step.
+    /// With `auto`, the interval is the failure model's optimum for the job's MTBF and the
+    /// mean cost of this run's checkpoints so far (the first call says yes, to measure it).
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         self.calls_since += 1;
         let by_steps = self.cfg.every > 0 && self.calls_since >= self.cfg.every;
-        if self.cfg.seconds > 0.0 {
-            let mut v =
-                [(by_steps || self.last_ckpt.elapsed().as_secs_f64() >= self.cfg.seconds) as i64];
+        let interval = self.checkpoint_interval();
+        if let Some(iv) = interval {
+            if !self.pending.is_empty() {
+                self.settle(None)?;
+            }
+            let mut v = [(by_steps || self.last_ckpt.elapsed().as_secs_f64() >= iv) as i64];
             self.comm.allreduce_i64(&mut v, Op::Max)?;
             return Ok(v[0] == 1);
         }
         Ok(by_steps || self.cfg.every == 0)
     }
 
-    /// Collective: wait for background deletions and release the engine.
+    /// The interval `need_checkpoint` uses now, in seconds, when it follows a time policy.
+    /// With `auto`, 0 until the first checkpoint has measured the cost.
+    pub fn checkpoint_interval(&self) -> Option<f64> {
+        self.policy.schedule(
+            self.cfg.seconds_auto,
+            self.cfg.seconds,
+            self.stats.checkpoints,
+            self.stats.checkpoint_seconds,
+            Covers::All,
+        )
+    }
+
+    /// Collective: finish the pending flushes, make the newest checkpoint of each name durable
+    /// (unless `[checkpoint] finalize = false`), wait for background deletions and release
+    /// the engine. A flush that fails is reported, after everything else is released.
     pub fn finalize(mut self) -> Result<()> {
+        let mut result = Ok(());
+        if self.global.is_some() {
+            if self.cfg.finalize_flush {
+                let mut newest: Vec<(String, i64)> = self
+                    .names
+                    .iter()
+                    .filter_map(|(n, ns)| ns.last.map(|v| (n.clone(), v)))
+                    .collect();
+                // The same order on every rank.
+                newest.sort();
+                for (name, v) in newest {
+                    if let Err(e) = self.wait_durable(&name, v) {
+                        if e.kind == ErrorKind::Comm {
+                            return Err(e);
+                        }
+                        result = result.and(Err(e));
+                    }
+                }
+            }
+            if let Some(last) = self.pending.back().cloned() {
+                self.settle(Some(last))?;
+            }
+        }
+        self.flusher.finish();
         self.deleter.finish();
         self.comm.barrier()?;
-        Ok(())
+        result
     }
 }
 
@@ -968,6 +1317,13 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.deleter.finish();
     }
+}
+
+fn not_stored(name: &str, version: i64) -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        format!("checkpoint {name} v{version} is not complete on every rank (see `cairn list`)"),
+    )
 }
 
 /// Remove one version from a tier: the publisher first unpublishes the manifest (making the

@@ -1582,6 +1582,7 @@ mod tests {
             global: root.join("global"),
             fsync_global: false,
             chunk: 4096,
+            finalize_flush: false,
             ..Config::default()
         }
     }

@@ -31,9 +31,11 @@ pub mod catalog;
 pub mod config;
 mod engine;
 mod error;
+pub mod flush;
 pub mod inventory;
 pub mod model;
 pub mod part;
+mod policy;
 mod protect;
 
 pub use cairn_format::{CkptState, Dtype};

@@ -294,6 +294,9 @@ impl Case {
             keep: 2,
             chunk: 4096,
             flush_every: if self.flush { 2 } else { 0 },
+            // The write job dies without another collective call: v4 must be durable when
+            // checkpoint returns.
+            flush_sync: true,
             log_level: log_level(),
             set_size: self.set_size,
             ..Config::default()

@@ -16,15 +16,22 @@
  * verify; the checkpoint loop in main.
  *
  * Usage: stress [--name NAME] [--versions V] [--mib M] [--regions R] [--config PATH]
- *               [--verify-only] [--solo]
+ *               [--verify-only] [--solo] [--until-exit MS]
  *   Under mpirun every rank takes part; with --solo the program makes no MPI call at all
  *   (cairn_init_solo) and runs as a plain process. Checkpoints are versions restored+1 .. V,
  *   starting at 1 when nothing is stored. --verify-only restores, verifies and exits.
+ *   After each checkpoint the program asks cairn_test about the versions it wrote that it has
+ *   not yet seen durable (the newest four) and reports those that are.
+ *   --until-exit MS: each step "computes" for MS milliseconds and asks cairn_should_exit; a
+ *   step checkpoints when cairn_need_checkpoint says so, and when cairn_should_exit says
+ *   stop, the program takes a last checkpoint and finalizes (which makes it durable).
  *
  * Output (stdout, flushed after every line):
  *   stress: rank <r> restored v<v> ok
  *   stress: rank <r> restored v<v> MISMATCH region <i> index <j>
  *   stress: rank <r> checkpoint v<v> done
+ *   stress: rank <r> durable v<v>
+ *   stress: rank <r> exiting after v<v>         (--until-exit, when cairn_should_exit said so)
  *   stress: none                              (--verify-only, nothing stored; rank 0 only)
  * On a Cairn error, stderr gets "stress: rank <r> <call> failed (<code>): <last error>".
  *
@@ -33,6 +40,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +151,8 @@ static void check(int rc, const char *call)
 static void usage(const char *msg)
 {
     fprintf(stderr, "stress: %s\nusage: stress [--name NAME] [--versions V] [--mib M] "
-                    "[--regions R] [--config PATH] [--verify-only] [--solo]\n", msg);
+                    "[--regions R] [--config PATH] [--verify-only] [--solo] "
+                    "[--until-exit MS]\n", msg);
     exit(2);
 }
 
@@ -227,6 +236,39 @@ static int64_t restore_and_verify(const char *name, struct region *regs, int nre
     return got;
 }
 
+/* ---- Checkpoints and their durability ------------------------------------------------------ */
+
+/* Versions below this one were seen durable (or are too old to ask about). */
+static int64_t durable_floor = 1;
+
+static void take_checkpoint(const char *name, struct region *regs, int nregs, int64_t v)
+{
+    for (int i = 0; i < nregs; i++)
+        fill_region(&regs[i], i, v, rank);
+    check(cairn_checkpoint(name, v), "cairn_checkpoint");
+    printf("stress: rank %d checkpoint v%" PRId64 " done\n", rank, v);
+    /* cairn_test is collective: every rank asks about the same versions. */
+    if (durable_floor < v - 3)
+        durable_floor = v - 3;
+    for (int64_t w = v; w >= durable_floor; w--) {
+        int state = CAIRN_STATE_NONE;
+        check(cairn_test(name, w, &state), "cairn_test");
+        if (state == CAIRN_STATE_DURABLE) {
+            printf("stress: rank %d durable v%" PRId64 "\n", rank, w);
+            durable_floor = w + 1;
+            break;
+        }
+    }
+    fflush(stdout);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 /* ---- Main ----------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -234,6 +276,7 @@ int main(int argc, char **argv)
     const char *name = "stress", *config = NULL;
     long long versions = 1000, mib = 4, nregs = 3;
     int verify_only = 0, solo = 0;
+    long long until_exit = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
@@ -247,6 +290,7 @@ int main(int argc, char **argv)
         else if (strcmp(opt, "--versions") == 0) versions = parse_count(opt, val, 0);
         else if (strcmp(opt, "--mib") == 0)      mib = parse_count(opt, val, 0);
         else if (strcmp(opt, "--regions") == 0)  nregs = parse_count(opt, val, 1);
+        else if (strcmp(opt, "--until-exit") == 0) until_exit = parse_count(opt, val, 0);
         else                                     usage("unknown option");
     }
     if (nregs > 1000)
@@ -297,14 +341,25 @@ int main(int argc, char **argv)
             printf("stress: none\n");
             fflush(stdout);
         }
-    } else {
-        for (int64_t v = restored < 0 ? 1 : restored + 1; v <= versions; v++) {
-            for (int i = 0; i < nregs; i++)
-                fill_region(&regs[i], i, v, rank);
-            check(cairn_checkpoint(name, v), "cairn_checkpoint");
-            printf("stress: rank %d checkpoint v%" PRId64 " done\n", rank, v);
-            fflush(stdout);
+    } else if (until_exit >= 0) {
+        int64_t v = restored < 0 ? 1 : restored + 1;
+        for (;; v++) {
+            sleep_ms((long)until_exit);
+            int stop = 0, due = 0;
+            check(cairn_should_exit(&stop), "cairn_should_exit");
+            if (stop) {
+                take_checkpoint(name, regs, (int)nregs, v);
+                printf("stress: rank %d exiting after v%" PRId64 "\n", rank, v);
+                fflush(stdout);
+                break;
+            }
+            check(cairn_need_checkpoint(&due), "cairn_need_checkpoint");
+            if (due)
+                take_checkpoint(name, regs, (int)nregs, v);
         }
+    } else {
+        for (int64_t v = restored < 0 ? 1 : restored + 1; v <= versions; v++)
+            take_checkpoint(name, regs, (int)nregs, v);
     }
 
     check(cairn_finalize(), "cairn_finalize");

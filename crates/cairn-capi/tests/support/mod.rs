@@ -554,7 +554,7 @@ pub fn rank_pid(mpirun: u32, name: &str, rank: usize, timeout: Duration) -> Opti
     }
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
+pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) with a pid this test started (or one of its descendants).
     unsafe {
         libc::kill(pid as libc::pid_t, sig);

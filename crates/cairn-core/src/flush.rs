@@ -1,0 +1,351 @@
+//! The DURABLE step's data movement: copying a rank's part from the node-local tier to the
+//! global tier, in the background, with bounded memory, verifying every chunk on the way.
+//!
+//! The [`Flusher`] owns one I/O thread per process and a queue of copy jobs. It only moves
+//! bytes and records how each job ended; it never publishes anything. Publication of the
+//! global manifest is collective and happens in the engine (`Engine::settle`), at the next
+//! collective call after every rank's copy has finished, so a version is DURABLE only once
+//! every part is committed on the global tier. A crash at any point before that leaves the
+//! version without a global manifest, which restart ignores.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::part;
+use cairn_format::checksum;
+use cairn_tier::{ObjectReader, Tier};
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a copy job stands on this rank.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobState {
+    Queued,
+    Running {
+        done: u64,
+        total: u64,
+    },
+    /// Copied and committed on the destination (or found there already, intact).
+    Done {
+        bytes: u64,
+        seconds: f64,
+    },
+    Failed(String),
+}
+
+impl JobState {
+    pub fn finished(&self) -> bool {
+        matches!(self, JobState::Done { .. } | JobState::Failed(_))
+    }
+}
+
+/// Limits of the copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes held in memory at once (at least one checksum chunk of the part is read whole).
+    pub buffer: u64,
+    /// Bytes per second, 0 for no limit.
+    pub bandwidth: u64,
+}
+
+type Key = (String, i64);
+
+#[derive(Default)]
+struct Book {
+    jobs: HashMap<Key, JobState>,
+}
+
+struct Shared {
+    book: Mutex<Book>,
+    changed: Condvar,
+}
+
+fn lock(m: &Mutex<Book>) -> MutexGuard<'_, Book> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct Job {
+    name: String,
+    version: i64,
+    key: String,
+    src: Arc<dyn Tier>,
+    dst: Arc<dyn Tier>,
+}
+
+/// One background I/O thread copying parts to the global tier.
+pub struct Flusher {
+    shared: Arc<Shared>,
+    tx: Option<mpsc::Sender<Job>>,
+    handle: Option<JoinHandle<()>>,
+    limits: Limits,
+}
+
+impl Flusher {
+    pub fn new(limits: Limits) -> Flusher {
+        let shared = Arc::new(Shared {
+            book: Mutex::new(Book::default()),
+            changed: Condvar::new(),
+        });
+        let (tx, rx) = mpsc::channel::<Job>();
+        let worker = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("cairn-flush".into())
+            .spawn(move || {
+                for job in rx {
+                    run_job(&worker, job, limits);
+                }
+            })
+            .ok();
+        Flusher {
+            shared,
+            tx: Some(tx),
+            handle,
+            limits,
+        }
+    }
+
+    /// Queue the copy of `key` (this rank's part of `name` v`version`) from `src` to `dst`.
+    pub fn submit(
+        &self,
+        name: &str,
+        version: i64,
+        key: String,
+        src: Arc<dyn Tier>,
+        dst: Arc<dyn Tier>,
+    ) {
+        let id = (name.to_string(), version);
+        lock(&self.shared.book).jobs.insert(id, JobState::Queued);
+        let job = Job {
+            name: name.to_string(),
+            version,
+            key,
+            src,
+            dst,
+        };
+        match (&self.tx, &self.handle) {
+            (Some(tx), Some(_)) => {
+                if let Err(mpsc::SendError(job)) = tx.send(job) {
+                    run_job(&self.shared, job, self.limits);
+                }
+            }
+            // No thread could be started: copy inline rather than not at all.
+            _ => run_job(&self.shared, job, self.limits),
+        }
+    }
+
+    /// How the job for `name` v`version` stands, if there is one.
+    pub fn state(&self, name: &str, version: i64) -> Option<JobState> {
+        lock(&self.shared.book)
+            .jobs
+            .get(&(name.to_string(), version))
+            .cloned()
+    }
+
+    /// Block until the job for `name` v`version` has finished (or there is none).
+    pub fn wait(&self, name: &str, version: i64) -> Option<JobState> {
+        let id = (name.to_string(), version);
+        let mut book = lock(&self.shared.book);
+        loop {
+            match book.jobs.get(&id) {
+                Some(s) if !s.finished() => {}
+                other => return other.cloned(),
+            }
+            book = self
+                .shared
+                .changed
+                .wait(book)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Forget a finished job.
+    pub fn forget(&self, name: &str, version: i64) {
+        lock(&self.shared.book)
+            .jobs
+            .remove(&(name.to_string(), version));
+    }
+
+    /// Let the queue run dry and stop the thread.
+    pub fn finish(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn set_state(shared: &Shared, job: &Job, state: JobState) {
+    lock(&shared.book)
+        .jobs
+        .insert((job.name.clone(), job.version), state);
+    shared.changed.notify_all();
+}
+
+fn run_job(shared: &Shared, job: Job, limits: Limits) {
+    let t0 = Instant::now();
+    let progress = |done: u64, total: u64| {
+        lock(&shared.book).jobs.insert(
+            (job.name.clone(), job.version),
+            JobState::Running { done, total },
+        );
+    };
+    let res = copy_verified(&*job.src, &*job.dst, &job.key, limits, &progress);
+    let state = match res {
+        Ok(bytes) => JobState::Done {
+            bytes,
+            seconds: t0.elapsed().as_secs_f64(),
+        },
+        Err(e) => JobState::Failed(format!(
+            "flushing {} from the {} tier {} to the {} tier {}: {}",
+            job.key,
+            job.src.label(),
+            job.src.location(),
+            job.dst.label(),
+            job.dst.location(),
+            e.msg
+        )),
+    };
+    set_state(shared, &job, state);
+}
+
+/// One stretch of a rank file: a checksummed chunk of region data, or the bytes between them.
+struct Piece {
+    start: u64,
+    end: u64,
+    sum: Option<u64>,
+}
+
+/// The rank file cut into pieces in file order: every checksummed chunk, and the gaps
+/// (header, index, trailer) between them cut to at most `gap` bytes.
+fn pieces(r: &dyn ObjectReader, index: &cairn_format::RankIndex, gap: u64) -> Result<Vec<Piece>> {
+    let mut chunks: Vec<Piece> = Vec::new();
+    for e in &index.regions {
+        for (i, sum) in e.chunk_sums.iter().enumerate() {
+            let (s, t) = e.chunk_range(i, index.chunk_size);
+            chunks.push(Piece {
+                start: e.offset + s,
+                end: e.offset + t,
+                sum: Some(*sum),
+            });
+        }
+    }
+    chunks.sort_by_key(|p| p.start);
+    let mut out = Vec::with_capacity(chunks.len() * 2 + 1);
+    let mut at = 0;
+    let push_gap = |out: &mut Vec<Piece>, from: u64, to: u64| {
+        let mut s = from;
+        while s < to {
+            let e = to.min(s + gap);
+            out.push(Piece {
+                start: s,
+                end: e,
+                sum: None,
+            });
+            s = e;
+        }
+    };
+    for c in chunks {
+        if c.start < at || c.end > r.len() {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                "rank file index has overlapping or out-of-range chunks",
+            ));
+        }
+        push_gap(&mut out, at, c.start);
+        at = c.end;
+        out.push(c);
+    }
+    push_gap(&mut out, at, r.len());
+    Ok(out)
+}
+
+/// Whether `dst` already holds `key` with the same index as `src` and every chunk intact:
+/// what a flush interrupted after its commit left behind, so it need not be copied again.
+fn already_there(src: &dyn ObjectReader, dst: &dyn Tier, key: &str) -> bool {
+    let Ok(d) = dst.open(key) else {
+        return false;
+    };
+    let same_index = match (part::read_index(src), part::read_index(&*d)) {
+        (Ok(a), Ok(b)) => a == b && src.len() == d.len(),
+        _ => false,
+    };
+    same_index && part::verify(&*d).is_ok()
+}
+
+/// Copy the rank file `key` from `src` to `dst`, checking every chunk's checksum as it passes
+/// and holding at most `limits.buffer` bytes (or one chunk, if larger) in memory. The copy is
+/// published on `dst` only once complete. `progress(done, total)` is called after each write.
+/// Returns the bytes copied (0 when an intact copy was already there).
+pub fn copy_verified(
+    src: &dyn Tier,
+    dst: &dyn Tier,
+    key: &str,
+    limits: Limits,
+    progress: &dyn Fn(u64, u64),
+) -> Result<u64> {
+    let r = src.open(key)?;
+    let total = r.len();
+    let index = part::read_index(&*r)?;
+    if already_there(&*r, dst, key) {
+        progress(total, total);
+        return Ok(0);
+    }
+    let cap = limits.buffer.max(index.chunk_size as u64).max(4096);
+    let pieces = pieces(&*r, &index, cap)?;
+    let mut buf = vec![0u8; cap.min(total).max(1) as usize];
+    let mut w = dst.create(key)?;
+    let t0 = Instant::now();
+    let mut i = 0;
+    let mut done = 0u64;
+    while i < pieces.len() {
+        // Read as many whole pieces as fit in the buffer (gaps may be split).
+        let start = pieces[i].start;
+        let mut end = start;
+        let mut j = i;
+        while j < pieces.len() && pieces[j].end - start <= buf.len() as u64 {
+            end = pieces[j].end;
+            j += 1;
+        }
+        let n = (end - start) as usize;
+        r.read_exact_at(&mut buf[..n], start)?;
+        for p in &pieces[i..j] {
+            if let Some(want) = p.sum {
+                let got = checksum(&buf[(p.start - start) as usize..(p.end - start) as usize]);
+                if got != want {
+                    return Err(Error::new(
+                        ErrorKind::Corrupt,
+                        format!(
+                            "bytes {}..{} of the source fail their checksum; not flushed",
+                            p.start, p.end
+                        ),
+                    ));
+                }
+            }
+        }
+        w.write_all(&buf[..n])?;
+        done += n as u64;
+        i = j;
+        progress(done, total);
+        throttle(t0, done, limits.bandwidth);
+    }
+    w.commit()?;
+    Ok(done)
+}
+
+/// Sleep so that `done` bytes since `t0` stay within `bandwidth` bytes per second.
+fn throttle(t0: Instant, done: u64, bandwidth: u64) {
+    if bandwidth == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(done as f64 / bandwidth as f64);
+    if let Some(wait) = due.checked_sub(t0.elapsed()) {
+        std::thread::sleep(wait);
+    }
+}
