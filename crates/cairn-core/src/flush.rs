@@ -297,6 +297,8 @@ pub fn copy_verified(
         progress(total, total);
         return Ok(0);
     }
+    // This rank is the only writer of `key`: temporaries under it are a killed flush's.
+    dst.remove_temporaries(key)?;
     let cap = limits.buffer.max(index.chunk_size as u64).max(4096);
     let pieces = pieces(&*r, &index, cap)?;
     let mut buf = vec![0u8; cap.min(total).max(1) as usize];

@@ -251,6 +251,33 @@ impl Tier for DirTier {
         }))
     }
 
+    fn remove_temporaries(&self, key: &str) -> Result<()> {
+        let dest = self.path(key)?;
+        let (Some(dir), Some(base)) = (dest.parent(), dest.file_name()) else {
+            return Ok(());
+        };
+        let mut prefix = base.to_os_string();
+        prefix.push(".tmp.");
+        let prefix = prefix.as_encoded_bytes();
+        let rd = match fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(err(&self.label, "cannot list", dir, e)),
+        };
+        for entry in rd.flatten() {
+            if entry.file_name().as_encoded_bytes().starts_with(prefix) {
+                let p = entry.path();
+                match fs::remove_file(&p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(err(&self.label, "cannot remove", &p, e))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let dir = if prefix.is_empty() {
             self.root.clone()
@@ -313,6 +340,26 @@ mod tests {
             0,
             "temporary file left behind"
         );
+    }
+
+    #[test]
+    fn temporaries_of_a_crashed_writer_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let t = DirTier::new("global", d.path().join("r"), false).unwrap();
+        t.put("v1/rank1.ckpt", b"kept").unwrap();
+        t.put("v1/rank10.ckpt", b"kept too").unwrap();
+        // What a killed process leaves: its temporary file, never renamed.
+        let w = t.create("v1/rank1.ckpt").unwrap();
+        std::mem::forget(w);
+        fs::write(d.path().join("r/v1/rank10.ckpt.tmp.1.2"), b"other key").unwrap();
+        t.remove_temporaries("v1/rank1.ckpt").unwrap();
+        let mut left: Vec<String> = fs::read_dir(d.path().join("r/v1"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["rank1.ckpt", "rank10.ckpt", "rank10.ckpt.tmp.1.2"]);
+        t.remove_temporaries("v9/rank1.ckpt").unwrap();
     }
 
     #[test]

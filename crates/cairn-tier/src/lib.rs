@@ -86,6 +86,12 @@ pub trait Tier: Send + Sync {
     /// Remove `prefix` and everything under it; a missing prefix is not an error.
     fn remove_all(&self, prefix: &str) -> Result<()>;
 
+    /// Remove what crashed writers of `key` left behind (their unpublished temporary data).
+    /// Only call it when no other writer of `key` can be running.
+    fn remove_temporaries(&self, _key: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Store `bytes` under `key` atomically.
     fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
         let mut w = self.create(key)?;
