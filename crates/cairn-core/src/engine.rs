@@ -22,8 +22,11 @@
 //!   every publication, so `checkpoint` returns on no rank before all manifests are out.
 //! - PROTECTED: with scheme "single" this is reached at capture (the scheme promises survival
 //!   of process failures only).
-//! - DURABLE (`Engine::flush`): the rank files are copied to the global tier, all ranks
-//!   agree, rank 0 publishes the global manifest, and all ranks agree again.
+//! - DURABLE (`Engine::start_flush`, then `Engine::settle`): when the flush schedule says so,
+//!   each rank's background `Flusher` copies its rank file to the global tier; at a later
+//!   collective call the ranks agree that every copy is committed, rank 0 publishes the
+//!   global manifest, and all ranks agree again. A failed copy anywhere abandons the flush
+//!   on every rank; the version stays node-local.
 //!
 //! Deletion (`window`, `Engine::schedule_delete`) runs on a background thread, off the
 //! application's critical path, and starts only after the reduction that confirms every
