@@ -13,6 +13,7 @@ use crate::part;
 use cairn_format::checksum;
 use cairn_tier::{ObjectReader, Tier};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -59,6 +60,8 @@ struct Book {
 struct Shared {
     book: Mutex<Book>,
     changed: Condvar,
+    /// Set when the engine is dropped without finalize: copies stop at the next piece.
+    cancel: AtomicBool,
 }
 
 fn lock(m: &Mutex<Book>) -> MutexGuard<'_, Book> {
@@ -86,6 +89,7 @@ impl Flusher {
         let shared = Arc::new(Shared {
             book: Mutex::new(Book::default()),
             changed: Condvar::new(),
+            cancel: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel::<Job>();
         let worker = shared.clone();
@@ -176,7 +180,10 @@ impl Flusher {
 }
 
 impl Drop for Flusher {
+    /// Dropped without `finish` (the engine was dropped, not finalized): abandon the copies
+    /// rather than hold the process up; nothing unfinished is ever published.
     fn drop(&mut self) {
+        self.shared.cancel.store(true, Ordering::Relaxed);
         self.finish();
     }
 }
@@ -190,13 +197,18 @@ fn set_state(shared: &Shared, job: &Job, state: JobState) {
 
 fn run_job(shared: &Shared, job: Job, limits: Limits) {
     let t0 = Instant::now();
-    let progress = |done: u64, total: u64| {
+    let progress = |done: u64, total: u64| -> bool {
         lock(&shared.book).jobs.insert(
             (job.name.clone(), job.version),
             JobState::Running { done, total },
         );
+        !shared.cancel.load(Ordering::Relaxed)
     };
-    let res = copy_verified(&*job.src, &*job.dst, &job.key, limits, &progress);
+    let res = if shared.cancel.load(Ordering::Relaxed) {
+        Err(Error::new(ErrorKind::State, "the engine was dropped"))
+    } else {
+        copy_verified(&*job.src, &*job.dst, &job.key, limits, &progress)
+    };
     let state = match res {
         Ok(bytes) => JobState::Done {
             bytes,
@@ -281,20 +293,21 @@ fn already_there(src: &dyn ObjectReader, dst: &dyn Tier, key: &str) -> bool {
 
 /// Copy the rank file `key` from `src` to `dst`, checking every chunk's checksum as it passes
 /// and holding at most `limits.buffer` bytes (or one chunk, if larger) in memory. The copy is
-/// published on `dst` only once complete. `progress(done, total)` is called after each write.
+/// published on `dst` only once complete. `progress(done, total)` is called after each write;
+/// when it returns false the copy stops and nothing is published.
 /// Returns the bytes copied (0 when an intact copy was already there).
 pub fn copy_verified(
     src: &dyn Tier,
     dst: &dyn Tier,
     key: &str,
     limits: Limits,
-    progress: &dyn Fn(u64, u64),
+    progress: &dyn Fn(u64, u64) -> bool,
 ) -> Result<u64> {
     let r = src.open(key)?;
     let total = r.len();
     let index = part::read_index(&*r)?;
     if already_there(&*r, dst, key) {
-        progress(total, total);
+        let _ = progress(total, total);
         return Ok(0);
     }
     // This rank is the only writer of `key`: temporaries under it are a killed flush's.
@@ -334,7 +347,9 @@ pub fn copy_verified(
         w.write_all(&buf[..n])?;
         done += n as u64;
         i = j;
-        progress(done, total);
+        if !progress(done, total) {
+            return Err(Error::new(ErrorKind::State, "the copy was cancelled"));
+        }
         throttle(t0, done, limits.bandwidth);
     }
     w.commit()?;
