@@ -1,17 +1,19 @@
 //! `cairn`: the command-line tool that lists, inspects and verifies stored checkpoints,
-//! rebuilds lost parts and redundancy, runs the kill-and-restart demo, and advises how often to
-//! checkpoint.
+//! rebuilds lost parts and redundancy, flushes checkpoints to the global tier on demand, runs
+//! the kill-and-restart demo, and advises how often to checkpoint.
 //!
 //! `list`, `inspect` and `verify` only read the tiers (through `cairn_core::inventory`);
 //! nothing is created or changed. `interval` is arithmetic only (`cairn_core::model`): it reads
-//! no tier and no configuration. `rebuild` is collective: it runs under `mpirun` and is the
-//! only subcommand that initialises MPI. Exit codes: 0 success, 1 a check failed (`verify`
-//! found damaged or incomplete checkpoints, `rebuild` could not rebuild, `demo` ended with
-//! different results), 2 usage, configuration or other errors that kept the command from
-//! doing its job.
+//! no tier and no configuration. `rebuild` is collective: it runs under `mpirun`. `flush`
+//! (`cairn_core::stage`) runs alone, or collectively when launched by `mpirun`. They are the
+//! only subcommands that initialise MPI. Exit codes: 0 success, 1 a check failed (`verify`
+//! found damaged or incomplete checkpoints, `rebuild` could not rebuild, `flush` found a
+//! damaged local part, `demo` ended with different results), 2 usage, configuration or other
+//! errors that kept the command from doing its job.
 #![forbid(unsafe_code)]
 
 mod demo;
+mod flush;
 mod interval;
 mod rebuild;
 mod show;
@@ -28,7 +30,7 @@ Exit codes:
   0  success (verify: every checkpoint checked is intact and complete; rebuild: everything
      rebuilt, or nothing to rebuild)
   1  verify found a damaged or incomplete checkpoint; rebuild could not rebuild (the message
-     says why); demo ended with different results
+     says why); flush found a damaged local rank file; demo ended with different results
   2  usage or configuration error, or the command could not do its job
      (e.g. no such checkpoint, unreadable storage, demo could not run, rebuild run with a
      rank count or [topology] / [redundancy] settings other than the checkpoint's)";
@@ -58,15 +60,17 @@ Exit codes:
 #[command(
     name = "cairn",
     version,
-    about = "List, inspect, verify and rebuild Cairn checkpoints, run the kill-and-restart demo, \
-and work out how often to checkpoint",
+    about = "List, inspect, verify, rebuild and flush Cairn checkpoints, run the kill-and-restart \
+demo, and work out how often to checkpoint",
     long_about = "List, inspect and verify the checkpoints Cairn has stored, rebuild what a \
-lost node took with it, run the kill-and-restart demo, and work out how often to checkpoint \
+lost node took with it, flush checkpoints to the global tier on demand, run the \
+kill-and-restart demo, and work out how often to checkpoint \
 (interval).\n\nThe tiers come from the same configuration the library reads: built-in \
 defaults, then the TOML file given with --config (else the one named by CAIRN_CONFIG), then \
 CAIRN_<SECTION>_<KEY> environment variables (e.g. CAIRN_TIERS_LOCAL), then --local and \
 --global. list, inspect and verify never create or change anything. rebuild is collective and \
-runs under mpirun with the job's rank count and configuration. interval needs no tiers and no \
+runs under mpirun with the job's rank count and configuration. flush copies to the global \
+tier, alone or under mpirun. interval needs no tiers and no \
 configuration.",
     after_help = EXIT_CODES
 )]
@@ -138,6 +142,11 @@ rebuilt), none (scheme single)."
         /// Only this version; default: every version on the node-local tier that needs it
         version: Option<i64>,
     },
+    /// Make checkpoints complete on the node-local tier durable: copy them to the global tier,
+    /// verifying every chunk, and publish them (while the job is not running; alone, or under
+    /// mpirun when each node sees only its own directory)
+    #[command(after_help = flush::HELP)]
+    Flush(flush::FlushArgs),
     /// Run heat2d under mpirun, kill one rank partway, restart it and compare with an
     /// uninterrupted run
     #[command(
@@ -166,9 +175,12 @@ impl std::error::Error for CheckFailed {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The one MPI subcommand: MPI is initialised inside it and nowhere else.
+    // The MPI subcommands: MPI is initialised inside them and nowhere else.
     if let Cmd::Rebuild { name, version } = &cli.cmd {
         return ExitCode::from(rebuild::run(&cli.global, name, *version));
+    }
+    if let Cmd::Flush(args) = &cli.cmd {
+        return ExitCode::from(flush::run(&cli.global, args));
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -252,7 +264,7 @@ fn run(cli: Cli) -> Result<()> {
                 Err(CheckFailed.into())
             }
         }
-        Cmd::Rebuild { .. } => unreachable!("handled in main"),
+        Cmd::Rebuild { .. } | Cmd::Flush(_) => unreachable!("handled in main"),
         Cmd::Demo(args) => {
             no_tier_options(
                 &cli.global,

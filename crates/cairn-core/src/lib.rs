@@ -37,6 +37,7 @@ pub mod model;
 pub mod part;
 mod policy;
 mod protect;
+pub mod stage;
 
 pub use cairn_format::{CkptState, Dtype};
 pub use config::Config;
