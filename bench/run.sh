@@ -4,12 +4,13 @@
 #   bench/run.sh [-n RANKS] [cairn-bench-ckpt options]          e.g. bench/run.sh --mib 64 --json
 #   bench/run.sh redundancy [-n RANKS] [options]                 e.g. bench/run.sh redundancy --full
 #   bench/run.sh nbody [options]                                 e.g. bench/run.sh nbody --reps 5
+#   bench/run.sh flush [-n RANKS] [options]                      e.g. bench/run.sh flush --global /scratch
 #
-# Ranks default to 4 for the checkpoint benchmark and 10 for the redundancy one (8 for the
-# engine test on 4 simulated nodes, 10 for rs(8+2) on 10). `--oversubscribe` lets Open MPI
-# start more ranks than cores; with another MPI, run the binaries under its own launcher
-# instead (see bench/README.md). `nbody` is not started under mpirun: it builds
-# examples/nbody.c and runs mpirun itself.
+# Ranks default to 4 for the checkpoint benchmark, 10 for the redundancy one (8 for the
+# engine test on 4 simulated nodes, 10 for rs(8+2) on 10) and 2 for the flush one.
+# `--oversubscribe` lets Open MPI start more ranks than cores; with another MPI, run the
+# binaries under its own launcher instead (see bench/README.md). `nbody` is not started
+# under mpirun: it builds examples/nbody.c and runs mpirun itself.
 set -eu
 cd "$(dirname "$0")/.."
 bin=cairn-bench-ckpt
@@ -18,6 +19,11 @@ case "${1:-}" in
 redundancy)
     bin=cairn-bench-redundancy
     ranks=10
+    shift
+    ;;
+flush)
+    bin=cairn-bench-flush
+    ranks=2
     shift
     ;;
 nbody)

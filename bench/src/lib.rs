@@ -1,6 +1,7 @@
-//! Helpers shared by the benchmark binaries (`cairn-bench-ckpt`, `cairn-bench-redundancy`):
-//! agreed failures and barrier-to-return timing over MPI, the run's private directory,
-//! statistics, memory checks and plain-file baselines.
+//! Helpers shared by the benchmark binaries (`cairn-bench-ckpt`, `cairn-bench-redundancy`,
+//! `cairn-bench-flush`): agreed failures and barrier-to-return timing over MPI, command lines,
+//! the run's private directory, statistics and orders of repetitions, memory checks, removal
+//! of checkpoints between runs and plain-file baselines.
 
 use cairn_core::Config;
 use cairn_mpi::mpi::collective::SystemOperation;
@@ -302,4 +303,162 @@ pub fn count_nodes(mpi: &Mpi) -> usize {
     mpi.world
         .all_reduce_into(&leader, &mut nodes, SystemOperation::sum());
     nodes as usize
+}
+
+// ---- command lines -------------------------------------------------------------------------
+
+/// Split `--flag=value` and walk the arguments; `on` handles one flag with its value getter
+/// and returns `false` for a flag it does not know. `Ok(false)` asks for the usage text.
+pub fn walk(
+    argv: Vec<String>,
+    mut on: impl FnMut(&str, &mut dyn FnMut() -> Result<String, String>) -> Result<bool, String>,
+) -> Result<bool, String> {
+    let mut it = argv.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        if flag == "-h" || flag == "--help" {
+            return Ok(false);
+        }
+        let mut used_inline = false;
+        let mut value = || -> Result<String, String> {
+            used_inline = true;
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        if !on(&flag, &mut value)? {
+            return Err(format!("unknown argument {arg:?}"));
+        }
+        if inline.is_some() && !used_inline {
+            return Err(format!("{flag} takes no value"));
+        }
+    }
+    Ok(true)
+}
+
+/// Owned arguments, for tests of the parsers.
+pub fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// A whole number `>= min` given to option `name`.
+pub fn count(name: &str, v: String, min: usize) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!("{name} {v:?}: expected a whole number >= {min}")),
+    }
+}
+
+/// Comma-separated whole numbers, each `>= min`, given to option `name`.
+pub fn list(name: &str, v: &str, min: usize) -> Result<Vec<usize>, String> {
+    let out: Result<Vec<usize>, _> = v.split(',').map(|x| x.trim().parse::<usize>()).collect();
+    match out {
+        Ok(o) if !o.is_empty() && o.iter().all(|x| *x >= min) => Ok(o),
+        _ => Err(format!(
+            "{name} {v:?}: expected comma-separated whole numbers >= {min}"
+        )),
+    }
+}
+
+// ---- repetitions -----------------------------------------------------------------------------
+
+pub fn median(v: &[f64]) -> f64 {
+    median_p90(v).0
+}
+
+/// The order of `n` kinds in repetition `rep`: rotated, and reversed every other time, so no
+/// kind always follows the same other one.
+pub fn order(n: usize, rep: usize) -> Vec<usize> {
+    let mut o: Vec<usize> = (0..n).map(|i| (i + rep) % n).collect();
+    if rep % 2 == 1 {
+        o.reverse();
+    }
+    o
+}
+
+// ---- storage ----------------------------------------------------------------------------------
+
+/// Collective: refuse to start a part when a node cannot hold what its ranks need: per rank,
+/// `mem_per_rank` bytes of memory and `disk_per_rank` bytes of files under `root` (memory too
+/// when `root` is on tmpfs), plus `slack` bytes per node.
+pub fn check_fits(
+    mpi: &Mpi,
+    root: &Path,
+    mem_per_rank: u64,
+    disk_per_rank: u64,
+    slack: u64,
+) -> Res<()> {
+    let node = mpi.world.split_shared(mpi.rank as i32);
+    let local = node.size() as u64;
+    let check = || -> Result<(), String> {
+        let tmpfs = on_tmpfs(root);
+        let need = local * (mem_per_rank + if tmpfs { disk_per_rank } else { 0 }) + slack;
+        let avail = meminfo("MemAvailable").ok_or("cannot read MemAvailable")?;
+        if avail < need {
+            return Err(format!(
+                "{local} ranks need {} MiB of memory on this node (buffers and tmpfs files), {} MiB is available; use smaller sizes",
+                need >> 20,
+                avail >> 20
+            ));
+        }
+        let space =
+            fs_available(root).ok_or_else(|| format!("cannot statvfs {}", root.display()))?;
+        if space < local * disk_per_rank + slack {
+            return Err(format!(
+                "{local} ranks need {} MiB on {}, {} MiB is free; use smaller sizes",
+                (local * disk_per_rank + slack) >> 20,
+                root.display(),
+                space >> 20
+            ));
+        }
+        Ok(())
+    };
+    let res = if node.rank() == 0 { check() } else { Ok(()) };
+    mpi.agree("memory check", res)
+}
+
+/// Collective: remove checkpoint `name` from every simulated node's directory under the
+/// node-local tier root `local` and, with `global`, from that global tier root. All nodes
+/// share this host, so rank 0 does it for all.
+pub fn remove_ckpt(mpi: &Mpi, local: &Path, global: Option<&Path>, name: &str) -> Res<()> {
+    mpi.world.barrier();
+    let res = if mpi.rank == 0 {
+        (|| -> Result<(), String> {
+            let nodes = fs::read_dir(local).map_err(|e| format!("{}: {e}", local.display()))?;
+            let mut dirs: Vec<PathBuf> = Vec::new();
+            for n in nodes {
+                dirs.push(n.map_err(|e| e.to_string())?.path().join(name));
+            }
+            dirs.extend(global.map(|g| g.join(name)));
+            for d in dirs {
+                if d.exists() {
+                    fs::remove_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+                }
+            }
+            Ok(())
+        })()
+    } else {
+        Ok(())
+    };
+    mpi.agree("remove a checkpoint", res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_rotate_and_cover() {
+        for rep in 0..6 {
+            let mut o = order(5, rep);
+            o.sort();
+            assert_eq!(o, vec![0, 1, 2, 3, 4]);
+        }
+        assert_ne!(order(5, 0), order(5, 1));
+        assert_ne!(order(5, 1)[1], order(5, 0)[1]);
+    }
 }

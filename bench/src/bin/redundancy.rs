@@ -115,55 +115,6 @@ struct NbArgs {
     json: bool,
 }
 
-fn list(name: &str, v: &str, min: usize) -> Result<Vec<usize>, String> {
-    let out: Result<Vec<usize>, _> = v.split(',').map(|x| x.trim().parse::<usize>()).collect();
-    match out {
-        Ok(o) if !o.is_empty() && o.iter().all(|x| *x >= min) => Ok(o),
-        _ => Err(format!(
-            "{name} {v:?}: expected comma-separated whole numbers >= {min}"
-        )),
-    }
-}
-
-/// Split `--flag=value` and walk the arguments; `on` handles one flag with its value getter.
-fn walk(
-    argv: Vec<String>,
-    mut on: impl FnMut(&str, &mut dyn FnMut() -> Result<String, String>) -> Result<bool, String>,
-) -> Result<bool, String> {
-    let mut it = argv.into_iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        if flag == "-h" || flag == "--help" {
-            return Ok(false);
-        }
-        let mut used_inline = false;
-        let mut value = || -> Result<String, String> {
-            used_inline = true;
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        if !on(&flag, &mut value)? {
-            return Err(format!("unknown argument {arg:?}"));
-        }
-        if inline.is_some() && !used_inline {
-            return Err(format!("{flag} takes no value"));
-        }
-    }
-    Ok(true)
-}
-
-fn count(name: &str, v: String, min: usize) -> Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(n) if n >= min => Ok(n),
-        _ => Err(format!("{name} {v:?}: expected a whole number >= {min}")),
-    }
-}
-
 /// Parse the MPI mode's command line; `Ok(None)` asks for the usage text.
 fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
     let mut a = Args {
@@ -322,59 +273,6 @@ fn on_first<T>(world: &Mpi, n: usize, f: impl FnOnce(&Mpi) -> Res<T>) -> Res<Opt
     }
 }
 
-/// Collective: refuse to start a part when a node cannot hold what its ranks need.
-fn check_fits(mpi: &Mpi, root: &Path, mem_per_rank: u64, disk_per_rank: u64) -> Res<()> {
-    let node = mpi.world.split_shared(mpi.rank as i32);
-    let local = node.size() as u64;
-    let check = || -> Result<(), String> {
-        let tmpfs = on_tmpfs(root);
-        let need = local * (mem_per_rank + if tmpfs { disk_per_rank } else { 0 }) + SLACK;
-        let avail = meminfo("MemAvailable").ok_or("cannot read MemAvailable")?;
-        if avail < need {
-            return Err(format!(
-                "{local} ranks need {} MiB of memory on this node (buffers and tmpfs files), {} MiB is available; use smaller sizes",
-                need >> 20,
-                avail >> 20
-            ));
-        }
-        let space =
-            fs_available(root).ok_or_else(|| format!("cannot statvfs {}", root.display()))?;
-        if space < local * disk_per_rank + SLACK {
-            return Err(format!(
-                "{local} ranks need {} MiB on {}, {} MiB is free; use smaller sizes",
-                (local * disk_per_rank + SLACK) >> 20,
-                root.display(),
-                space >> 20
-            ));
-        }
-        Ok(())
-    };
-    let res = if node.rank() == 0 { check() } else { Ok(()) };
-    mpi.agree("memory check", res)
-}
-
-/// Collective: remove every simulated node's directory of checkpoint `name` (all simulated
-/// nodes share this host, so the first rank can do it for all).
-fn remove_ckpt(mpi: &Mpi, root: &Path, name: &str) -> Res<()> {
-    mpi.world.barrier();
-    let res = if mpi.rank == 0 {
-        (|| -> Result<(), String> {
-            let local = root.join("local");
-            let nodes = fs::read_dir(&local).map_err(|e| format!("{}: {e}", local.display()))?;
-            for n in nodes {
-                let d = n.map_err(|e| e.to_string())?.path().join(name);
-                if d.exists() {
-                    fs::remove_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-                }
-            }
-            Ok(())
-        })()
-    } else {
-        Ok(())
-    };
-    mpi.agree("remove a checkpoint", res)
-}
-
 fn engine_cfg(
     cfg: &Config,
     root: &Path,
@@ -390,6 +288,9 @@ fn engine_cfg(
     c.set_size = set_size;
     c.parity = parity;
     c.partner_mode = mode.to_string();
+    // Checkpoints are deleted behind the engine's back after each run: finalize must not try
+    // to flush the newest one.
+    c.finalize_flush = false;
     // The rebuilds here are deliberate: keep the engine's warnings about them off the
     // output unless a level was asked for.
     if std::env::var_os("CAIRN_LOG_LEVEL").is_none() {
@@ -401,20 +302,6 @@ fn engine_cfg(
 fn new_engine(mpi: &Mpi, cfg: Config) -> Res<Engine> {
     // Engine::new is collective and agreed: every rank fails if one does.
     Engine::new(Box::new(MpiComm::new(&mpi.world)), cfg).map_err(fail)
-}
-
-fn median(v: &[f64]) -> f64 {
-    median_p90(v).0
-}
-
-/// The order of `n` kinds in repetition `rep`: rotated, and reversed every other time, so no
-/// kind always follows the same other one.
-fn order(n: usize, rep: usize) -> Vec<usize> {
-    let mut o: Vec<usize> = (0..n).map(|i| (i + rep) % n).collect();
-    if rep % 2 == 1 {
-        o.reverse();
-    }
-    o
 }
 
 // ---- 1. cpex --------------------------------------------------------------------------------
@@ -592,7 +479,7 @@ fn bench_cpex(mpi: &Mpi, args: &Args, cfg: &Config, root: &Path) -> Res<Vec<Cpex
     for &mib in &args.sizes {
         let n = mib * MIB;
         // Per rank: the buffer, pieces in flight, and up to two files of the part's size.
-        check_fits(mpi, root, (n + 8 * PIECE) as u64, 2 * n as u64)?;
+        check_fits(mpi, root, (n + 8 * PIECE) as u64, 2 * n as u64, SLACK)?;
         let buf = filled(n, 0x5eed + mpi.rank as u64);
         let mut recv = filled(PIECE, 1);
         let mut row = CpexRow {
@@ -628,7 +515,7 @@ fn bench_cpex(mpi: &Mpi, args: &Args, cfg: &Config, root: &Path) -> Res<Vec<Cpex
                         })?;
                         // Files are deleted between runs so every run pays the same tmpfs
                         // page allocation.
-                        remove_ckpt(mpi, root, &name)?;
+                        remove_ckpt(mpi, &root.join("local"), None, &name)?;
                         t
                     }
                     Cx::TwoFiles => {
@@ -1017,7 +904,7 @@ fn bench_engine(
     mpi.agree("create the test directory", private_dir(root))?;
     let n = args.engine_mib * MIB;
     // Buffer, restore buffer, a part, its partner copy or parity, plus rebuild traffic.
-    check_fits(mpi, root, 4 * n as u64, 3 * n as u64)?;
+    check_fits(mpi, root, 4 * n as u64, 3 * n as u64, SLACK)?;
     let buf = filled(n, 0xe17 + mpi.rank as u64);
     let mut back = filled(n, 5);
     let mut engines = Vec::new();
@@ -1110,7 +997,7 @@ fn bench_engine(
                 let l = restart("restart after loss")?;
                 (restart("restart")?, l)
             };
-            remove_ckpt(mpi, root, &name)?;
+            remove_ckpt(mpi, &root.join("local"), None, &name)?;
             if rep > 0 {
                 let row = &mut rows[i];
                 row.checkpoint.push(tc);
@@ -1830,43 +1717,34 @@ fn main() {
 mod tests {
     use super::*;
 
-    fn v(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
     #[test]
     fn arguments_parse() {
-        let a = parse_args(v(&["--only", "cpex,engine", "--sizes=8,16", "--reps", "2"]))
-            .unwrap()
-            .unwrap();
+        let a = parse_args(strings(&[
+            "--only",
+            "cpex,engine",
+            "--sizes=8,16",
+            "--reps",
+            "2",
+        ]))
+        .unwrap()
+        .unwrap();
         assert_eq!(
             (a.cpex, a.codec, a.engine, a.sizes, a.reps),
             (true, false, true, vec![8, 16], 2)
         );
         assert_eq!(
-            parse_args(v(&["--full"])).unwrap().unwrap().sizes,
+            parse_args(strings(&["--full"])).unwrap().unwrap().sizes,
             vec![64, 128, 256, 512]
         );
-        assert!(parse_args(v(&["--help"])).unwrap().is_none());
-        assert!(parse_args(v(&["--only", "x"])).is_err());
-        assert!(parse_args(v(&["--sizes", "0"])).is_err());
-        assert!(parse_args(v(&["--json=1"])).is_err());
-        let n = parse_nbody_args(v(&["--configs", "4:2,16:8", "--steps", "3"]))
+        assert!(parse_args(strings(&["--help"])).unwrap().is_none());
+        assert!(parse_args(strings(&["--only", "x"])).is_err());
+        assert!(parse_args(strings(&["--sizes", "0"])).is_err());
+        assert!(parse_args(strings(&["--json=1"])).is_err());
+        let n = parse_nbody_args(strings(&["--configs", "4:2,16:8", "--steps", "3"]))
             .unwrap()
             .unwrap();
         assert_eq!((n.configs, n.steps), (vec![(4, 2), (16, 8)], 3));
-        assert!(parse_nbody_args(v(&["--configs", "2:4"])).is_err());
-    }
-
-    #[test]
-    fn orders_rotate_and_cover() {
-        for rep in 0..6 {
-            let mut o = order(5, rep);
-            o.sort();
-            assert_eq!(o, vec![0, 1, 2, 3, 4]);
-        }
-        assert_ne!(order(5, 0), order(5, 1));
-        assert_ne!(order(5, 1)[1], order(5, 0)[1]);
+        assert!(parse_nbody_args(strings(&["--configs", "2:4"])).is_err());
     }
 
     #[test]
