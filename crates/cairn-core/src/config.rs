@@ -100,6 +100,8 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Memory each rank's flush thread holds at once (at least one checksum chunk)." },
     KeySpec { section: "flush", key: "bandwidth", ty: KeyType::Bytes, default: "0",
         doc: "Bytes per second each rank's flush may write, to spare the application's I/O (0: no limit)." },
+    KeySpec { section: "flush", key: "priority", ty: KeyType::Choice(&["low", "normal"]), default: "\"low\"",
+        doc: "CPU priority of the flush thread: low (nice 19: on a core shared with the application it uses only the time the application leaves idle) or normal." },
     KeySpec { section: "redundancy", key: "every", ty: KeyType::Count(1), default: "1",
         doc: "Protect every k-th checkpoint (by count in this run) with the scheme; the others are stored single (node-local only)." },
     KeySpec { section: "redundancy", key: "scheme", ty: KeyType::Choice(&["single", "partner", "xor", "rs"]), default: "\"single\"",
@@ -155,6 +157,7 @@ pub struct Config {
     pub flush_sync: bool,
     pub flush_buffer: u64,
     pub flush_bandwidth: u64,
+    pub flush_low_priority: bool,
     pub redundancy_every: u64,
     pub mtbf: f64,
     pub node_mtbf: f64,
@@ -228,6 +231,7 @@ impl Default for Config {
             flush_sync: false,
             flush_buffer: 8 << 20,
             flush_bandwidth: 0,
+            flush_low_priority: true,
             redundancy_every: 1,
             mtbf: 0.0,
             node_mtbf: 0.0,
@@ -409,6 +413,9 @@ impl Config {
             ("flush", "buffer") => self.flush_buffer = parse_bytes(&raw).ok_or_else(bad)? as u64,
             ("flush", "bandwidth") => {
                 self.flush_bandwidth = parse_bytes(&raw).ok_or_else(bad)? as u64
+            }
+            ("flush", "priority") => {
+                self.flush_low_priority = choice(spec, &raw).ok_or_else(bad)? == "low"
             }
             ("redundancy", "every") => self.redundancy_every = count(1)?,
             ("failure", "mtbf") => self.mtbf = parse_seconds(&raw).ok_or_else(bad)?,

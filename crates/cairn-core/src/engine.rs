@@ -291,6 +291,7 @@ impl Engine {
             flusher: Flusher::new(Limits {
                 buffer: cfg.flush_buffer,
                 bandwidth: cfg.flush_bandwidth,
+                low_priority: cfg.flush_low_priority,
             }),
             pending: VecDeque::new(),
             policy,

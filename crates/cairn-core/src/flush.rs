@@ -48,6 +48,9 @@ pub struct Limits {
     pub buffer: u64,
     /// Bytes per second, 0 for no limit.
     pub bandwidth: u64,
+    /// Run the copy thread at the lowest CPU priority (nice 19), so that on a core it shares
+    /// with the application's compute it takes only the time the compute leaves idle.
+    pub low_priority: bool,
 }
 
 type Key = (String, i64);
@@ -96,6 +99,9 @@ impl Flusher {
         let handle = std::thread::Builder::new()
             .name("cairn-flush".into())
             .spawn(move || {
+                if limits.low_priority {
+                    lower_priority();
+                }
                 for job in rx {
                     run_job(&worker, job, limits);
                 }
@@ -185,6 +191,16 @@ impl Drop for Flusher {
     fn drop(&mut self) {
         self.shared.cancel.store(true, Ordering::Relaxed);
         self.finish();
+    }
+}
+
+/// Give the calling thread the lowest CPU priority. Linux keeps a nice value per thread; no
+/// privilege is needed to lower it. Failure only costs speed, so it is ignored.
+fn lower_priority() {
+    // SAFETY: gettid has no preconditions; setpriority only reads its integer arguments.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
     }
 }
 

@@ -642,6 +642,8 @@ pub fn flush(
         limits: Limits {
             buffer: cfg.flush_buffer,
             bandwidth: cfg.flush_bandwidth,
+            // Nothing else runs beside `cairn flush`.
+            low_priority: false,
         },
         progress,
         total,
