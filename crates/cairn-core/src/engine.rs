@@ -197,7 +197,12 @@ fn fingerprint(name: &str, version: i64) -> i64 {
 
 /// Open a tier root whose parent must already exist: a missing parent is almost always a
 /// typo or an unmounted file system, and creating it would hide that.
-fn open_root(label: &str, root: &std::path::Path, fsync: bool, scope: Scope) -> Result<DirTier> {
+pub(crate) fn open_root(
+    label: &str,
+    root: &std::path::Path,
+    fsync: bool,
+    scope: Scope,
+) -> Result<DirTier> {
     if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
         if !parent.is_dir() {
             return Err(Error::new(
@@ -342,9 +347,7 @@ impl Engine {
     ) -> Result<()> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
-        if !self.pending.is_empty() {
-            self.settle(None)?;
-        }
+        self.settle(None)?;
         let flush_time_due = self.flush_time_due(name);
         let ns = self.names.entry(name.to_string()).or_default();
         let nth = ns.count + 1;
@@ -533,7 +536,7 @@ impl Engine {
         self.calls_since = 0;
         self.last_ckpt = Instant::now();
         let result = if flush_due {
-            self.start_flush(name, version)
+            self.scheduled_flush(name, version)
         } else {
             Ok(())
         };
@@ -583,9 +586,7 @@ impl Engine {
         let Some(global) = self.global.clone() else {
             return Ok(());
         };
-        if let Some(last) = self.pending.back().cloned() {
-            self.settle(Some(last))?;
-        }
+        self.settle_all()?;
         let key = rank_key(name, version, self.topo.rank);
         let ns = self.names.entry(name.to_string()).or_default();
         ns.pinned.insert(version);
@@ -594,10 +595,24 @@ impl Engine {
         self.flusher
             .submit(name, version, key, self.first.clone(), global);
         self.pending.push_back((name.to_string(), version));
+        Ok(())
+    }
+
+    /// Collective: start a scheduled flush, and with `[flush] mode = "sync"` wait for it.
+    fn scheduled_flush(&mut self, name: &str, version: i64) -> Result<()> {
+        self.start_flush(name, version)?;
         if self.cfg.flush_sync {
-            return self.wait_durable(name, version);
+            self.wait_durable(name, version)?;
         }
         Ok(())
+    }
+
+    /// Collective: wait for every pending flush and settle it.
+    fn settle_all(&mut self) -> Result<()> {
+        match self.pending.back().cloned() {
+            Some(last) => self.settle(Some(last)),
+            None => Ok(()),
+        }
     }
 
     /// Collective: settle the pending flushes in order. For each, the ranks agree whether all
@@ -628,7 +643,7 @@ impl Engine {
             }
             let slowest = (-a[1]) as f64 / 1e9;
             let global = self.global.clone().expect("flushes need a global tier");
-            let mut outcome = if a[0] == 2 {
+            let outcome = if a[0] == 2 {
                 let scheme = match self.names.get(&name) {
                     Some(ns) if ns.protected.contains(&v) => self.plan.describe(),
                     _ => "single".to_string(),
@@ -678,7 +693,7 @@ impl Engine {
             self.flusher.forget(&name, v);
             let ns = self.names.entry(name.clone()).or_default();
             ns.pinned.remove(&v);
-            match outcome.as_mut() {
+            match &outcome {
                 Ok(()) => {
                     ns.global.insert(v);
                 }
@@ -782,9 +797,7 @@ impl Engine {
     /// have finished, or `None` when no tier holds it. Never blocks on a flush.
     pub fn test(&mut self, name: &str, version: i64) -> Result<Option<CkptState>> {
         check_name(name)?;
-        if !self.pending.is_empty() {
-            self.settle(None)?;
-        }
+        self.settle(None)?;
         Ok(self.state_of(name, version))
     }
 
@@ -816,9 +829,9 @@ impl Engine {
         check_name(name)?;
         let id = (name.to_string(), version);
         if !self.pending.contains(&id) {
-            if self.global.is_none() || self.state_of(name, version) == Some(CkptState::Durable) {
-                let known = self.state_of(name, version).is_some();
-                return match self.comm.all_agree(known)? {
+            let state = self.state_of(name, version);
+            if self.global.is_none() || state == Some(CkptState::Durable) {
+                return match self.comm.all_agree(state.is_some())? {
                     true => Ok(()),
                     false => Err(not_stored(name, version)),
                 };
@@ -838,10 +851,7 @@ impl Engine {
                 stale,
                 &format!("prepare the flush of {name} v{version}"),
             )?;
-            let was_sync = std::mem::replace(&mut self.cfg.flush_sync, false);
-            let started = self.start_flush(name, version);
-            self.cfg.flush_sync = was_sync;
-            started?;
+            self.start_flush(name, version)?;
         }
         self.settle(Some(id))?;
         match self.names.get(name).and_then(|ns| ns.failed.get(&version)) {
@@ -857,9 +867,7 @@ impl Engine {
     /// the margin plus the time a last checkpoint and its flush took so far), the halt file
     /// exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals`). Once true, stays true.
     pub fn should_exit(&mut self) -> Result<bool> {
-        if !self.pending.is_empty() {
-            self.settle(None)?;
-        }
+        self.settle(None)?;
         let flush_cost = match self.stats.flushes {
             0 => 0.0,
             n => self.stats.flush_seconds / n as f64,
@@ -990,6 +998,14 @@ impl Engine {
         Ok((out, wrong_size))
     }
 
+    /// Collective: this rank's candidates, once every rank could list its own.
+    fn agreed_candidates(&self, name: &str) -> Result<(Candidates, Option<(i64, u32)>)> {
+        let res = check_name(name)
+            .map_err(Error::from)
+            .and_then(|()| self.candidates(name));
+        agree(&*self.comm, res, "look for checkpoints")
+    }
+
     /// Collective: the newest version `<= upper` present in every rank's candidates.
     fn agree_newest(&self, cands: &Candidates, upper: i64) -> Result<Option<i64>> {
         let mut upper = upper;
@@ -1016,14 +1032,7 @@ impl Engine {
     /// else can be restored.
     pub fn restart_test(&mut self, name: &str) -> Result<Option<i64>> {
         self.rebuild_missing(name)?;
-        let cands = agree(
-            &*self.comm,
-            check_name(name)
-                .map_err(Error::from)
-                .and_then(|()| self.candidates(name)),
-            "look for checkpoints",
-        )?;
-        let (cands, wrong_size) = cands;
+        let (cands, wrong_size) = self.agreed_candidates(name)?;
         let found = self.agree_newest(&cands, i64::MAX)?;
         let mut ws = [
             wrong_size.map(|(v, _)| v).unwrap_or(-1),
@@ -1059,18 +1068,10 @@ impl Engine {
         let rank = self.topo.rank;
         // Background flushes and deletions must not race with the clean-up of newer versions
         // below.
-        if let Some(last) = self.pending.back().cloned() {
-            self.settle(Some(last))?;
-        }
+        self.settle_all()?;
         self.deleter.drain();
         self.rebuild_missing(name)?;
-        let (mut cands, _) = agree(
-            &*self.comm,
-            check_name(name)
-                .map_err(Error::from)
-                .and_then(|()| self.candidates(name)),
-            "look for checkpoints",
-        )?;
+        let (mut cands, _) = self.agreed_candidates(name)?;
         if !self.comm.all_agree(cands.contains_key(&version))? {
             return Err(Error::new(
                 ErrorKind::NotFound,
@@ -1187,7 +1188,7 @@ impl Engine {
         if flushing && self.comm.all_agree(undurable)? {
             // The run that wrote v may have died before v became durable: carry its flush on
             // (parts already committed on the global tier are not copied again).
-            self.start_flush(name, v)?;
+            self.scheduled_flush(name, v)?;
         }
         self.stats.restarts += 1;
         self.stats.restart_seconds += t0.elapsed().as_secs_f64();
@@ -1261,9 +1262,7 @@ impl Engine {
         let by_steps = self.cfg.every > 0 && self.calls_since >= self.cfg.every;
         let interval = self.checkpoint_interval();
         if let Some(iv) = interval {
-            if !self.pending.is_empty() {
-                self.settle(None)?;
-            }
+            self.settle(None)?;
             let mut v = [(by_steps || self.last_ckpt.elapsed().as_secs_f64() >= iv) as i64];
             self.comm.allreduce_i64(&mut v, Op::Max)?;
             return Ok(v[0] == 1);
@@ -1306,9 +1305,7 @@ impl Engine {
                     }
                 }
             }
-            if let Some(last) = self.pending.back().cloned() {
-                self.settle(Some(last))?;
-            }
+            self.settle_all()?;
         }
         self.flusher.finish();
         self.deleter.finish();

@@ -10,7 +10,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::part;
-use cairn_format::checksum;
+use cairn_format::{checksum, RankIndex};
 use cairn_tier::{ObjectReader, Tier};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -252,7 +252,7 @@ struct Piece {
 
 /// The rank file cut into pieces in file order: every checksummed chunk, and the gaps
 /// (header, index, trailer) between them cut to at most `gap` bytes.
-fn pieces(r: &dyn ObjectReader, index: &cairn_format::RankIndex, gap: u64) -> Result<Vec<Piece>> {
+fn pieces(r: &dyn ObjectReader, index: &RankIndex, gap: u64) -> Result<Vec<Piece>> {
     let mut chunks: Vec<Piece> = Vec::new();
     for e in &index.regions {
         for (i, sum) in e.chunk_sums.iter().enumerate() {
@@ -296,15 +296,13 @@ fn pieces(r: &dyn ObjectReader, index: &cairn_format::RankIndex, gap: u64) -> Re
 
 /// Whether `dst` already holds `key` with the same index as `src` and every chunk intact:
 /// what a flush interrupted after its commit left behind, so it need not be copied again.
-fn already_there(src: &dyn ObjectReader, dst: &dyn Tier, key: &str) -> bool {
+fn already_there(src: &RankIndex, src_len: u64, dst: &dyn Tier, key: &str) -> bool {
     let Ok(d) = dst.open(key) else {
         return false;
     };
-    let same_index = match (part::read_index(src), part::read_index(&*d)) {
-        (Ok(a), Ok(b)) => a == b && src.len() == d.len(),
-        _ => false,
-    };
-    same_index && part::verify(&*d).is_ok()
+    d.len() == src_len
+        && part::read_index(&*d).is_ok_and(|ix| ix == *src)
+        && part::verify(&*d).is_ok()
 }
 
 /// Copy the rank file `key` from `src` to `dst`, checking every chunk's checksum as it passes
@@ -322,7 +320,7 @@ pub fn copy_verified(
     let r = src.open(key)?;
     let total = r.len();
     let index = part::read_index(&*r)?;
-    if already_there(&*r, dst, key) {
+    if already_there(&index, total, dst, key) {
         let _ = progress(total, total);
         return Ok(0);
     }

@@ -19,7 +19,9 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::part;
 use crate::protect::{parity_key, partner_key};
-use cairn_format::{check_name, checksum, CkptState, Dtype, Manifest, ParityCodec, ParityHeader};
+use cairn_format::{
+    check_name, checksum, node_index, CkptState, Dtype, Manifest, ParityCodec, ParityHeader,
+};
 use cairn_redundancy::stripe;
 use cairn_tier::{DirTier, Scope, Tier};
 use serde::Serialize;
@@ -419,16 +421,6 @@ fn open_root(label: &str, root: &Path, scope: Scope) -> Result<Option<DirTier>> 
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Parse `node<i>` strictly (no sign, no leading zero).
-fn parse_node_dir(name: &str) -> Option<u32> {
-    let d = name.strip_prefix("node")?;
-    if d.is_empty() || !d.bytes().all(|b| b.is_ascii_digit()) || (d.len() > 1 && d.starts_with('0'))
-    {
-        return None;
-    }
-    d.parse().ok()
 }
 
 /// `0-3, 6, 9-10` for a sorted set of integers.
@@ -949,7 +941,7 @@ impl Inventory {
                 let mut found: Vec<u32> = root
                     .list("")?
                     .iter()
-                    .filter_map(|n| parse_node_dir(n))
+                    .filter_map(|n| node_index(n))
                     .collect();
                 found.sort_unstable();
                 for i in found {
@@ -2063,9 +2055,9 @@ mod tests {
 
     #[test]
     fn helpers() {
-        assert_eq!(parse_node_dir("node12"), Some(12));
+        assert_eq!(node_index("node12"), Some(12));
         for bad in ["node", "node01", "node-1", "nodes", "x"] {
-            assert_eq!(parse_node_dir(bad), None, "{bad}");
+            assert_eq!(node_index(bad), None, "{bad}");
         }
         assert_eq!(ranges([0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
         let have: BTreeSet<u32> = [1, 2, 5].into();

@@ -24,10 +24,11 @@
 //! (a damaged local part, a storage error) leaves nothing of itself on the global tier.
 
 use crate::catalog::{self, manifest_key, rank_key, version_dir};
+use crate::engine::open_root;
 use crate::flush::{copy_verified, Limits};
 use crate::{Config, Error, ErrorKind, Result};
 use cairn_comm::Comm;
-use cairn_format::{check_name, CkptState, Manifest};
+use cairn_format::{check_name, node_index, CkptState, Manifest};
 use cairn_tier::{DirTier, Scope, Tier};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -182,12 +183,6 @@ fn agreed<T>(comm: &dyn Comm, res: Result<T>) -> Result<Result<T>> {
     } else {
         Error::new(kind, msg)
     }))
-}
-
-/// `node<i>` with no sign and no leading zero, so the index names the directory exactly.
-fn node_index(dir: &str) -> Option<u32> {
-    let i: u32 = dir.strip_prefix("node")?.parse().ok()?;
-    (format!("node{i}") == dir).then_some(i)
 }
 
 /// The node-local root, or why there is nothing to flush from.
@@ -448,31 +443,6 @@ fn choose(
     }
 }
 
-/// Open the global tier for writing. Its parent must exist, as for the engine: a missing
-/// parent is almost always a typo or an unmounted file system.
-fn open_global(cfg: &Config) -> Result<DirTier> {
-    let root = &cfg.global;
-    if let Some(parent) = root
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty() && !p.is_dir())
-    {
-        return Err(Error::new(
-            ErrorKind::Io,
-            format!(
-                "global tier {}: directory {} does not exist",
-                root.display(),
-                parent.display()
-            ),
-        ));
-    }
-    Ok(DirTier::with_scope(
-        "global",
-        root,
-        cfg.fsync_global,
-        Scope::Global,
-    )?)
-}
-
 /// Everything one process needs to flush versions.
 struct Copier<'a> {
     comm: &'a dyn Comm,
@@ -631,7 +601,10 @@ pub fn flush(
     // Opened for writing only when something is copied: listing must not create the root.
     let copies = chosen.iter().any(|c| matches!(c.2, Step::Copy(..)));
     let global = if copies {
-        Some(agreed(comm, open_global(cfg))??)
+        Some(agreed(
+            comm,
+            open_root("global", &cfg.global, cfg.fsync_global, Scope::Global),
+        )??)
     } else {
         None
     };

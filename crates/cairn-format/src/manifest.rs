@@ -90,6 +90,13 @@ impl Manifest {
     }
 }
 
+/// The index of a node directory name `node<i>` written exactly (no sign, no leading zero),
+/// so that the index names the directory and nothing else.
+pub fn node_index(name: &str) -> Option<u32> {
+    let i: u32 = name.strip_prefix("node")?.parse().ok()?;
+    (format!("node{i}") == name).then_some(i)
+}
+
 /// True for `node<digits>`, the names of node directories under the node-local tier root.
 pub fn is_node_dir(name: &str) -> bool {
     name.strip_prefix("node")
