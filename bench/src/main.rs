@@ -231,7 +231,7 @@ fn bench_bandwidth(mpi: &Mpi, args: &Args, cfg: &Config, root: &Path) -> Res<Ban
     // The checkpoints are deleted behind the engine's back after each run: finalize must not
     // try to flush the newest one.
     cfg.finalize_flush = false;
-    let chunk = cfg.chunk as usize;
+    let chunk = cfg.block as usize;
     let mut engine = Engine::new(Box::new(MpiComm::new(&mpi.world)), cfg).map_err(fail)?;
     let node_root = root
         .join("local")
@@ -586,7 +586,7 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
     };
     let ctx = Context {
         settings: vec![
-            ("checkpoint.chunk", size_label(cfg.chunk as usize)),
+            ("reduction.block", size_label(cfg.block as usize)),
             ("cache.keep", cfg.keep.to_string()),
             ("flush.every", cfg.flush_every.to_string()),
         ],

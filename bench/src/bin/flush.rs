@@ -845,8 +845,8 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
                 b => format!("{}/s", size_label(b as usize)),
             };
             println!(
-                "Engine settings: checkpoint.chunk = {}, cache.keep = {}, cache.keep_global = {}, flush.buffer = {}, flush.bandwidth = {bw} (defaults unless CAIRN_* says otherwise)",
-                size_label(cfg.chunk as usize),
+                "Engine settings: reduction.block = {}, cache.keep = {}, cache.keep_global = {}, flush.buffer = {}, flush.bandwidth = {bw} (defaults unless CAIRN_* says otherwise)",
+                size_label(cfg.block as usize),
                 cfg.keep,
                 cfg.keep_global,
                 size_label(cfg.flush_buffer as usize),

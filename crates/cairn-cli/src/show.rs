@@ -1,7 +1,7 @@
 //! Text output of `cairn list`, `inspect` and `verify`: tables, sizes, times.
 
 use cairn_core::inventory::{
-    CkptCheck, CkptRecord, FileKind, Inspection, Inventory, ParitySet, Verdict,
+    CkptCheck, CkptRecord, FileKind, Inspection, Inventory, ParitySet, Place, Verdict,
 };
 use std::fmt::Write;
 
@@ -94,6 +94,18 @@ fn ranks_cell(r: &CkptRecord) -> String {
     }
 }
 
+/// `full`, or `incr of v<base>` for an incremental checkpoint (adding `, full on global`
+/// when a flush stored a merged copy there).
+fn chain_cell(r: &CkptRecord) -> String {
+    match r.base {
+        None => "full".into(),
+        Some(b) if r.copies.iter().any(|c| c.place == Place::Global) => {
+            format!("incr of v{b}, full on global")
+        }
+        Some(b) => format!("incr of v{b}"),
+    }
+}
+
 /// The `cairn list` table, followed by each checkpoint's problems.
 pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> String {
     if records.is_empty() {
@@ -106,6 +118,7 @@ pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> Stri
         "NAME",
         "VERSION",
         "STATE",
+        "CHAIN",
         "SCHEME",
         "PROTECTION",
         "TIERS",
@@ -120,6 +133,7 @@ pub fn list(inv: &Inventory, name: Option<&str>, records: &[CkptRecord]) -> Stri
             r.name.clone(),
             r.version.to_string(),
             r.state.to_string(),
+            chain_cell(r),
             r.scheme.clone().unwrap_or_else(|| "-".into()),
             r.protection.short().to_string(),
             r.tiers.join(", "),
@@ -330,22 +344,39 @@ pub fn inspect(ins: &Inspection) -> String {
         }
         let _ = writeln!(
             out,
-            "    written in {}, checksummed in chunks of {}",
+            "    written in {}, blocks of {}, format {}, {}",
             f.write_ns.map(ms).unwrap_or_else(|| "?".into()),
-            f.chunk_size.map(|c| bytes(c as u64)).unwrap_or_default()
+            f.block_size.map(|c| bytes(c as u64)).unwrap_or_default(),
+            f.format.unwrap_or(0),
+            match f.base {
+                Some(b) => format!("incremental of v{b}"),
+                None => "full".into(),
+            }
         );
-        let mut rows = Vec::new();
+        let mut rows = vec![[
+            "    REGION",
+            "TYPE",
+            "COUNT",
+            "RAW",
+            "STORED",
+            "BLOCKS",
+            "ZERO",
+            "UNCHANGED",
+            "CODECS",
+        ]
+        .map(String::from)
+        .to_vec()];
         for g in &f.regions {
             rows.push(vec![
-                format!("    region {}", g.id),
+                format!("    {}", g.id),
                 g.dtype.to_string(),
-                format!("x {}", g.count),
+                g.count.to_string(),
                 bytes(g.bytes),
-                format!("{} chunk{}", g.chunks, if g.chunks == 1 { "" } else { "s" }),
-                g.first_checksum
-                    .as_ref()
-                    .map(|s| format!("first {s}"))
-                    .unwrap_or_default(),
+                bytes(g.stored),
+                g.blocks.to_string(),
+                g.zero_blocks.to_string(),
+                g.unchanged_blocks.to_string(),
+                g.codecs.clone(),
             ]);
         }
         out.push_str(&table(&rows));

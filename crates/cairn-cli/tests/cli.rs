@@ -12,7 +12,7 @@ fn config(root: &Path) -> Config {
         local: Some(root.join("local")),
         global: root.join("global"),
         fsync_global: false,
-        chunk: 4096,
+        block: 4096,
         // The tests choose what is durable; finalize must not flush the newest version.
         finalize_flush: false,
         ..Config::default()
@@ -225,10 +225,18 @@ fn list_inspect_and_verify_healthy_checkpoints() {
     assert!(out.contains("4 present of 4, on 2 nodes"), "{out}");
     assert!(out.contains("rank 3  local node1"), "{out}");
     assert!(out.contains("rank 3  global"), "{out}");
-    assert!(out.contains("double  x 2000"), "{out}");
-    assert!(out.contains("4 chunks"), "{out}");
-    let first = cairn_format::checksum(&as_bytes(&field(2, 20))[..4096]);
-    assert!(out.contains(&format!("first {first:016x}")), "{out}");
+    // The region table: id, type, count, raw, stored, blocks, zero, unchanged, codecs.
+    let row = out
+        .lines()
+        .find(|l| l.contains(" double ") && l.contains(" 2000 "))
+        .unwrap_or_else(|| panic!("no row for the field: {out}"));
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(cells[5..], ["4", "0", "0", "raw 4"], "{row}");
+    assert!(out.contains("blocks of 4.0 KiB, format 2, full"), "{out}");
 
     let o = cairn(d.path(), &["inspect", "heat", "20", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -236,7 +244,13 @@ fn list_inspect_and_verify_healthy_checkpoints() {
     assert_eq!(v["manifests"].as_array().unwrap().len(), 3);
     let files = v["files"].as_array().unwrap();
     assert_eq!(files.len(), 8);
-    assert_eq!(files[0]["regions"][1]["chunks"], 4);
+    let reg = &files[0]["regions"][1];
+    assert_eq!(
+        (&reg["blocks"], &reg["stored"], &reg["bytes"]),
+        (&4.into(), &16000.into(), &16000.into())
+    );
+    let first = xxhash_rust::xxh3::xxh3_128(&as_bytes(&field(0, 20))[..4096]) as u64;
+    assert_eq!(reg["first_checksum"], format!("{first:016x}"));
 
     let o = cairn(d.path(), &["verify"]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
@@ -271,7 +285,7 @@ fn a_flipped_byte_fails_verify_with_exit_1() {
     assert!(out.contains("heat v1") && out.contains("DAMAGED"), "{out}");
     assert!(out.contains("rank 1 (local node0)"), "{out}");
     assert!(
-        out.contains("chunk 3 of region 1 fails its checksum"),
+        out.contains("block 3 of region 1 fails its checksum"),
         "{out}"
     );
     assert!(out.contains(&path.display().to_string()), "{out}");
@@ -288,7 +302,7 @@ fn a_flipped_byte_fails_verify_with_exit_1() {
         .find(|f| f["ok"] == false)
         .unwrap();
     assert_eq!(
-        (bad["rank"].as_u64(), bad["chunk"].as_u64()),
+        (bad["rank"].as_u64(), bad["block"].as_u64()),
         (Some(1), Some(3))
     );
     assert_eq!(bad["region"], 1);
@@ -723,7 +737,7 @@ fn damaged_redundancy_fails_verify_naming_the_file() {
     let out = stdout(&o);
     assert!(
         out.contains(
-            "partner copy of rank 2 (local node0): chunk 1 of region 1 fails its checksum"
+            "partner copy of rank 2 (local node0): block 1 of region 1 fails its checksum"
         ),
         "{out}"
     );
@@ -863,7 +877,7 @@ fn rebuild_under_mpirun_restores_a_lost_node() {
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&cairn(d.path(), &["list"]));
     assert!(
-        list_line(&out, "heat", 2).contains(" protected  xor(2)  protected "),
+        list_line(&out, "heat", 2).contains(" protected  full   xor(2)  protected "),
         "{out}"
     );
 

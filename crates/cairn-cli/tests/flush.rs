@@ -15,7 +15,7 @@ fn config(root: &Path) -> Config {
         local: Some(root.join("local")),
         global: root.join("global"),
         sim_nodes: 2,
-        chunk: 4096,
+        block: 4096,
         // Every version stays on the node-local tier.
         keep: 3,
         fsync_global: false,

@@ -82,8 +82,6 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Checkpoints of each name kept on the node-local tier (at least 1); older ones are deleted in the background once a newer one is complete on every rank." },
     KeySpec { section: "cache", key: "keep_global", ty: KeyType::Count(0), default: "0",
         doc: "Checkpoints of each name kept on the global tier (0: keep all)." },
-    KeySpec { section: "checkpoint", key: "chunk", ty: KeyType::Bytes, default: "\"1M\"",
-        doc: "Size of the chunks each region is checksummed in (4K to 1G)." },
     KeySpec { section: "checkpoint", key: "every", ty: KeyType::Count(0), default: "0",
         doc: "cairn_need_checkpoint is true every this many calls (0: no step policy)." },
     KeySpec { section: "checkpoint", key: "seconds", ty: KeyType::SecondsOrAuto, default: "0",
@@ -130,6 +128,20 @@ pub const KEYS: &[KeySpec] = &[
         doc: "should_exit turns true when this file exists (\"none\": no halt file)." },
     KeySpec { section: "exit", key: "signals", ty: KeyType::Bool, default: "false",
         doc: "Install handlers so that SIGTERM and SIGUSR1 make should_exit true instead of killing the process." },
+    KeySpec { section: "reduction", key: "block", ty: KeyType::Bytes, default: "\"64K\"",
+        doc: "Size of the blocks each region is cut into (4K to 64M): the unit of checksums, change detection, zero detection and compression." },
+    KeySpec { section: "reduction", key: "incremental", ty: KeyType::Bool, default: "false",
+        doc: "Store only the blocks that changed since the previous checkpoint of the name (found by comparing xxh3-128 hashes kept in memory); restart reads the last full checkpoint and the incrementals after it." },
+    KeySpec { section: "reduction", key: "full_every", ty: KeyType::Count(1), default: "8",
+        doc: "With incremental, every n-th checkpoint is full, which bounds the chains restart reads (1: always full)." },
+    KeySpec { section: "reduction", key: "compress", ty: KeyType::Choice(&["none", "lz4", "zstd"]), default: "\"none\"",
+        doc: "Codec for changed, non-zero blocks on every tier (a block that does not shrink is stored raw)." },
+    KeySpec { section: "reduction", key: "global_compress", ty: KeyType::Choice(&["same", "none", "lz4", "zstd"]), default: "\"same\"",
+        doc: "Codec for the global tier, e.g. zstd there while node-local copies stay raw; flushes re-encode when it differs (same: as compress)." },
+    KeySpec { section: "reduction", key: "level", ty: KeyType::Count(0), default: "0",
+        doc: "Zstandard compression level, 1 to 22 (0: Zstandard's default, 3); ignored by lz4." },
+    KeySpec { section: "reduction", key: "shuffle", ty: KeyType::Bool, default: "true",
+        doc: "Before compressing, group the bytes of each region's elements by significance (using the region's type), so that e.g. float64 exponents compress." },
     KeySpec { section: "log", key: "level", ty: KeyType::Level, default: "\"warn\"",
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
@@ -145,7 +157,14 @@ pub struct Config {
     pub domain_env: Option<String>,
     pub keep: usize,
     pub keep_global: usize,
-    pub chunk: u32,
+    pub block: u32,
+    pub incremental: bool,
+    pub full_every: u64,
+    pub compress: String,
+    /// `None`: as `compress`.
+    pub global_compress: Option<String>,
+    pub level: u32,
+    pub shuffle: bool,
     pub every: u64,
     pub seconds: f64,
     /// `[checkpoint] seconds = "auto"`.
@@ -220,7 +239,13 @@ impl Default for Config {
             domain_env: None,
             keep: 2,
             keep_global: 0,
-            chunk: 1 << 20,
+            block: 64 << 10,
+            incremental: false,
+            full_every: 8,
+            compress: "none".into(),
+            global_compress: None,
+            level: 0,
+            shuffle: true,
             every: 0,
             seconds: 0.0,
             seconds_auto: false,
@@ -391,15 +416,30 @@ impl Config {
             }
             ("cache", "keep") => self.keep = count(1)? as usize,
             ("cache", "keep_global") => self.keep_global = count(0)? as usize,
-            ("checkpoint", "chunk") => {
+            ("reduction", "block") => {
                 let v = parse_bytes(&raw).ok_or_else(bad)?;
-                if !(4096.0..=1073741824.0).contains(&v) || v.fract() != 0.0 {
+                if !(4096.0..=67108864.0).contains(&v) || v.fract() != 0.0 {
                     return Err(Error::config(format!(
-                        "invalid value {raw} for [checkpoint] chunk from {origin} (expected a size from 4K to 1G)"
+                        "invalid value {raw} for [reduction] block from {origin} (expected a size from 4K to 64M)"
                     )));
                 }
-                self.chunk = v as u32;
+                self.block = v as u32;
             }
+            ("reduction", "incremental") => self.incremental = parse_bool(&raw).ok_or_else(bad)?,
+            ("reduction", "full_every") => self.full_every = count(1)?,
+            ("reduction", "compress") => self.compress = choice(spec, &raw).ok_or_else(bad)?,
+            ("reduction", "global_compress") => {
+                let c = choice(spec, &raw).ok_or_else(bad)?;
+                self.global_compress = (c != "same").then_some(c);
+            }
+            ("reduction", "level") => {
+                let v = count(0)?;
+                if v > 22 {
+                    return Err(bad());
+                }
+                self.level = v as u32;
+            }
+            ("reduction", "shuffle") => self.shuffle = parse_bool(&raw).ok_or_else(bad)?,
             ("checkpoint", "every") => self.every = count(0)?,
             ("checkpoint", "seconds") => {
                 (self.seconds, self.seconds_auto) = seconds_or_auto(&raw).ok_or_else(bad)?
@@ -549,6 +589,11 @@ fn find_key(section: &str, key: &str, origin: &str) -> Result<&'static KeySpec> 
     if let Some(spec) = KEYS.iter().find(|k| k.section == section && k.key == key) {
         return Ok(spec);
     }
+    if (section, key) == ("checkpoint", "chunk") {
+        return Err(Error::config(format!(
+            "config key [checkpoint] chunk from {origin} is now [reduction] block (CAIRN_REDUCTION_BLOCK)"
+        )));
+    }
     let in_section: Vec<&str> = KEYS
         .iter()
         .filter(|k| k.section == section)
@@ -605,9 +650,12 @@ mod tests {
     #[test]
     fn units_parse() {
         let mut c = Config::default();
-        c.apply_toml("[checkpoint]\nchunk = \"64K\"\nseconds = \"2m\"\n", "t")
-            .unwrap();
-        assert_eq!((c.chunk, c.seconds), (65536, 120.0));
+        c.apply_toml(
+            "[reduction]\nblock = \"64K\"\n[checkpoint]\nseconds = \"2m\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!((c.block, c.seconds), (65536, 120.0));
         c.apply_env(env(&[
             ("CAIRN_CHECKPOINT_SECONDS", "1.5"),
             ("CAIRN_TIERS_LOCAL", "none"),
@@ -651,10 +699,10 @@ mod tests {
             "{e}"
         );
         let e = c
-            .apply_toml("[checkpoint]\nchunk = 12\n", "f")
+            .apply_toml("[reduction]\nblock = 12\n", "f")
             .unwrap_err()
             .msg;
-        assert!(e.contains("4K to 1G"), "{e}");
+        assert!(e.contains("4K to 64M"), "{e}");
         let e = c.apply_toml("keep = 1\n", "f").unwrap_err().msg;
         assert!(e.contains("[section]"), "{e}");
         let e = c.set_dotted("keep", "1", "the API").unwrap_err().msg;

@@ -37,8 +37,8 @@
 use crate::catalog::{self, manifest_key, rank_key, version_dir};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::flush::{Flusher, JobState, Limits};
-use crate::part::{self, PartMeta, RegionMut, RegionRef};
+use crate::flush::{Flusher, JobState, Limits, Recode};
+use crate::part::{self, Codec, Codecs, Hashes, PartMeta, Reduction, RegionMut, RegionRef};
 use crate::policy::{Covers, Policy};
 use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
@@ -58,8 +58,13 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Wall time spent inside `checkpoint`, seconds.
     pub checkpoint_seconds: f64,
-    /// Bytes of region data this rank wrote.
+    /// Bytes of region data this rank checkpointed (raw).
     pub bytes_written: u64,
+    /// Bytes of region data this rank stored for them, after zero blocks, unchanged blocks
+    /// and compression were taken out.
+    pub bytes_stored: u64,
+    /// Checkpoints written incrementally.
+    pub incrementals: u64,
     pub restarts: u64,
     pub restart_seconds: f64,
     /// Version restored by the last restart, or -1.
@@ -93,12 +98,43 @@ struct NameState {
     failed: BTreeMap<i64, String>,
     /// When the last flush of this name began.
     last_flush: Option<Instant>,
+    /// Base of each version on the first tier (`None`: a full checkpoint).
+    bases: BTreeMap<i64, Option<i64>>,
+    /// The newest version on the first tier and this rank's block hashes of it: the base of
+    /// the next incremental checkpoint. Set alike on every rank.
+    hashes: Option<(i64, Hashes)>,
+}
+
+impl NameState {
+    /// Versions `v` needs on the first tier: itself and the chain of bases below it.
+    fn chain(&self, v: i64) -> Vec<i64> {
+        let mut out = vec![v];
+        let mut at = v;
+        while let Some(Some(b)) = self.bases.get(&at) {
+            out.push(*b);
+            at = *b;
+        }
+        out
+    }
 }
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// What a successful restore read.
+struct Restored {
+    /// Block hashes of the restored contents when they came from the first tier (so the next
+    /// checkpoint may be incremental against them).
+    hashes: Option<Hashes>,
+    /// Parts read: 1 for a full checkpoint.
+    chain: usize,
+}
+
 /// Versions a rank can restore, each with the tiers holding its part (fastest first).
 type Candidates = BTreeMap<i64, Vec<Arc<dyn Tier>>>;
+
+/// What `Engine::candidates` finds: the candidates, a newer checkpoint written by another
+/// number of ranks (version, ranks), and the base of each version on the first tier.
+type Found = (Candidates, Option<(i64, u32)>, BTreeMap<i64, Option<i64>>);
 
 /// Runs deletions in the background so they never sit on the checkpoint path (the DEEP-ER
 /// measurements attribute most of SCR's per-checkpoint cost growth to synchronous deletion).
@@ -165,6 +201,10 @@ pub struct Engine {
     global: Option<Arc<dyn Tier>>,
     /// Who protects whom, from `[redundancy]`.
     plan: Plan,
+    /// Codec of the first tier.
+    codecs: Codecs,
+    /// How flushes encode the global copy.
+    recode: Recode,
     names: HashMap<String, NameState>,
     calls_since: u64,
     last_ckpt: Instant,
@@ -219,6 +259,23 @@ pub(crate) fn open_root(
     Ok(DirTier::with_scope(label, root, fsync, scope)?)
 }
 
+/// The first tier's codec, and how flushes encode the global copy, from `[reduction]`.
+pub(crate) fn codecs(cfg: &Config) -> (Codecs, Recode) {
+    let settings = |name: &str| Codecs {
+        codec: Codec::parse(name).expect("the config checks codec names"),
+        level: cfg.level as i32,
+        shuffle: cfg.shuffle,
+    };
+    let local = settings(&cfg.compress);
+    let global = settings(cfg.global_compress.as_deref().unwrap_or(&cfg.compress));
+    let first = if cfg.local.is_some() { local } else { global };
+    let recode = Recode {
+        codecs: global,
+        same: local == global,
+    };
+    (first, recode)
+}
+
 /// Install the stderr logger once per process at the configured level.
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::new(format!("cairn_core={level},cairn={level}"));
@@ -269,6 +326,7 @@ impl Engine {
             Ok((topo, plan, first, global, policy))
         });
         let (topo, plan, first, global, policy) = agree(&*comm, setup, "initialise")?;
+        let (codecs, recode) = codecs(&cfg);
         debug!(
             "cairn: rank {} of {} on node {} of {} ({}), first tier {}",
             topo.rank,
@@ -284,6 +342,8 @@ impl Engine {
             first,
             global,
             plan,
+            codecs,
+            recode,
             names: HashMap::new(),
             calls_since: 0,
             last_ckpt: Instant::now(),
@@ -353,6 +413,16 @@ impl Engine {
         let nth = ns.count + 1;
         let redundant =
             self.plan.scheme != Scheme::Single && nth % self.cfg.redundancy_every.max(1) == 0;
+        // Incremental against the last checkpoint when its chain is short enough and it is
+        // protected at least as well as this one will be (a chain is only as safe as its
+        // weakest part). Every input is the same on every rank.
+        let base = ns.hashes.as_ref().map(|(b, _)| *b).filter(|b| {
+            self.cfg.incremental
+                && ns.first.contains(b)
+                && (ns.chain(*b).len() as u64) < self.cfg.full_every
+                && (!redundant || ns.protected.contains(b))
+                && *b < version
+        });
         let mut noop = false;
         let pre: Result<()> = (|| {
             check_name(name)?;
@@ -398,13 +468,20 @@ impl Engine {
                 version,
                 rank: rank as u32,
                 world_size: self.topo.size as u32,
-                chunk: self.cfg.chunk,
+                block: self.cfg.block,
+            };
+            let red = Reduction {
+                codecs: self.codecs,
+                base: base.and_then(|b| {
+                    let ns = self.names.get(name)?;
+                    ns.hashes.as_ref().map(|(_, h)| (b, h))
+                }),
             };
             let ctx = self.ctx();
             let res = match (partner, self.cfg.partner_mode.as_str()) {
-                (true, "readback") => protect::write_readback(&ctx, meta, regions),
-                (true, _) => protect::write_streamed(&ctx, meta, regions),
-                (false, _) => part::write_part(&*first, &key, meta, regions),
+                (true, "readback") => protect::write_readback(&ctx, meta, regions, red),
+                (true, _) => protect::write_streamed(&ctx, meta, regions, red),
+                (false, _) => part::write_part(&*first, &key, meta, regions, red),
             };
             res.map(Some).map_err(|e| {
                 e.context(format!(
@@ -452,6 +529,12 @@ impl Engine {
         }
         let capture_ns = (-v[3]) as u64;
         let bytes: u64 = regions.iter().map(|r| r.bytes.len() as u64).sum();
+        let written = written.ok().flatten();
+        let stored = written.as_ref().map_or(0, |ix| ix.stored_bytes());
+        let hashes = written
+            .as_ref()
+            .filter(|_| self.cfg.incremental)
+            .and_then(Hashes::from_index);
         let first_is_global = self.global.is_none();
         let state = if first_is_global {
             CkptState::Durable
@@ -501,7 +584,8 @@ impl Engine {
         // Return only once every node's manifest is out: a rank told that v is captured may
         // rely on it even if another node's leader dies right after.
         let published = stale.and_then(|()| {
-            self.publish_one(&*first, name, version, state, &scheme, capture_ns, publish)
+            let m = self.manifest(name, version, state, &scheme, capture_ns, base, &*first);
+            self.publish_one(&*first, &m, publish)
         });
         agree(
             &*self.comm,
@@ -513,6 +597,8 @@ impl Engine {
         ns.last = Some(version);
         ns.restored = None;
         ns.count += 1;
+        ns.bases.insert(version, base);
+        ns.hashes = hashes.map(|h| (version, h));
         if full_scheme {
             ns.protected.insert(version);
         }
@@ -524,7 +610,7 @@ impl Engine {
         let doomed = if keep == 0 {
             Vec::new()
         } else {
-            window(&mut ns.first, keep)
+            first_window(ns, keep)
         };
         // Versions still being flushed are read by the flush thread: delete them once it ends.
         let (held, doomed): (Vec<i64>, Vec<i64>) =
@@ -533,6 +619,8 @@ impl Engine {
         self.schedule_delete(first, name, doomed, first_is_global);
         self.stats.checkpoints += 1;
         self.stats.bytes_written += bytes;
+        self.stats.bytes_stored += stored;
+        self.stats.incrementals += base.is_some() as u64;
         self.calls_since = 0;
         self.last_ckpt = Instant::now();
         let result = if flush_due {
@@ -587,13 +675,18 @@ impl Engine {
             return Ok(());
         };
         self.settle_all()?;
-        let key = rank_key(name, version, self.topo.rank);
         let ns = self.names.entry(name.to_string()).or_default();
         ns.pinned.insert(version);
         ns.failed.remove(&version);
         ns.last_flush = Some(Instant::now());
-        self.flusher
-            .submit(name, version, key, self.first.clone(), global);
+        self.flusher.submit(
+            name,
+            version,
+            self.topo.rank,
+            self.first.clone(),
+            global,
+            self.recode,
+        );
         self.pending.push_back((name.to_string(), version));
         Ok(())
     }
@@ -648,15 +741,17 @@ impl Engine {
                     Some(ns) if ns.protected.contains(&v) => self.plan.describe(),
                     _ => "single".to_string(),
                 };
-                let res = self.publish_one(
-                    &*global,
+                // Flushes merge chains: the global copy is always a full checkpoint.
+                let m = self.manifest(
                     &name,
                     v,
                     CkptState::Durable,
                     &scheme,
                     (slowest * 1e9) as u64,
-                    rank == 0,
+                    None,
+                    &*global,
                 );
+                let res = self.publish_one(&*global, &m, rank == 0);
                 agree(
                     &*self.comm,
                     res,
@@ -723,31 +818,25 @@ impl Engine {
     /// `publisher` writes the manifest of `name` v`version` to `tier`, listing every rank on a
     /// global tier and its node's ranks on a node-local one. The caller agrees on the result.
     #[allow(clippy::too_many_arguments)]
-    fn publish_one(
-        &self,
-        tier: &dyn Tier,
-        name: &str,
-        version: i64,
-        state: CkptState,
-        scheme: &str,
-        capture_ns: u64,
-        publisher: bool,
-    ) -> Result<()> {
+    fn publish_one(&self, tier: &dyn Tier, m: &Manifest, publisher: bool) -> Result<()> {
         if !publisher {
             return Ok(());
         }
-        let all_ranks = tier.scope() == Scope::Global;
-        let m = self.manifest(name, version, state, scheme, capture_ns, all_ranks);
-        tier.put(&manifest_key(name, version), &m.encode())
+        tier.put(&manifest_key(&m.name, m.version), &m.encode())
             .map_err(|e| {
                 Error::from(e).context(format!(
-                    "rank {}: publishing {name} v{version} on the {} tier",
+                    "rank {}: publishing {} v{} on the {} tier",
                     self.topo.rank,
+                    m.name,
+                    m.version,
                     tier.label()
                 ))
             })
     }
 
+    /// The manifest of `name` v`version` for `tier`: listing every rank on a global tier,
+    /// this node's ranks on a node-local one.
+    #[allow(clippy::too_many_arguments)]
     fn manifest(
         &self,
         name: &str,
@@ -755,8 +844,10 @@ impl Engine {
         state: CkptState,
         scheme: &str,
         capture_ns: u64,
-        all_ranks: bool,
+        base: Option<i64>,
+        tier: &dyn Tier,
     ) -> Manifest {
+        let all_ranks = tier.scope() == Scope::Global;
         let ranks = if all_ranks {
             (0..self.topo.size as u32).collect()
         } else {
@@ -782,6 +873,7 @@ impl Engine {
             state,
             created_unix_ms: unix_ms(),
             capture_ns,
+            base,
         }
     }
 
@@ -946,6 +1038,7 @@ impl Engine {
                     if let (Some(report), 0) = (report, rank) {
                         warn!("cairn: {name} v{v}: {report}");
                     }
+                    self.rebuild_chain(name, *v)?;
                     break;
                 }
                 Err(e) if rank == 0 => warn!(
@@ -958,6 +1051,39 @@ impl Engine {
         Ok(())
     }
 
+    /// Collective: after `v` was rebuilt, rebuild the versions it is based on, down to its
+    /// full checkpoint. A base that cannot be rebuilt leaves `v` unrestorable from this tier;
+    /// restart then falls back.
+    fn rebuild_chain(&mut self, name: &str, v: i64) -> Result<()> {
+        let rank = self.topo.rank;
+        let mut at = v;
+        loop {
+            let base = catalog::read_manifest(&*self.first, name, at)
+                .ok()
+                .flatten()
+                .and_then(|m| m.base);
+            let mut b = [base.unwrap_or(-1)];
+            self.comm.allreduce_i64(&mut b, Op::Max)?;
+            if b[0] < 0 {
+                return Ok(());
+            }
+            match protect::rebuild(&self.ctx(), name, b[0]) {
+                Ok(Some(report)) if rank == 0 => warn!("cairn: {name} v{}: {report}", b[0]),
+                Ok(_) => {}
+                Err(e) => {
+                    if rank == 0 {
+                        warn!(
+                            "cairn: cannot rebuild {name} v{}, the base of v{at}: {}",
+                            b[0], e.msg
+                        );
+                    }
+                    return Ok(());
+                }
+            }
+            at = b[0];
+        }
+    }
+
     /// Collective: rebuild and re-protect one version of `name` (`cairn rebuild`). Returns
     /// what was done, or `None` when nothing was missing.
     pub fn rebuild(&mut self, name: &str, version: i64) -> Result<Option<String>> {
@@ -966,15 +1092,22 @@ impl Engine {
     }
 
     /// Versions of `name` this rank could restore: version -> tiers holding its part.
-    fn candidates(&self, name: &str) -> Result<(Candidates, Option<(i64, u32)>)> {
+    /// An incremental version counts only where the chain of parts it is based on is
+    /// complete on the same tier. Also returns the size of a newer checkpoint written by
+    /// another number of ranks, and the bases of the first tier's versions.
+    fn candidates(&self, name: &str) -> Result<Found> {
         let mut out: BTreeMap<i64, Vec<Arc<dyn Tier>>> = BTreeMap::new();
         let mut wrong_size: Option<(i64, u32)> = None;
+        let mut first_bases = BTreeMap::new();
         let rank = self.topo.rank;
         let tiers: Vec<Arc<dyn Tier>> = std::iter::once(self.first.clone())
             .chain(self.global.clone())
             .collect();
         for tier in tiers {
-            for v in catalog::versions(&*tier, name)? {
+            let mut here: BTreeSet<i64> = BTreeSet::new();
+            let mut versions = catalog::versions(&*tier, name)?;
+            versions.sort_unstable();
+            for v in versions {
                 let m = match catalog::read_manifest(&*tier, name, v) {
                     Ok(Some(m)) => m,
                     Ok(None) => continue,
@@ -990,16 +1123,24 @@ impl Engine {
                     wrong_size = wrong_size.max(Some((v, m.world_size)));
                     continue;
                 }
-                if m.ranks.contains(&(rank as u32)) && tier.exists(&rank_key(name, v, rank)) {
+                let chain_ok = m.base.map_or(true, |b| here.contains(&b));
+                if chain_ok
+                    && m.ranks.contains(&(rank as u32))
+                    && tier.exists(&rank_key(name, v, rank))
+                {
+                    here.insert(v);
                     out.entry(v).or_default().push(tier.clone());
+                    if Arc::ptr_eq(&tier, &self.first) {
+                        first_bases.insert(v, m.base);
+                    }
                 }
             }
         }
-        Ok((out, wrong_size))
+        Ok((out, wrong_size, first_bases))
     }
 
     /// Collective: this rank's candidates, once every rank could list its own.
-    fn agreed_candidates(&self, name: &str) -> Result<(Candidates, Option<(i64, u32)>)> {
+    fn agreed_candidates(&self, name: &str) -> Result<Found> {
         let res = check_name(name)
             .map_err(Error::from)
             .and_then(|()| self.candidates(name));
@@ -1032,7 +1173,7 @@ impl Engine {
     /// else can be restored.
     pub fn restart_test(&mut self, name: &str) -> Result<Option<i64>> {
         self.rebuild_missing(name)?;
-        let (cands, wrong_size) = self.agreed_candidates(name)?;
+        let (cands, wrong_size, _) = self.agreed_candidates(name)?;
         let found = self.agree_newest(&cands, i64::MAX)?;
         let mut ws = [
             wrong_size.map(|(v, _)| v).unwrap_or(-1),
@@ -1071,7 +1212,7 @@ impl Engine {
         self.settle_all()?;
         self.deleter.drain();
         self.rebuild_missing(name)?;
-        let (mut cands, _) = self.agreed_candidates(name)?;
+        let (mut cands, _, bases) = self.agreed_candidates(name)?;
         if !self.comm.all_agree(cands.contains_key(&version))? {
             return Err(Error::new(
                 ErrorKind::NotFound,
@@ -1080,14 +1221,14 @@ impl Engine {
         }
         let mut v = version;
         let mut repaired = BTreeSet::new();
-        loop {
+        let restored = loop {
             let tiers = cands.get(&v).cloned().unwrap_or_default();
             let res = self.restore_from(name, v, &tiers, regions);
             let mismatch = matches!(&res, Err(e) if e.kind == ErrorKind::Mismatch);
             let mut flags = [res.is_ok() as i64, -(mismatch as i64)];
             self.comm.allreduce_i64(&mut flags, Op::Min)?;
             if flags[0] == 1 {
-                break;
+                break res.expect("this rank succeeded");
             }
             if flags[1] == -1 {
                 return Err(match res {
@@ -1120,8 +1261,8 @@ impl Engine {
             }
             match &res {
                 Err(e) => warn!("cairn: rank {rank}: checkpoint {name} v{v} cannot be restored: {}; falling back to an older checkpoint", e.msg),
-                Ok(()) if rank == 0 => warn!("cairn: checkpoint {name} v{v} is damaged on another rank; falling back to an older checkpoint"),
-                Ok(()) => {}
+                Ok(_) if rank == 0 => warn!("cairn: checkpoint {name} v{v} is damaged on another rank; falling back to an older checkpoint"),
+                Ok(_) => {}
             }
             cands.remove(&v);
             match self.agree_newest(&cands, v - 1)? {
@@ -1138,7 +1279,7 @@ impl Engine {
                     ))
                 }
             }
-        }
+        };
         // The run continues from v: newer versions (damaged, incomplete, or from the run that
         // went on past v) would otherwise be taken for its future. Remove them now, before any
         // new checkpoint of this run can reuse their numbers.
@@ -1180,6 +1321,10 @@ impl Engine {
                 .map(|(k, _)| *k)
                 .collect()
         };
+        ns.bases = bases
+            .into_iter()
+            .filter(|(k, _)| ns.first.contains(k))
+            .collect();
         ns.last = Some(v);
         ns.restored = Some(v);
         let flushing = !first_is_global
@@ -1189,6 +1334,18 @@ impl Engine {
             // The run that wrote v may have died before v became durable: carry its flush on
             // (parts already committed on the global tier are not copied again).
             self.scheduled_flush(name, v)?;
+        }
+        // The next checkpoint may be incremental against v only if every rank restored v from
+        // the first tier (where the chain must live).
+        let own = restored.hashes.filter(|_| self.cfg.incremental);
+        let all = self.comm.all_agree(own.is_some())?;
+        let ns = self.names.entry(name.to_string()).or_default();
+        ns.hashes = own.filter(|_| all).map(|h| (v, h));
+        if restored.chain > 1 {
+            debug!(
+                "cairn: rank {rank}: restored {name} v{v} from a chain of {} parts",
+                restored.chain
+            );
         }
         self.stats.restarts += 1;
         self.stats.restart_seconds += t0.elapsed().as_secs_f64();
@@ -1201,13 +1358,15 @@ impl Engine {
         Ok(v)
     }
 
+    /// Restore `regions` from `name` v`v` on the first of `tiers` that holds it intact (with
+    /// the chain of parts it is based on).
     fn restore_from(
         &self,
         name: &str,
         v: i64,
         tiers: &[Arc<dyn Tier>],
         regions: &mut [RegionMut<'_>],
-    ) -> Result<()> {
+    ) -> Result<Restored> {
         let rank = self.topo.rank;
         let key = rank_key(name, v, rank);
         let mut last_err = Error::new(
@@ -1220,27 +1379,19 @@ impl Engine {
                 tier.label(),
                 tier.location()
             );
-            let attempt = (|| -> Result<()> {
-                let r = tier.open(&key)?;
-                let index = part::read_index(&*r)?;
-                if index.name != name
-                    || index.version != v
-                    || index.rank as usize != rank
-                    || index.world_size as usize != self.topo.size
-                {
-                    return Err(Error::new(
-                        ErrorKind::Corrupt,
-                        format!(
-                            "file holds {} v{} of rank {}/{}",
-                            index.name, index.version, index.rank, index.world_size
-                        ),
-                    ));
-                }
-                part::check_fits(&index, regions)?;
-                part::restore(&*r, &index, regions)
+            let attempt = (|| -> Result<Restored> {
+                let chain = part::open_chain(&**tier, name, v, rank, Some(self.topo.size))?;
+                part::check_fits(&chain[0].index, regions)?;
+                part::restore(&chain, regions)?;
+                let on_first = Arc::ptr_eq(tier, &self.first);
+                let hashes = Hashes::from_index(&chain[0].index).filter(|_| on_first);
+                Ok(Restored {
+                    hashes,
+                    chain: chain.len(),
+                })
             })();
             match attempt {
-                Ok(()) => return Ok(()),
+                Ok(r) => return Ok(r),
                 Err(e) if e.kind == ErrorKind::Mismatch => {
                     return Err(e.context(format!("rank {rank}: checkpoint {name} v{v}")))
                 }
@@ -1356,6 +1507,33 @@ fn window(set: &mut BTreeSet<i64>, keep: usize) -> Vec<i64> {
         .collect();
     for v in &doomed {
         set.remove(v);
+    }
+    doomed
+}
+
+/// The cache window of the first tier: keep the newest `keep` versions and every version
+/// their chains need, and the bases of versions being flushed (the flush reads them).
+/// Returns the versions removed from `ns.first`; pinned ones among them are deleted later,
+/// when their flush ends.
+fn first_window(ns: &mut NameState, keep: usize) -> Vec<i64> {
+    let mut needed: BTreeSet<i64> = BTreeSet::new();
+    for v in ns.first.iter().rev().take(keep.max(1)) {
+        needed.extend(ns.chain(*v));
+    }
+    for v in &ns.pinned {
+        needed.extend(ns.chain(*v).into_iter().skip(1));
+    }
+    let doomed: Vec<i64> = ns
+        .first
+        .iter()
+        .filter(|v| !needed.contains(v))
+        .copied()
+        .collect();
+    for v in &doomed {
+        ns.first.remove(v);
+        if !ns.pinned.contains(v) {
+            ns.bases.remove(v);
+        }
     }
     doomed
 }

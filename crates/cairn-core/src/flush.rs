@@ -1,5 +1,6 @@
 //! The DURABLE step's data movement: copying a rank's part from the node-local tier to the
-//! global tier, in the background, with bounded memory, verifying every chunk on the way.
+//! global tier, in the background, with bounded memory, verifying every block on the way,
+//! merging incremental chains into full parts and re-encoding for the global tier's codec.
 //!
 //! The [`Flusher`] owns one I/O thread per process and a queue of copy jobs. It only moves
 //! bytes and records how each job ended; it never publishes anything. Publication of the
@@ -8,9 +9,10 @@
 //! every part is committed on the global tier. A crash at any point before that leaves the
 //! version without a global manifest, which restart ignores.
 
+use crate::catalog::rank_key;
 use crate::error::{Error, ErrorKind, Result};
-use crate::part;
-use cairn_format::{checksum, RankIndex};
+use crate::part::{self, Codecs};
+use cairn_format::RankIndex;
 use cairn_tier::{ObjectReader, Tier};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +46,7 @@ impl JobState {
 /// Limits of the copy.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Bytes held in memory at once (at least one checksum chunk of the part is read whole).
+    /// Bytes held in memory at once (at least one block of the part is read whole).
     pub buffer: u64,
     /// Bytes per second, 0 for no limit.
     pub bandwidth: u64,
@@ -74,9 +76,20 @@ fn lock(m: &Mutex<Book>) -> MutexGuard<'_, Book> {
 struct Job {
     name: String,
     version: i64,
-    key: String,
+    rank: usize,
     src: Arc<dyn Tier>,
     dst: Arc<dyn Tier>,
+    recode: Recode,
+}
+
+/// How the global copy of a part is encoded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recode {
+    /// Codec of the destination tier.
+    pub codecs: Codecs,
+    /// The source tier uses the same codec: a full part is copied byte for byte. Otherwise,
+    /// and for every incremental part, the copy is a full part re-encoded with `codecs`.
+    pub same: bool,
 }
 
 /// One background I/O thread copying parts to the global tier.
@@ -115,23 +128,25 @@ impl Flusher {
         }
     }
 
-    /// Queue the copy of `key` (this rank's part of `name` v`version`) from `src` to `dst`.
+    /// Queue the copy of rank `rank`'s part of `name` v`version` from `src` to `dst`.
     pub fn submit(
         &self,
         name: &str,
         version: i64,
-        key: String,
+        rank: usize,
         src: Arc<dyn Tier>,
         dst: Arc<dyn Tier>,
+        recode: Recode,
     ) {
         let id = (name.to_string(), version);
         lock(&self.shared.book).jobs.insert(id, JobState::Queued);
         let job = Job {
             name: name.to_string(),
             version,
-            key,
+            rank,
             src,
             dst,
+            recode,
         };
         match (&self.tx, &self.handle) {
             (Some(tx), Some(_)) => {
@@ -223,7 +238,14 @@ fn run_job(shared: &Shared, job: Job, limits: Limits) {
     let res = if shared.cancel.load(Ordering::Relaxed) {
         Err(Error::new(ErrorKind::State, "the engine was dropped"))
     } else {
-        copy_verified(&*job.src, &*job.dst, &job.key, limits, &progress)
+        copy_part(
+            &*job.src,
+            &*job.dst,
+            (&job.name, job.version, job.rank),
+            limits,
+            job.recode,
+            &progress,
+        )
     };
     let state = match res {
         Ok(bytes) => JobState::Done {
@@ -232,7 +254,7 @@ fn run_job(shared: &Shared, job: Job, limits: Limits) {
         },
         Err(e) => JobState::Failed(format!(
             "flushing {} from the {} tier {} to the {} tier {}: {}",
-            job.key,
+            rank_key(&job.name, job.version, job.rank),
             job.src.label(),
             job.src.location(),
             job.dst.label(),
@@ -243,24 +265,23 @@ fn run_job(shared: &Shared, job: Job, limits: Limits) {
     set_state(shared, &job, state);
 }
 
-/// One stretch of a rank file: a checksummed chunk of region data, or the bytes between them.
+/// One stretch of a rank file: a checksummed stored block, or the bytes between them.
 struct Piece {
     start: u64,
     end: u64,
     sum: Option<u64>,
 }
 
-/// The rank file cut into pieces in file order: every checksummed chunk, and the gaps
-/// (header, index, trailer) between them cut to at most `gap` bytes.
+/// The rank file cut into pieces in file order: every stored block, and the gaps (header,
+/// index, trailer) between them cut to at most `gap` bytes.
 fn pieces(r: &dyn ObjectReader, index: &RankIndex, gap: u64) -> Result<Vec<Piece>> {
     let mut chunks: Vec<Piece> = Vec::new();
     for e in &index.regions {
-        for (i, sum) in e.chunk_sums.iter().enumerate() {
-            let (s, t) = e.chunk_range(i, index.chunk_size);
+        for b in e.stored_blocks() {
             chunks.push(Piece {
-                start: e.offset + s,
-                end: e.offset + t,
-                sum: Some(*sum),
+                start: b.offset,
+                end: b.offset + b.len as u64,
+                sum: Some(b.sum),
             });
         }
     }
@@ -283,7 +304,7 @@ fn pieces(r: &dyn ObjectReader, index: &RankIndex, gap: u64) -> Result<Vec<Piece
         if c.start < at || c.end > r.len() {
             return Err(Error::new(
                 ErrorKind::Corrupt,
-                "rank file index has overlapping or out-of-range chunks",
+                "rank file index has overlapping or out-of-range blocks",
             ));
         }
         push_gap(&mut out, at, c.start);
@@ -294,7 +315,7 @@ fn pieces(r: &dyn ObjectReader, index: &RankIndex, gap: u64) -> Result<Vec<Piece
     Ok(out)
 }
 
-/// Whether `dst` already holds `key` with the same index as `src` and every chunk intact:
+/// Whether `dst` already holds `key` with the same index as `src` and every block intact:
 /// what a flush interrupted after its commit left behind, so it need not be copied again.
 fn already_there(src: &RankIndex, src_len: u64, dst: &dyn Tier, key: &str) -> bool {
     let Ok(d) = dst.open(key) else {
@@ -305,29 +326,89 @@ fn already_there(src: &RankIndex, src_len: u64, dst: &dyn Tier, key: &str) -> bo
         && part::verify(&*d).is_ok()
 }
 
-/// Copy the rank file `key` from `src` to `dst`, checking every chunk's checksum as it passes
-/// and holding at most `limits.buffer` bytes (or one chunk, if larger) in memory. The copy is
-/// published on `dst` only once complete. `progress(done, total)` is called after each write;
-/// when it returns false the copy stops and nothing is published.
-/// Returns the bytes copied (0 when an intact copy was already there).
-pub fn copy_verified(
+/// Whether `dst` already holds `key` as an intact full part with the contents `src`
+/// describes (the same regions, every block with the same hash): a merged copy an
+/// interrupted flush committed.
+fn already_merged(src: &RankIndex, dst: &dyn Tier, key: &str) -> bool {
+    let Ok(d) = dst.open(key) else {
+        return false;
+    };
+    let same = |ix: &RankIndex| {
+        ix.base.is_none()
+            && ix.hashed()
+            && ix.regions.len() == src.regions.len()
+            && ix.regions.iter().zip(&src.regions).all(|(a, b)| {
+                (a.id, a.dtype, a.count) == (b.id, b.dtype, b.count)
+                    && a.blocks.len() == b.blocks.len()
+                    && a.blocks
+                        .iter()
+                        .zip(&b.blocks)
+                        .all(|(x, y)| x.hash == y.hash)
+            })
+    };
+    src.hashed() && part::read_index(&*d).is_ok_and(|ix| same(&ix)) && part::verify(&*d).is_ok()
+}
+
+/// Copy rank `rank`'s part of `name` v`version` from `src` to `dst`, published on `dst` only
+/// once complete. A full part in the destination's codec is copied byte for byte, every
+/// block's checksum checked as it passes; an incremental part (or one in another codec) is
+/// merged with the parts it is based on into a full part, re-encoded, every block checked.
+/// At most `limits.buffer` bytes (or one block, if larger) are held in memory.
+/// `progress(done, total)` is called as the copy advances; when it returns false the copy
+/// stops and nothing is published. Returns the bytes read (0 when an intact copy was
+/// already there).
+pub fn copy_part(
     src: &dyn Tier,
+    dst: &dyn Tier,
+    (name, version, rank): (&str, i64, usize),
+    limits: Limits,
+    recode: Recode,
+    progress: &dyn Fn(u64, u64) -> bool,
+) -> Result<u64> {
+    let key = rank_key(name, version, rank);
+    let r = src.open(&key)?;
+    let index = part::read_index(&*r)?;
+    if index.base.is_none() && recode.same {
+        return copy_verified(&*r, index, dst, &key, limits, progress);
+    }
+    drop(r);
+    let chain = part::open_chain(src, name, version, rank, Some(index.world_size as usize))?;
+    let total = index.data_bytes();
+    if already_merged(&index, dst, &key) {
+        let _ = progress(total, total);
+        return Ok(0);
+    }
+    dst.remove_temporaries(&key)?;
+    let mut w = dst.create(&key)?;
+    let t0 = Instant::now();
+    part::rewrite(&chain, &mut w, recode.codecs, &mut |done| {
+        let go_on = progress(done, total);
+        throttle(t0, done, limits.bandwidth);
+        go_on
+    })?;
+    w.commit()?;
+    Ok(total)
+}
+
+/// Copy the rank file `key` read by `r` byte for byte, checking every stored block's
+/// checksum as it passes.
+fn copy_verified(
+    r: &dyn ObjectReader,
+    index: RankIndex,
     dst: &dyn Tier,
     key: &str,
     limits: Limits,
     progress: &dyn Fn(u64, u64) -> bool,
 ) -> Result<u64> {
-    let r = src.open(key)?;
     let total = r.len();
-    let index = part::read_index(&*r)?;
     if already_there(&index, total, dst, key) {
         let _ = progress(total, total);
         return Ok(0);
     }
     // This rank is the only writer of `key`: temporaries under it are a killed flush's.
     dst.remove_temporaries(key)?;
-    let cap = limits.buffer.max(index.chunk_size as u64).max(4096);
-    let pieces = pieces(&*r, &index, cap)?;
+    let cap = limits.buffer.max(index.block_size as u64).max(4096);
+    let pieces = pieces(r, &index, cap)?;
     let mut buf = vec![0u8; cap.min(total).max(1) as usize];
     let mut w = dst.create(key)?;
     let t0 = Instant::now();
@@ -346,7 +427,8 @@ pub fn copy_verified(
         r.read_exact_at(&mut buf[..n], start)?;
         for p in &pieces[i..j] {
             if let Some(want) = p.sum {
-                let got = checksum(&buf[(p.start - start) as usize..(p.end - start) as usize]);
+                let got =
+                    index.block_sum(&buf[(p.start - start) as usize..(p.end - start) as usize]);
                 if got != want {
                     return Err(Error::new(
                         ErrorKind::Corrupt,

@@ -20,7 +20,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::part;
 use crate::protect::{parity_key, partner_key};
 use cairn_format::{
-    check_name, checksum, node_index, CkptState, Dtype, Manifest, ParityCodec, ParityHeader,
+    block_kind, check_name, checksum, node_index, CkptState, Dtype, Manifest, ParityCodec,
+    ParityHeader,
 };
 use cairn_redundancy::stripe;
 use cairn_tier::{DirTier, Scope, Tier};
@@ -109,7 +110,7 @@ pub struct PartnerCopyInfo {
     pub path: PathBuf,
     pub bytes: u64,
     /// Whether its index reads and names this checkpoint, version and rank (`list`,
-    /// `inspect`); `verify` also re-checks every chunk.
+    /// `inspect`); `verify` also re-checks every block.
     pub ok: bool,
     pub error: Option<String>,
 }
@@ -264,6 +265,9 @@ pub struct CkptRecord {
     pub copies: Vec<CopyInfo>,
     /// The redundancy scheme its manifests record (`single`, `partner`, `xor(4)`, `rs(2+2)`).
     pub scheme: Option<String>,
+    /// On the node-local tier, the version an incremental checkpoint is based on (its
+    /// manifests record it; flushes store full copies on the global tier).
+    pub base: Option<i64>,
     /// Size of every partner copy and parity object in the node directories.
     pub redundancy_bytes: u64,
     /// Per node directory: own parts, partner copies and parity objects.
@@ -287,10 +291,33 @@ pub struct RegionInfo {
     pub id: i32,
     pub dtype: Dtype,
     pub count: u64,
+    /// Raw bytes.
     pub bytes: u64,
-    pub chunks: usize,
-    /// Checksum of the first chunk, 16 hex digits (none for an empty region).
+    /// Bytes stored in this file for the region.
+    pub stored: u64,
+    pub blocks: usize,
+    /// Blocks that are all zeros (nothing stored).
+    pub zero_blocks: u64,
+    /// Blocks an incremental checkpoint takes from its base (nothing stored).
+    pub unchanged_blocks: u64,
+    /// How the stored blocks are encoded, e.g. `lz4+shuffle 12, raw 3` (`-` when none is).
+    pub codecs: String,
+    /// Checksum of the first block's stored bytes, 16 hex digits (none when nothing stored).
     pub first_checksum: Option<String>,
+}
+
+/// How many blocks of a region each codec stored, as `lz4+shuffle 12, raw 3`.
+fn codec_summary(counts: &[u64; 7]) -> String {
+    const NAMES: [&str; 6] = ["", "raw", "lz4", "zstd", "lz4+shuffle", "zstd+shuffle"];
+    let parts: Vec<String> = (1..6)
+        .filter(|k| counts[*k] > 0)
+        .map(|k| format!("{} {}", NAMES[k], counts[k]))
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// One rank file, as its index describes it.
@@ -300,7 +327,12 @@ pub struct RankFileInfo {
     pub place: Place,
     pub path: PathBuf,
     pub file_bytes: u64,
-    pub chunk_size: Option<u32>,
+    /// Raw bytes per block.
+    pub block_size: Option<u32>,
+    /// Container format version.
+    pub format: Option<u32>,
+    /// The version an incremental part takes unchanged blocks from.
+    pub base: Option<i64>,
     /// Time this rank spent writing the file, nanoseconds.
     pub write_ns: Option<u64>,
     pub regions: Vec<RegionInfo>,
@@ -350,9 +382,9 @@ pub struct FileCheck {
     /// Bytes whose checksums matched (when ok): region bytes, or parity shard bytes.
     pub bytes: Option<u64>,
     pub error: Option<String>,
-    /// The damaged region and chunk, when the damage is in region data.
+    /// The damaged region and block, when the damage is in region data.
     pub region: Option<i32>,
-    pub chunk: Option<u64>,
+    pub block: Option<u64>,
     /// The first damaged shard, when the damage is in a parity shard.
     pub shard: Option<u32>,
 }
@@ -484,10 +516,10 @@ fn count_ranges(rs: &[(u32, u32)]) -> u64 {
     rs.iter().map(|(a, b)| (*b - *a) as u64 + 1).sum()
 }
 
-/// Pick the region and chunk out of `part::verify`'s message for damaged region data
-/// (`chunk <i> of region <id> fails its checksum`).
-fn damaged_chunk(msg: &str) -> Option<(i32, u64)> {
-    let rest = msg.strip_prefix("chunk ")?;
+/// Pick the region and block out of `part::verify`'s message for damaged region data
+/// (`block <i> of region <id> fails its checksum`).
+fn damaged_block(msg: &str) -> Option<(i32, u64)> {
+    let rest = msg.strip_prefix("block ")?;
     let (chunk, rest) = rest.split_once(" of region ")?;
     let (region, _) = rest.split_once(' ')?;
     Some((region.parse().ok()?, chunk.parse().ok()?))
@@ -1107,6 +1139,10 @@ impl Inventory {
         }
         let nodes = manifests.first().map(|(_, m)| m.nodes);
         let scheme = manifests.first().map(|(_, m)| m.scheme.clone());
+        let base = copies
+            .iter()
+            .filter(|c| matches!(c.place, Place::Local(_)))
+            .find_map(|c| c.manifest.as_ref().and_then(|m| m.base));
         for (p, m) in &manifests {
             if Some(&m.scheme) != scheme.as_ref() {
                 problems.push(format!(
@@ -1297,6 +1333,7 @@ impl Inventory {
                 })
                 .collect(),
             scheme,
+            base,
             redundancy_bytes,
             holdings,
             protection,
@@ -1363,7 +1400,9 @@ impl Inventory {
                     place: c.place,
                     path: tier.root().join(&key),
                     file_bytes: len,
-                    chunk_size: None,
+                    block_size: None,
+                    format: None,
+                    base: None,
                     write_ns: None,
                     regions: Vec::new(),
                     error: None,
@@ -1374,18 +1413,30 @@ impl Inventory {
                     .and_then(|rd| part::read_index(&*rd))
                 {
                     Ok(ix) => {
-                        info.chunk_size = Some(ix.chunk_size);
+                        info.block_size = Some(ix.block_size);
+                        info.format = Some(ix.format);
+                        info.base = ix.base;
                         info.write_ns = Some(ix.write_ns);
                         info.regions = ix
                             .regions
                             .iter()
-                            .map(|e| RegionInfo {
-                                id: e.id,
-                                dtype: e.dtype,
-                                count: e.count,
-                                bytes: e.nbytes,
-                                chunks: e.chunk_sums.len(),
-                                first_checksum: e.chunk_sums.first().map(|s| format!("{s:016x}")),
+                            .map(|e| {
+                                let counts = e.kind_counts();
+                                RegionInfo {
+                                    id: e.id,
+                                    dtype: e.dtype,
+                                    count: e.count,
+                                    bytes: e.nbytes,
+                                    stored: e.stored_bytes(),
+                                    blocks: e.blocks.len(),
+                                    zero_blocks: counts[block_kind::ZERO as usize],
+                                    unchanged_blocks: counts[block_kind::UNCHANGED as usize],
+                                    codecs: codec_summary(&counts),
+                                    first_checksum: e
+                                        .stored_blocks()
+                                        .next()
+                                        .map(|b| format!("{:016x}", b.sum)),
+                                }
                             })
                             .collect();
                     }
@@ -1445,7 +1496,7 @@ impl Inventory {
                             bytes: None,
                             error: Some("missing (listed in the manifest)".into()),
                             region: None,
-                            chunk: None,
+                            block: None,
                             shard: None,
                         });
                     }
@@ -1471,7 +1522,7 @@ impl Inventory {
                             .map(|s| s.segment * s.m as u64),
                         error: x.error.clone(),
                         region: None,
-                        chunk: None,
+                        block: None,
                         shard: x.damaged_shards.first().copied(),
                     });
                 }
@@ -1501,7 +1552,7 @@ impl Inventory {
     }
 
     /// Re-check a partner copy: its index names the right checkpoint and rank, and every
-    /// chunk matches its checksum.
+    /// block matches its checksum.
     fn check_partner(&self, tier: &DirTier, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
         let key = partner_key(name, v, r as usize);
         let res =
@@ -1546,15 +1597,15 @@ fn file_check(
         bytes: None,
         error: None,
         region: None,
-        chunk: None,
+        block: None,
         shard: None,
     };
     match res {
         Ok(b) => fc.bytes = Some(b),
         Err(e) => {
-            if let Some((region, chunk)) = damaged_chunk(&e.msg) {
+            if let Some((region, chunk)) = damaged_block(&e.msg) {
                 fc.region = Some(region);
-                fc.chunk = Some(chunk);
+                fc.block = Some(chunk);
             }
             fc.error = Some(e.msg);
         }
@@ -1573,7 +1624,7 @@ mod tests {
             local: Some(root.join("local")),
             global: root.join("global"),
             fsync_global: false,
-            chunk: 4096,
+            block: 4096,
             finalize_flush: false,
             ..Config::default()
         }
@@ -1736,10 +1787,10 @@ mod tests {
         assert_eq!((ins.files[7].rank, ins.files[7].place), (3, Place::Global));
         let f = &ins.files[5];
         assert!(f.error.is_none());
-        assert_eq!(f.chunk_size, Some(4096));
+        assert_eq!(f.block_size, Some(4096));
         assert_eq!(f.regions.len(), 2);
         assert_eq!(
-            (f.regions[1].id, f.regions[1].count, f.regions[1].chunks),
+            (f.regions[1].id, f.regions[1].count, f.regions[1].blocks),
             (1, 10_000, 3)
         );
         let sum = cairn_format::checksum(&field(f.rank as usize, 20)[..4096]);
@@ -1830,7 +1881,7 @@ mod tests {
         write(&cfg, 2, 1, "heat", &[1, 2]);
         let path = d.path().join("local/node0/heat/v2/rank1.ckpt");
         let mut b = std::fs::read(&path).unwrap();
-        // Header (16) + region 0 (8 bytes) + region 1's first two chunks + a bit.
+        // Header (16) + region 0 (8 bytes) + region 1's first two blocks + a bit.
         b[16 + 8 + 2 * 4096 + 100] ^= 0x01;
         std::fs::write(&path, &b).unwrap();
 
@@ -1842,20 +1893,20 @@ mod tests {
         let c = &checks[1];
         assert_eq!(c.verdict, Verdict::Damaged);
         let f = c.files.iter().find(|f| !f.ok).unwrap();
-        assert_eq!((f.rank, f.region, f.chunk), (1, Some(1), Some(2)));
+        assert_eq!((f.rank, f.region, f.block), (1, Some(1), Some(2)));
         assert!(
-            f.error.as_deref().unwrap().contains("chunk 2 of region 1"),
+            f.error.as_deref().unwrap().contains("block 2 of region 1"),
             "{f:?}"
         );
         assert!(c.files.iter().filter(|f| f.ok).count() == 1);
 
-        // Damage in the index is reported too, without a chunk.
+        // Damage in the index is reported too, without a block.
         let n = b.len();
         b[n - 40] ^= 0xff;
         std::fs::write(&path, &b).unwrap();
         let c = &inv.verify(&Selection::Version("heat".into(), 2)).unwrap()[0];
         let f = c.files.iter().find(|f| !f.ok).unwrap();
-        assert_eq!((f.region, f.chunk), (None, None));
+        assert_eq!((f.region, f.block), (None, None));
         assert!(f.error.as_deref().unwrap().contains("index"), "{f:?}");
         // inspect still shows the other rank, and the error for this one.
         let ins = inv.inspect("heat", 2).unwrap();
@@ -2064,10 +2115,10 @@ mod tests {
         assert_eq!(missing_ranges(7, &have), vec![(0, 0), (3, 4), (6, 6)]);
         assert_eq!(missing_ranges(u32::MAX, &have).len(), 3);
         assert_eq!(
-            damaged_chunk("chunk 4 of region -2 fails its checksum"),
+            damaged_block("block 4 of region -2 fails its checksum"),
             Some((-2, 4))
         );
-        assert_eq!(damaged_chunk("index fails its checksum"), None);
+        assert_eq!(damaged_block("index fails its checksum"), None);
         assert_eq!(parse_parity_file("rank12.par"), Some(12));
         for bad in ["rank01.par", "rank.par", "rank1.ckpt", "rank1.par.tmp.3.0"] {
             assert_eq!(parse_parity_file(bad), None, "{bad}");

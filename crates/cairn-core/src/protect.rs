@@ -17,7 +17,9 @@
 use crate::catalog::{self, rank_key, version_dir};
 use crate::engine::agree;
 use crate::error::{Error, ErrorKind, Result};
-use crate::part::{self, encode_part, part_len, MemObject, PartMeta, PartSink, RegionRef};
+use crate::part::{
+    self, encode_part, part_len, MemObject, PartMeta, PartSink, Reduction, RegionRef,
+};
 use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{checksum, Manifest, ParityCodec, ParityHeader, RankIndex};
 use cairn_redundancy::stripe::{self, Codec};
@@ -172,6 +174,7 @@ pub(crate) fn write_streamed(
     ctx: &Ctx<'_>,
     meta: PartMeta<'_>,
     regions: &[RegionRef<'_>],
+    red: Reduction<'_>,
 ) -> Result<RankIndex> {
     let rank = ctx.topo.rank;
     let (dest, src) = (ctx.plan.partner_dest[rank], ctx.plan.partner_src[rank]);
@@ -209,7 +212,7 @@ pub(crate) fn write_streamed(
             inline: Some((own_w, copy_w)),
             err: first_err,
         };
-        let index = encode_part(&mut st, meta, regions);
+        let index = encode_part(&mut st, meta, regions, red);
         st.finish();
         let (own, copy) = st.inline.take().expect("inline writers");
         if let Some(e) = st.err {
@@ -238,7 +241,7 @@ pub(crate) fn write_streamed(
             inline: None,
             err: None,
         };
-        let index = encode_part(&mut st, meta, regions);
+        let index = encode_part(&mut st, meta, regions, red);
         st.finish();
         st.own_tx.take();
         st.copy_tx.take();
@@ -265,11 +268,12 @@ pub(crate) fn write_readback(
     ctx: &Ctx<'_>,
     meta: PartMeta<'_>,
     regions: &[RegionRef<'_>],
+    red: Reduction<'_>,
 ) -> Result<RankIndex> {
     let rank = ctx.topo.rank;
     let (dest, src) = (ctx.plan.partner_dest[rank], ctx.plan.partner_src[rank]);
     let own_key = rank_key(meta.name, meta.version, rank);
-    let written = part::write_part(ctx.tier, &own_key, meta, regions);
+    let written = part::write_part(ctx.tier, &own_key, meta, regions, red);
     let reader = written
         .as_ref()
         .ok()

@@ -25,10 +25,10 @@
 
 use crate::catalog::{self, manifest_key, rank_key, version_dir};
 use crate::engine::open_root;
-use crate::flush::{copy_verified, Limits};
+use crate::flush::{copy_part, Limits, Recode};
 use crate::{Config, Error, ErrorKind, Result};
 use cairn_comm::Comm;
-use cairn_format::{check_name, node_index, CkptState, Manifest};
+use cairn_format::{check_name, node_index, CkptState, Manifest, MANIFEST_FORMAT};
 use cairn_tier::{DirTier, Scope, Tier};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -352,6 +352,9 @@ fn judge(name: &str, v: i64, seen: &[(usize, &Seen)], where_: &str) -> Status {
         ));
     }
     let manifest = Manifest {
+        format: MANIFEST_FORMAT,
+        // Flushes merge chains: the global copy is always a full checkpoint.
+        base: None,
         node: None,
         ranks: (0..first.world_size).collect(),
         state: CkptState::Durable,
@@ -449,6 +452,7 @@ struct Copier<'a> {
     local: PathBuf,
     global: DirTier,
     limits: Limits,
+    recode: Recode,
     progress: &'a dyn Fn(&Progress),
     /// Bytes this process copies in all, and has copied so far.
     total: u64,
@@ -456,12 +460,14 @@ struct Copier<'a> {
 }
 
 impl Copier<'_> {
-    /// This process's rank files of `name` v`v`, copied with every chunk verified.
+    /// This process's rank files of `name` v`v`, copied with every block verified (incremental
+    /// ones merged with their bases into full parts).
     fn copy_mine(&self, name: &str, v: i64, parts: &[Part]) -> Result<()> {
         let me = self.comm.rank();
         for p in parts.iter().filter(|p| p.process == me) {
             let root = self.local.join(format!("node{}", p.node));
             let key = rank_key(name, v, p.rank as usize);
+            let at = (name, v, p.rank as usize);
             let base = self.done.get();
             let report = |done: u64, _total: u64| {
                 (self.progress)(&Progress {
@@ -474,7 +480,9 @@ impl Copier<'_> {
             };
             DirTier::open_existing("local", &root, Scope::NodeLocal)
                 .map_err(Error::from)
-                .and_then(|src| copy_verified(&src, &self.global, &key, self.limits, &report))
+                .and_then(|src| {
+                    copy_part(&src, &self.global, at, self.limits, self.recode, &report)
+                })
                 .map_err(|e| {
                     e.context(format!("rank {}: {}", p.rank, root.join(&key).display()))
                 })?;
@@ -618,6 +626,7 @@ pub fn flush(
             // Nothing else runs beside `cairn flush`.
             low_priority: false,
         },
+        recode: crate::engine::codecs(cfg).1,
         progress,
         total,
         done: Cell::new(0),
@@ -651,7 +660,7 @@ mod tests {
             local: Some(root.join("local0")),
             global: root.join("global"),
             sim_nodes: 2,
-            chunk: 4096,
+            block: 4096,
             fsync_global: false,
             finalize_flush: false,
             ..Config::default()

@@ -3,9 +3,11 @@
 //! stored files say after each step: which versions carry which scheme and state, which are
 //! durable, which the cache window kept, and what a failed flush leaves.
 
-use cairn_comm::Threads;
+mod common;
+
 use cairn_core::{CkptState, Config, Engine, ErrorKind, RegionMut, RegionRef};
 use cairn_format::Manifest;
+use common::job;
 use std::path::Path;
 
 const NAME: &str = "sched";
@@ -16,7 +18,7 @@ fn config(root: &Path) -> Config {
         global: root.join("global"),
         fsync_global: false,
         sim_nodes: 2,
-        chunk: 4096,
+        block: 4096,
         finalize_flush: false,
         ..Config::default()
     }
@@ -26,28 +28,6 @@ fn data(rank: usize, version: i64, len: usize) -> Vec<u64> {
     (0..len as u64)
         .map(|i| i.wrapping_mul(0x9e37_79b9) ^ (rank as u64) << 40 ^ version as u64)
         .collect()
-}
-
-/// Run `body(rank, engine)` on `ranks` threads, each with its own engine over `cfg`.
-fn job<T: Send + 'static>(
-    ranks: usize,
-    cfg: &Config,
-    body: impl Fn(usize, &mut Engine) -> T + Send + Sync + Clone + 'static,
-) -> Vec<T> {
-    let handles: Vec<_> = Threads::world(ranks)
-        .into_iter()
-        .enumerate()
-        .map(|(rank, comm)| {
-            let (cfg, body) = (cfg.clone(), body.clone());
-            std::thread::spawn(move || {
-                let mut e = Engine::new(Box::new(comm), cfg).expect("engine");
-                let out = body(rank, &mut e);
-                e.finalize().expect("finalize");
-                out
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
 fn checkpoint(e: &mut Engine, rank: usize, v: i64) {

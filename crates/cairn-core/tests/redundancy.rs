@@ -292,7 +292,7 @@ impl Case {
             fsync_global: false,
             sim_nodes: self.nodes,
             keep: 2,
-            chunk: 4096,
+            block: 4096,
             flush_every: if self.flush { 2 } else { 0 },
             // The write job dies without another collective call: v4 must be durable when
             // checkpoint returns.

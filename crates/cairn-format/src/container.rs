@@ -30,9 +30,18 @@ pub const HEADER_LEN: u64 = 16;
 /// Length of the fixed trailer.
 pub const TRAILER_LEN: u64 = 32;
 
-/// The checksum used for chunks and records: xxh3, 64 bits.
+/// The checksum of records (the index, parity headers, format-1 blocks): xxh3, 64 bits.
 pub fn checksum(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// The checksum of a block's stored bytes in container `format`: xxh3-64 in format 1, the
+/// low 64 bits of xxh3-128 from format 2 on.
+pub fn block_sum(format: u32, stored: &[u8]) -> u64 {
+    match format {
+        1 => checksum(stored),
+        _ => xxhash_rust::xxh3::xxh3_128(stored) as u64,
+    }
 }
 
 /// Encode the fixed header.
@@ -44,8 +53,9 @@ pub fn encode_header() -> [u8; HEADER_LEN as usize] {
     h
 }
 
-/// Check a header read from the start of a rank file.
-pub fn check_header(h: &[u8]) -> Result<(), FormatError> {
+/// Check a header read from the start of a rank file; returns its container version
+/// (1 or [`FORMAT_VERSION`]).
+pub fn check_header(h: &[u8]) -> Result<u32, FormatError> {
     if h.len() < HEADER_LEN as usize {
         return Err(FormatError::Truncated("header"));
     }
@@ -53,10 +63,10 @@ pub fn check_header(h: &[u8]) -> Result<(), FormatError> {
         return Err(FormatError::Magic);
     }
     let v = u32::from_le_bytes(h[8..12].try_into().unwrap());
-    if v != FORMAT_VERSION {
+    if v != 1 && v != FORMAT_VERSION {
         return Err(FormatError::Version(v));
     }
-    Ok(())
+    Ok(v)
 }
 
 /// The fixed record at the end of a rank file that locates the index.
@@ -106,6 +116,39 @@ impl Trailer {
     }
 }
 
+/// How one block of a region is stored (the `kind` byte of a block record). Codes 0–5 are
+/// the codecs of `cairn-reduce` (`BlockKind`); 6 marks a block an incremental checkpoint
+/// takes unchanged from its base.
+pub mod block_kind {
+    /// All zeros: nothing stored.
+    pub const ZERO: u8 = 0;
+    /// Stored as is.
+    pub const RAW: u8 = 1;
+    /// Highest codec code (LZ4/Zstd, with or without the typed shuffle).
+    pub const LAST_CODEC: u8 = 5;
+    /// Unchanged since the base checkpoint: nothing stored, read from the base.
+    pub const UNCHANGED: u8 = 6;
+}
+
+/// One block of a region as stored in a rank file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockEntry {
+    /// See [`block_kind`].
+    pub kind: u8,
+    /// Bytes stored for this block (0 for zero and unchanged blocks).
+    pub stored: u32,
+    /// Checksum of the stored bytes (0 when nothing is stored): the low 64 bits of their
+    /// xxh3-128, so a raw block's checksum is a by-product of its hash (format 1: xxh3-64).
+    pub sum: u64,
+    /// xxh3-128 of the block's raw contents (format 2; 0 in format-1 files).
+    pub hash: u128,
+}
+
+impl BlockEntry {
+    /// Bytes of a block record in the index.
+    pub const LEN: usize = 29;
+}
+
 /// One protected region as stored in a rank file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionEntry {
@@ -114,52 +157,116 @@ pub struct RegionEntry {
     pub dtype: Dtype,
     /// Number of elements.
     pub count: u64,
-    /// Offset of the region's first byte in the rank file.
+    /// Offset in the rank file of the region's first stored byte; its blocks' stored bytes
+    /// follow each other in block order.
     pub offset: u64,
-    /// Number of bytes (`count * dtype.size()`).
+    /// Number of raw bytes (`count * dtype.size()`).
     pub nbytes: u64,
-    /// Checksum of each chunk of the region, in order; the last chunk may be short.
-    pub chunk_sums: Vec<u64>,
+    /// One record per block of `block_size` raw bytes, in order; the last block may be short.
+    pub blocks: Vec<BlockEntry>,
+}
+
+/// A block whose bytes are stored in the file: where they are and what they must hash to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredBlock {
+    /// Block number within the region.
+    pub index: usize,
+    /// Offset of the stored bytes in the rank file.
+    pub offset: u64,
+    pub len: u32,
+    pub sum: u64,
 }
 
 impl RegionEntry {
-    /// Describe a region held in memory, computing its chunk checksums.
+    /// Describe a region stored raw, block by block, from memory (every block `RAW`).
     pub fn describe(
         id: i32,
         dtype: Dtype,
         count: u64,
         offset: u64,
         data: &[u8],
-        chunk: u32,
+        block: u32,
     ) -> Self {
+        let blocks = data
+            .chunks(block.max(1) as usize)
+            .map(|c| {
+                let hash = xxhash_rust::xxh3::xxh3_128(c);
+                BlockEntry {
+                    kind: block_kind::RAW,
+                    stored: c.len() as u32,
+                    sum: hash as u64,
+                    hash,
+                }
+            })
+            .collect();
         RegionEntry {
             id,
             dtype,
             count,
             offset,
             nbytes: data.len() as u64,
-            chunk_sums: data.chunks(chunk.max(1) as usize).map(checksum).collect(),
+            blocks,
         }
     }
 
-    /// The byte range `[start, end)` of chunk `i` relative to the region start.
-    pub fn chunk_range(&self, i: usize, chunk: u32) -> (u64, u64) {
-        let start = i as u64 * chunk as u64;
-        (start, (start + chunk as u64).min(self.nbytes))
+    /// The raw byte range `[start, end)` of block `i` relative to the region start.
+    pub fn block_range(&self, i: usize, block: u32) -> (u64, u64) {
+        let start = i as u64 * block as u64;
+        (start, (start + block as u64).min(self.nbytes))
+    }
+
+    /// Bytes this region occupies in the file.
+    pub fn stored_bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.stored as u64).sum()
+    }
+
+    /// The blocks with stored bytes, with their place in the file.
+    pub fn stored_blocks(&self) -> impl Iterator<Item = StoredBlock> + '_ {
+        let mut off = self.offset;
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.stored > 0)
+            .map(move |(index, b)| {
+                let s = StoredBlock {
+                    index,
+                    offset: off,
+                    len: b.stored,
+                    sum: b.sum,
+                };
+                off += b.stored as u64;
+                s
+            })
+    }
+
+    /// Blocks of each kind: `counts[k]` for kind code `k`.
+    pub fn kind_counts(&self) -> [u64; 7] {
+        let mut c = [0u64; 7];
+        for b in &self.blocks {
+            if let Some(n) = c.get_mut(b.kind as usize) {
+                *n += 1;
+            }
+        }
+        c
     }
 }
 
 /// Everything a reader needs to restore and verify one rank's part of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RankIndex {
+    /// The container version the file was written in (1 or 2).
+    pub format: u32,
     pub name: String,
     pub version: i64,
     pub rank: u32,
     pub world_size: u32,
-    /// Chunk size used for checksums, in bytes.
-    pub chunk_size: u32,
+    /// Raw bytes per block (the unit of checksums, hashes, zero detection and compression).
+    pub block_size: u32,
     /// Wall time this rank spent writing its part, in nanoseconds.
     pub write_ns: u64,
+    /// For an incremental checkpoint, the version its unchanged blocks are read from; `None`
+    /// for a full checkpoint.
+    pub base: Option<i64>,
     pub regions: Vec<RegionEntry>,
 }
 
@@ -190,34 +297,59 @@ impl<'a> Reader<'a> {
     }
 }
 
+fn invalid(field: &'static str, value: String) -> FormatError {
+    FormatError::Invalid { field, value }
+}
+
 impl RankIndex {
-    pub fn new(name: &str, version: i64, rank: u32, world_size: u32, chunk_size: u32) -> Self {
+    /// A full checkpoint's index in the current format, with no regions yet.
+    pub fn new(name: &str, version: i64, rank: u32, world_size: u32, block_size: u32) -> Self {
         RankIndex {
+            format: FORMAT_VERSION,
             name: name.to_string(),
             version,
             rank,
             world_size,
-            chunk_size,
+            block_size,
             write_ns: 0,
+            base: None,
             regions: Vec::new(),
         }
     }
 
-    /// Total bytes of region data.
+    /// Total raw bytes of region data.
     pub fn data_bytes(&self) -> u64 {
         self.regions.iter().map(|r| r.nbytes).sum()
     }
 
+    /// Total bytes of region data stored in the file.
+    pub fn stored_bytes(&self) -> u64 {
+        self.regions.iter().map(|r| r.stored_bytes()).sum()
+    }
+
+    /// Whether blocks carry content hashes (format 2 and later).
+    pub fn hashed(&self) -> bool {
+        self.format >= 2
+    }
+
+    /// The checksum of stored block bytes as this file's format defines it.
+    pub fn block_sum(&self, stored: &[u8]) -> u64 {
+        block_sum(self.format, stored)
+    }
+
+    /// Encode in the current format (format-1 indexes are only read).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(64 + self.regions.len() * 48);
+        let nblocks: usize = self.regions.iter().map(|r| r.blocks.len()).sum();
+        let mut b = Vec::with_capacity(64 + self.regions.len() * 48 + nblocks * BlockEntry::LEN);
         b.extend_from_slice(INDEX_MAGIC);
         b.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
         b.extend_from_slice(self.name.as_bytes());
         b.extend_from_slice(&self.version.to_le_bytes());
         b.extend_from_slice(&self.rank.to_le_bytes());
         b.extend_from_slice(&self.world_size.to_le_bytes());
-        b.extend_from_slice(&self.chunk_size.to_le_bytes());
+        b.extend_from_slice(&self.block_size.to_le_bytes());
         b.extend_from_slice(&self.write_ns.to_le_bytes());
+        b.extend_from_slice(&self.base.unwrap_or(-1).to_le_bytes());
         b.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
         for r in &self.regions {
             b.extend_from_slice(&r.id.to_le_bytes());
@@ -226,45 +358,53 @@ impl RankIndex {
             b.extend_from_slice(&r.count.to_le_bytes());
             b.extend_from_slice(&r.offset.to_le_bytes());
             b.extend_from_slice(&r.nbytes.to_le_bytes());
-            b.extend_from_slice(&(r.chunk_sums.len() as u32).to_le_bytes());
-            for s in &r.chunk_sums {
-                b.extend_from_slice(&s.to_le_bytes());
+            b.extend_from_slice(&(r.blocks.len() as u32).to_le_bytes());
+            for k in &r.blocks {
+                b.push(k.kind);
+                b.extend_from_slice(&k.stored.to_le_bytes());
+                b.extend_from_slice(&k.sum.to_le_bytes());
+                b.extend_from_slice(&k.hash.to_le_bytes());
             }
         }
         b
     }
 
-    /// Decode and validate an index. Region extents are checked against each other and
-    /// against the data area `[HEADER_LEN, data_end)` by [`RankIndex::check_extents`].
-    pub fn decode(buf: &[u8]) -> Result<RankIndex, FormatError> {
+    /// Decode and validate an index of container `format` (from the file header). Region
+    /// extents are checked against each other and against the data area by
+    /// [`RankIndex::check_extents`].
+    pub fn decode_format(buf: &[u8], format: u32) -> Result<RankIndex, FormatError> {
+        if format != 1 && format != FORMAT_VERSION {
+            return Err(FormatError::Version(format));
+        }
         let mut r = Reader { buf, pos: 0 };
         if r.take(8, "index magic")? != INDEX_MAGIC {
             return Err(FormatError::Magic);
         }
         let name_len = r.u16("name length")? as usize;
         let name = std::str::from_utf8(r.take(name_len, "name")?)
-            .map_err(|_| FormatError::Invalid {
-                field: "name",
-                value: "not UTF-8".into(),
-            })?
+            .map_err(|_| invalid("name", "not UTF-8".into()))?
             .to_string();
         let version = r.u64("version")? as i64;
         let rank = r.u32("rank")?;
         let world_size = r.u32("world size")?;
-        let chunk_size = r.u32("chunk size")?;
+        let block_size = r.u32("block size")?;
         let write_ns = r.u64("write time")?;
+        let base = match format {
+            1 => -1,
+            _ => r.u64("base version")? as i64,
+        };
         let n = r.u32("region count")? as usize;
-        if chunk_size == 0 {
-            return Err(FormatError::Invalid {
-                field: "chunk size",
-                value: "0".into(),
-            });
+        if block_size == 0 {
+            return Err(invalid("block size", "0".into()));
         }
         if rank >= world_size {
-            return Err(FormatError::Invalid {
-                field: "rank",
-                value: format!("{rank} of {world_size}"),
-            });
+            return Err(invalid("rank", format!("{rank} of {world_size}")));
+        }
+        if version < 0 || base < -1 || (base >= 0 && base >= version) {
+            return Err(invalid(
+                "base version",
+                format!("v{version} based on v{base}"),
+            ));
         }
         // Each region needs at least 36 bytes, which bounds `n` by what the buffer holds.
         if n > buf.len() / 36 {
@@ -275,97 +415,136 @@ impl RankIndex {
             let id = r.u32("region id")? as i32;
             let code = r.u8("dtype")?;
             r.take(3, "padding")?;
-            let dtype = Dtype::from_code(code as u32).ok_or(FormatError::Invalid {
-                field: "dtype",
-                value: code.to_string(),
-            })?;
+            let dtype =
+                Dtype::from_code(code as u32).ok_or_else(|| invalid("dtype", code.to_string()))?;
             let count = r.u64("count")?;
             let offset = r.u64("offset")?;
             let nbytes = r.u64("byte count")?;
-            let nchunks = r.u32("chunk count")? as usize;
+            let nblocks = r.u32("block count")? as usize;
             if count.checked_mul(dtype.size() as u64) != Some(nbytes) {
-                return Err(FormatError::Invalid {
-                    field: "region size",
-                    value: format!("region {id}: {count} x {dtype} != {nbytes} bytes"),
-                });
+                return Err(invalid(
+                    "region size",
+                    format!("region {id}: {count} x {dtype} != {nbytes} bytes"),
+                ));
             }
-            if nchunks as u64 != nbytes.div_ceil(chunk_size as u64) {
-                return Err(FormatError::Invalid {
-                    field: "chunk count",
-                    value: format!("region {id}: {nchunks} chunks for {nbytes} bytes"),
-                });
+            if nblocks as u64 != nbytes.div_ceil(block_size as u64) {
+                return Err(invalid(
+                    "block count",
+                    format!("region {id}: {nblocks} blocks for {nbytes} bytes"),
+                ));
             }
-            let sums = r.take(
-                nchunks
-                    .checked_mul(8)
-                    .ok_or(FormatError::Truncated("chunk sums"))?,
-                "chunk sums",
+            let rec = if format == 1 { 8 } else { BlockEntry::LEN };
+            let raw = r.take(
+                nblocks
+                    .checked_mul(rec)
+                    .ok_or(FormatError::Truncated("block records"))?,
+                "block records",
             )?;
-            let chunk_sums = sums
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-                .collect();
+            let mut blocks = Vec::with_capacity(nblocks);
+            for (i, c) in raw.chunks_exact(rec).enumerate() {
+                let len = (nbytes - i as u64 * block_size as u64).min(block_size as u64);
+                let b = if format == 1 {
+                    BlockEntry {
+                        kind: block_kind::RAW,
+                        stored: len as u32,
+                        sum: u64::from_le_bytes(c.try_into().unwrap()),
+                        hash: 0,
+                    }
+                } else {
+                    BlockEntry {
+                        kind: c[0],
+                        stored: u32::from_le_bytes(c[1..5].try_into().unwrap()),
+                        sum: u64::from_le_bytes(c[5..13].try_into().unwrap()),
+                        hash: u128::from_le_bytes(c[13..29].try_into().unwrap()),
+                    }
+                };
+                check_block(&b, len, base >= 0).map_err(|why| {
+                    invalid("block record", format!("region {id} block {i}: {why}"))
+                })?;
+                blocks.push(b);
+            }
             regions.push(RegionEntry {
                 id,
                 dtype,
                 count,
                 offset,
                 nbytes,
-                chunk_sums,
+                blocks,
             });
         }
         if r.pos != buf.len() {
-            return Err(FormatError::Invalid {
-                field: "index length",
-                value: format!("{} trailing bytes", buf.len() - r.pos),
-            });
+            return Err(invalid(
+                "index length",
+                format!("{} trailing bytes", buf.len() - r.pos),
+            ));
         }
         Ok(RankIndex {
+            format,
             name,
             version,
             rank,
             world_size,
-            chunk_size,
+            block_size,
             write_ns,
+            base: (base >= 0).then_some(base),
             regions,
         })
     }
 
-    /// Check that region ids are unique and every region lies inside `[HEADER_LEN, data_end)`
-    /// without overlapping another.
+    /// Decode an index of the current format.
+    pub fn decode(buf: &[u8]) -> Result<RankIndex, FormatError> {
+        Self::decode_format(buf, FORMAT_VERSION)
+    }
+
+    /// Check that region ids are unique and every region's stored bytes lie inside
+    /// `[HEADER_LEN, data_end)` without overlapping another's.
     pub fn check_extents(&self, data_end: u64) -> Result<(), FormatError> {
         let mut spans: Vec<(u64, u64, i32)> = Vec::with_capacity(self.regions.len());
         for r in &self.regions {
-            let end = r.offset.checked_add(r.nbytes).filter(|e| *e <= data_end);
+            let stored = r.stored_bytes();
+            let end = r.offset.checked_add(stored).filter(|e| *e <= data_end);
             if r.offset < HEADER_LEN || end.is_none() {
-                return Err(FormatError::Invalid {
-                    field: "region extent",
-                    value: format!(
+                return Err(invalid(
+                    "region extent",
+                    format!(
                         "region {} at {}+{} outside the data area",
-                        r.id, r.offset, r.nbytes
+                        r.id, r.offset, stored
                     ),
-                });
+                ));
             }
-            spans.push((r.offset, r.offset + r.nbytes, r.id));
+            spans.push((r.offset, r.offset + stored, r.id));
         }
         spans.sort();
         for w in spans.windows(2) {
             if w[0].1 > w[1].0 {
-                return Err(FormatError::Invalid {
-                    field: "region extent",
-                    value: format!("regions {} and {} overlap", w[0].2, w[1].2),
-                });
+                return Err(invalid(
+                    "region extent",
+                    format!("regions {} and {} overlap", w[0].2, w[1].2),
+                ));
             }
         }
         let mut ids: Vec<i32> = self.regions.iter().map(|r| r.id).collect();
         ids.sort_unstable();
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(FormatError::Invalid {
-                field: "region id",
-                value: format!("{} appears twice", w[0]),
-            });
+            return Err(invalid("region id", format!("{} appears twice", w[0])));
         }
         Ok(())
+    }
+}
+
+/// The rules one block record must follow, for a block of `len` raw bytes.
+fn check_block(b: &BlockEntry, len: u64, incremental: bool) -> Result<(), String> {
+    let stored = b.stored as u64;
+    match b.kind {
+        block_kind::ZERO if stored == 0 => Ok(()),
+        block_kind::RAW if stored == len => Ok(()),
+        block_kind::UNCHANGED if stored == 0 && incremental => Ok(()),
+        block_kind::UNCHANGED if stored == 0 => Err("unchanged block in a full checkpoint".into()),
+        k if (2..=block_kind::LAST_CODEC).contains(&k) && stored > 0 && stored < len => Ok(()),
+        k if k > block_kind::UNCHANGED => Err(format!("unknown block kind {k}")),
+        k => Err(format!(
+            "kind {k} with {stored} stored bytes for {len} raw bytes"
+        )),
     }
 }
 
@@ -394,10 +573,128 @@ mod tests {
     #[test]
     fn index_round_trips() {
         let ix = sample();
-        assert_eq!(ix.regions[0].chunk_sums.len(), 3);
+        assert_eq!(ix.regions[0].blocks.len(), 3);
         let back = RankIndex::decode(&ix.encode()).unwrap();
         assert_eq!(back, ix);
         back.check_extents(HEADER_LEN + 36).unwrap();
+    }
+
+    fn block(kind: u8, stored: u32) -> BlockEntry {
+        BlockEntry {
+            kind,
+            stored,
+            sum: stored as u64 * 3,
+            hash: 77,
+        }
+    }
+
+    #[test]
+    fn incremental_index_round_trips_and_locates_stored_blocks() {
+        let mut ix = RankIndex::new("heat", 41, 0, 1, 100);
+        ix.base = Some(40);
+        ix.regions.push(RegionEntry {
+            id: 3,
+            dtype: Dtype::Byte,
+            count: 450,
+            offset: HEADER_LEN,
+            nbytes: 450,
+            blocks: vec![
+                block(block_kind::UNCHANGED, 0),
+                block(block_kind::RAW, 100),
+                block(block_kind::ZERO, 0),
+                block(2, 30),
+                block(block_kind::RAW, 50),
+            ],
+        });
+        let back = RankIndex::decode(&ix.encode()).unwrap();
+        assert_eq!(back, ix);
+        assert_eq!(back.stored_bytes(), 180);
+        let at: Vec<(usize, u64, u32)> = back.regions[0]
+            .stored_blocks()
+            .map(|b| (b.index, b.offset, b.len))
+            .collect();
+        assert_eq!(at, vec![(1, 16, 100), (3, 116, 30), (4, 146, 50)]);
+        assert_eq!(back.regions[0].kind_counts(), [1, 2, 1, 0, 0, 0, 1]);
+        back.check_extents(HEADER_LEN + 180).unwrap();
+        assert!(back.check_extents(HEADER_LEN + 179).is_err());
+    }
+
+    #[test]
+    fn inconsistent_block_records_are_rejected() {
+        let base = || {
+            let mut ix = RankIndex::new("x", 5, 0, 1, 100);
+            ix.regions.push(RegionEntry {
+                id: 0,
+                dtype: Dtype::Byte,
+                count: 150,
+                offset: HEADER_LEN,
+                nbytes: 150,
+                blocks: vec![block(block_kind::RAW, 100), block(block_kind::RAW, 50)],
+            });
+            ix
+        };
+        RankIndex::decode(&base().encode()).unwrap();
+        type Spoil = fn(&mut RankIndex);
+        let cases: [(&str, Spoil); 6] = [
+            ("unchanged in a full checkpoint", |ix| {
+                ix.regions[0].blocks[0] = block(block_kind::UNCHANGED, 0)
+            }),
+            ("raw of the wrong length", |ix| {
+                ix.regions[0].blocks[1] = block(block_kind::RAW, 49)
+            }),
+            ("compressed not smaller", |ix| {
+                ix.regions[0].blocks[1] = block(3, 50)
+            }),
+            ("zero with bytes", |ix| {
+                ix.regions[0].blocks[0] = block(block_kind::ZERO, 1)
+            }),
+            ("unknown kind", |ix| ix.regions[0].blocks[0] = block(9, 0)),
+            ("base not older", |ix| ix.base = Some(5)),
+        ];
+        for (what, spoil) in cases {
+            let mut ix = base();
+            spoil(&mut ix);
+            assert!(
+                matches!(
+                    RankIndex::decode(&ix.encode()),
+                    Err(FormatError::Invalid { .. })
+                ),
+                "{what} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn format_1_indexes_are_read_as_raw_blocks() {
+        // The format-1 index: no base field, one xxh3-64 per chunk instead of block records.
+        let data: Vec<u8> = (0..20u8).collect();
+        let mut b = Vec::new();
+        b.extend_from_slice(INDEX_MAGIC);
+        b.extend_from_slice(&2u16.to_le_bytes());
+        b.extend_from_slice(b"ck");
+        b.extend_from_slice(&7i64.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&8u32.to_le_bytes());
+        b.extend_from_slice(&99u64.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&4i32.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 0, 0]);
+        b.extend_from_slice(&20u64.to_le_bytes());
+        b.extend_from_slice(&HEADER_LEN.to_le_bytes());
+        b.extend_from_slice(&20u64.to_le_bytes());
+        b.extend_from_slice(&3u32.to_le_bytes());
+        for c in data.chunks(8) {
+            b.extend_from_slice(&checksum(c).to_le_bytes());
+        }
+        let ix = RankIndex::decode_format(&b, 1).unwrap();
+        assert_eq!((ix.format, ix.base, ix.hashed()), (1, None, false));
+        let r = &ix.regions[0];
+        assert_eq!(r.stored_bytes(), 20);
+        assert!(r.blocks.iter().all(|k| k.kind == block_kind::RAW));
+        assert_eq!(r.blocks[2].sum, checksum(&data[16..]));
+        assert_eq!(r.blocks[2].stored, 4);
+        assert!(RankIndex::decode_format(&b, 3).is_err());
     }
 
     #[test]
@@ -456,7 +753,7 @@ mod tests {
     #[test]
     fn header_checks_magic_and_version() {
         let h = encode_header();
-        check_header(&h).unwrap();
+        assert_eq!(check_header(&h).unwrap(), FORMAT_VERSION);
         let mut bad = h;
         bad[0] = b'X';
         assert_eq!(check_header(&bad), Err(FormatError::Magic));

@@ -3,8 +3,9 @@
 use crate::FormatError;
 use serde::{Deserialize, Serialize};
 
-/// Version of the manifest schema this build writes and reads.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// Version of the manifest schema this build writes. It also reads schema 1 (before
+/// incremental checkpoints: no `base`).
+pub const MANIFEST_FORMAT: u32 = 2;
 
 /// The lifecycle state of a checkpoint (see ARCHITECTURE.md, "The checkpoint lifecycle").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -53,6 +54,10 @@ pub struct Manifest {
     pub created_unix_ms: u64,
     /// The longest time any rank spent writing its part, in nanoseconds.
     pub capture_ns: u64,
+    /// For an incremental checkpoint, the version its unchanged blocks come from (which must
+    /// be on the same tier); `None` for a full checkpoint.
+    #[serde(default)]
+    pub base: Option<i64>,
 }
 
 impl Manifest {
@@ -67,9 +72,9 @@ impl Manifest {
     pub fn decode(bytes: &[u8]) -> Result<Manifest, FormatError> {
         let m: Manifest =
             serde_json::from_slice(bytes).map_err(|e| FormatError::Manifest(e.to_string()))?;
-        if m.format != MANIFEST_FORMAT {
+        if m.format != 1 && m.format != MANIFEST_FORMAT {
             return Err(FormatError::Manifest(format!(
-                "manifest format {} is not supported (this build reads {MANIFEST_FORMAT})",
+                "manifest format {} is not supported (this build reads 1 to {MANIFEST_FORMAT})",
                 m.format
             )));
         }
@@ -78,6 +83,13 @@ impl Manifest {
             return Err(FormatError::Manifest(format!(
                 "negative version {}",
                 m.version
+            )));
+        }
+        if m.base.is_some_and(|b| b < 0 || b >= m.version) || (m.format == 1 && m.base.is_some()) {
+            return Err(FormatError::Manifest(format!(
+                "v{} cannot be based on v{}",
+                m.version,
+                m.base.unwrap_or(-1)
             )));
         }
         if m.world_size == 0 || m.ranks.iter().any(|r| *r >= m.world_size) {
@@ -143,6 +155,7 @@ mod tests {
             state: CkptState::Captured,
             created_unix_ms: 1,
             capture_ns: 2,
+            base: Some(7),
         }
     }
 
@@ -163,5 +176,19 @@ mod tests {
         m.ranks = vec![4];
         assert!(Manifest::decode(&m.encode()).is_err());
         assert!(Manifest::decode(b"{\"format\":1").is_err());
+        let mut m = sample();
+        m.base = Some(10);
+        assert!(
+            Manifest::decode(&m.encode()).is_err(),
+            "base not older accepted"
+        );
+    }
+
+    #[test]
+    fn schema_1_manifests_are_full_checkpoints() {
+        let text = r#"{"format":1,"name":"heat","version":3,"world_size":2,"nodes":1,"node":null,
+            "ranks":[0,1],"scheme":"single","state":"durable","created_unix_ms":5,"capture_ns":6}"#;
+        let m = Manifest::decode(text.as_bytes()).unwrap();
+        assert_eq!((m.format, m.base), (1, None));
     }
 }
