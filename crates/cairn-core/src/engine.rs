@@ -133,8 +133,13 @@ struct Restored {
 type Candidates = BTreeMap<i64, Vec<Arc<dyn Tier>>>;
 
 /// What `Engine::candidates` finds: the candidates, a newer checkpoint written by another
-/// number of ranks (version, ranks), and the base of each version on the first tier.
-type Found = (Candidates, Option<(i64, u32)>, BTreeMap<i64, Option<i64>>);
+/// number of ranks (version, ranks), and for each version on the first tier its base and
+/// whether it was stored with redundancy.
+type Found = (
+    Candidates,
+    Option<(i64, u32)>,
+    BTreeMap<i64, (Option<i64>, bool)>,
+);
 
 /// Runs deletions in the background so they never sit on the checkpoint path (the DEEP-ER
 /// measurements attribute most of SCR's per-checkpoint cost growth to synchronous deletion).
@@ -423,6 +428,12 @@ impl Engine {
                 && (!redundant || ns.protected.contains(b))
                 && *b < version
         });
+        if self.cfg.incremental {
+            debug!(
+                "cairn: rank {rank}: {name} v{version}: {}",
+                base.map_or("full".to_string(), |b| format!("incremental of v{b}"))
+            );
+        }
         let mut noop = false;
         let pre: Result<()> = (|| {
             check_name(name)?;
@@ -1131,7 +1142,7 @@ impl Engine {
                     here.insert(v);
                     out.entry(v).or_default().push(tier.clone());
                     if Arc::ptr_eq(&tier, &self.first) {
-                        first_bases.insert(v, m.base);
+                        first_bases.insert(v, (m.base, m.scheme != "single"));
                     }
                 }
             }
@@ -1321,10 +1332,13 @@ impl Engine {
                 .map(|(k, _)| *k)
                 .collect()
         };
-        ns.bases = bases
-            .into_iter()
-            .filter(|(k, _)| ns.first.contains(k))
-            .collect();
+        let kept = bases.into_iter().filter(|(k, _)| ns.first.contains(k));
+        for (k, (base, redundant)) in kept {
+            ns.bases.insert(k, base);
+            if redundant {
+                ns.protected.insert(k);
+            }
+        }
         ns.last = Some(v);
         ns.restored = Some(v);
         let flushing = !first_is_global

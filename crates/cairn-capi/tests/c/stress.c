@@ -9,6 +9,9 @@
  * restored state can be checked without keeping a copy:
  *   region 0   int64, 1 element: the version itself;
  *   region 1   doubles, M MiB (--mib, may be 0): values in [0, 1) drawn from splitmix64;
+ *              with --changing P, only P of every 100 stretches of 4096 elements change
+ *              from version to version (the others keep the values of "version 0"), so
+ *              incremental checkpoints have unchanged blocks to skip;
  *   region 2   bytes, 12345 + rank elements (an odd size, different on every rank);
  *   region 3+  cycling through the other dtypes, odd element counts that depend on the rank.
  *
@@ -16,7 +19,7 @@
  * verify; the checkpoint loop in main.
  *
  * Usage: stress [--name NAME] [--versions V] [--mib M] [--regions R] [--config PATH]
- *               [--verify-only] [--solo] [--until-exit MS]
+ *               [--changing P] [--verify-only] [--solo] [--until-exit MS]
  *   Under mpirun every rank takes part; with --solo the program makes no MPI call at all
  *   (cairn_init_solo) and runs as a plain process. Checkpoints are versions restored+1 .. V,
  *   starting at 1 when nothing is stored. --verify-only restores, verifies and exits.
@@ -82,6 +85,9 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* Percent of region 1's stretches that change with every version (--changing). */
+static long long changing = 100;
+
 /* Seed shared by all elements of one region of one version on one rank. */
 static uint64_t region_seed(int64_t version, int rank, int region)
 {
@@ -112,22 +118,29 @@ static void fill_elem(const struct region *g, int region, uint64_t seed, int64_t
     }
 }
 
+/* The seed of element `index`: the version's, or for a stretch of region 1 that --changing
+ * keeps fixed, version 0's. */
+static uint64_t elem_seed(int region, size_t index, uint64_t seed, uint64_t fixed)
+{
+    return (region == 1 && (long long)((index / 4096) % 100) >= changing) ? fixed : seed;
+}
+
 static void fill_region(struct region *g, int region, int64_t version, int rank)
 {
-    uint64_t seed = region_seed(version, rank, region);
+    uint64_t seed = region_seed(version, rank, region), fixed = region_seed(0, rank, region);
     unsigned char *p = g->data;
     for (size_t i = 0; i < g->count; i++)
-        fill_elem(g, region, seed, version, i, p + i * g->elem_size);
+        fill_elem(g, region, elem_seed(region, i, seed, fixed), version, i, p + i * g->elem_size);
 }
 
 /* Index of the first element that differs from the fill for `version`, or -1 if none does. */
 static long long first_mismatch(const struct region *g, int region, int64_t version, int rank)
 {
-    uint64_t seed = region_seed(version, rank, region);
+    uint64_t seed = region_seed(version, rank, region), fixed = region_seed(0, rank, region);
     const unsigned char *p = g->data;
     unsigned char want[8];
     for (size_t i = 0; i < g->count; i++) {
-        fill_elem(g, region, seed, version, i, want);
+        fill_elem(g, region, elem_seed(region, i, seed, fixed), version, i, want);
         if (memcmp(p + i * g->elem_size, want, g->elem_size) != 0)
             return (long long)i;
     }
@@ -151,7 +164,7 @@ static void check(int rc, const char *call)
 static void usage(const char *msg)
 {
     fprintf(stderr, "stress: %s\nusage: stress [--name NAME] [--versions V] [--mib M] "
-                    "[--regions R] [--config PATH] [--verify-only] [--solo] "
+                    "[--regions R] [--config PATH] [--changing P] [--verify-only] [--solo] "
                     "[--until-exit MS]\n", msg);
     exit(2);
 }
@@ -291,6 +304,7 @@ int main(int argc, char **argv)
         else if (strcmp(opt, "--mib") == 0)      mib = parse_count(opt, val, 0);
         else if (strcmp(opt, "--regions") == 0)  nregs = parse_count(opt, val, 1);
         else if (strcmp(opt, "--until-exit") == 0) until_exit = parse_count(opt, val, 0);
+        else if (strcmp(opt, "--changing") == 0) changing = parse_count(opt, val, 0);
         else                                     usage("unknown option");
     }
     if (nregs > 1000)

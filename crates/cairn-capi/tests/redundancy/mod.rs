@@ -33,7 +33,25 @@ fn kill_lose_and_rebuild(
     victim: usize,
     extra_lost: usize,
 ) {
-    let mib = ["--mib", "1"];
+    kill_lose_and_rebuild_with(
+        what,
+        tiers,
+        (ranks, nodes),
+        victim,
+        extra_lost,
+        &["--mib", "1"],
+    );
+}
+
+/// `kill_lose_and_rebuild` with the given `stress` arguments (besides the version options).
+fn kill_lose_and_rebuild_with(
+    what: &str,
+    tiers: &Tiers,
+    (ranks, nodes): (usize, usize),
+    victim: usize,
+    extra_lost: usize,
+    mib: &[&str],
+) {
     let first = run(
         stress_cmd(
             Some(ranks),
@@ -137,6 +155,43 @@ fn partner_xor_and_rs_rebuild_lost_nodes_after_kill9() {
     kill_lose_and_rebuild("xor, 4 ranks on 2 nodes", &t, 4, 2, 2, 0);
     let t = redundant_tiers(4, "rs", &[("CAIRN_REDUNDANCY_PARITY", "2")]);
     kill_lose_and_rebuild("rs(2+2), 8 ranks on 4 nodes", &t, 8, 4, 5, 1);
+}
+
+#[test]
+fn incremental_compressed_chains_survive_kill9_and_a_lost_node() {
+    let _mpi = mpi_lock();
+    let reduce = [
+        ("CAIRN_REDUCTION_INCREMENTAL", "true"),
+        ("CAIRN_REDUCTION_FULL_EVERY", "4"),
+        ("CAIRN_REDUCTION_COMPRESS", "lz4"),
+        ("CAIRN_REDUCTION_BLOCK", "16K"),
+    ];
+    // 10% of the field changes per version: incrementals skip most blocks.
+    let args = ["--mib", "2", "--changing", "10"];
+    for (scheme, ranks, nodes, victim, extra) in [("partner", 4, 2, 1, 0), ("rs", 8, 4, 6, 1)] {
+        let mut t = redundant_tiers(nodes, scheme, &reduce);
+        if scheme == "rs" {
+            t.set("CAIRN_REDUNDANCY_PARITY", "2");
+        }
+        let what = format!("{scheme}, incremental lz4, {ranks} ranks on {nodes} nodes");
+        kill_lose_and_rebuild_with(&what, &t, (ranks, nodes), victim, extra, &args);
+        // The node-local tier holds incremental versions, and they stored little.
+        let node0 = t.local().join("node0/stress");
+        let mut bases = 0;
+        let mut seen = Vec::new();
+        for e in std::fs::read_dir(&node0).unwrap().flatten() {
+            let m = e.path().join("manifest.json");
+            if let Ok(text) = std::fs::read_to_string(&m) {
+                seen.push(text.clone());
+                let base = text.split("\"base\":").nth(1).unwrap_or("");
+                bases += base.trim_start().starts_with(|c: char| c.is_ascii_digit()) as usize;
+            }
+        }
+        assert!(
+            bases > 0,
+            "{what}: no incremental version on node0: {seen:?}"
+        );
+    }
 }
 
 #[test]
