@@ -53,11 +53,7 @@ fn kill_lose_and_rebuild_with(
     mib: &[&str],
 ) {
     let first = run(
-        stress_cmd(
-            Some(ranks),
-            &[&mib[..], &["--versions", "3"]].concat(),
-            tiers,
-        ),
+        stress_cmd(Some(ranks), &[mib, &["--versions", "3"]].concat(), tiers),
         &format!("{what}: complete run"),
     );
     first.assert_ok();
@@ -117,7 +113,7 @@ fn kill_lose_and_rebuild_with(
     }
     let ctx = format!("{what}, rank {victim} killed, nodes {lost:?} lost");
     let check = run(
-        stress_cmd(Some(ranks), &[&mib[..], &["--verify-only"]].concat(), tiers),
+        stress_cmd(Some(ranks), &[mib, &["--verify-only"]].concat(), tiers),
         &format!("{ctx}: verify"),
     );
     check.assert_ok();
