@@ -6,6 +6,7 @@
 #   bench/run.sh nbody [options]                                 e.g. bench/run.sh nbody --reps 5
 #   bench/run.sh flush [-n RANKS] [options]                      e.g. bench/run.sh flush --global /scratch
 #   bench/run.sh reduce [options]                                e.g. bench/run.sh reduce --only hash
+#   bench/run.sh incremental [options]                           e.g. bench/run.sh incremental --mib 64
 #
 # Ranks default to 4 for the checkpoint benchmark, 10 for the redundancy one (8 for the
 # engine test on 4 simulated nodes, 10 for rs(8+2) on 10) and 2 for the flush one.
@@ -37,6 +38,11 @@ nbody)
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi
     exec "${CARGO_TARGET_DIR:-target}/release/cairn-bench-redundancy" nbody "$@"
+    ;;
+incremental)
+    shift
+    cargo build --release -p cairn-bench >&2
+    exec "${CARGO_TARGET_DIR:-target}/release/cairn-bench-incremental" "$@"
     ;;
 reduce)
     shift
