@@ -34,7 +34,11 @@ fn data(rank: usize, version: i64) -> Vec<f64> {
 
 /// Run `f(rank, engine)` on every rank of a 4-rank job over threads.
 fn job(root: &Path, f: impl Fn(usize, &mut Engine) + Send + Sync + Copy + 'static) {
-    let cfg = config(root);
+    job_with(config(root), f)
+}
+
+/// As [`job`], with the given configuration.
+fn job_with(cfg: Config, f: impl Fn(usize, &mut Engine) + Send + Sync + Copy + 'static) {
     let threads: Vec<_> = Threads::world(RANKS)
         .into_iter()
         .enumerate()
@@ -182,6 +186,59 @@ fn flush_makes_the_newest_version_durable_and_restorable() {
     assert!(text(&o.stdout).contains("heat v3: already durable"));
 
     assert_restores_from_global(d.path(), 3);
+}
+
+#[test]
+fn flush_merges_incremental_chains_into_full_global_copies() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        incremental: true,
+        ..config(d.path())
+    };
+    // Only the first 500 elements change between versions: v2 and v3 are incremental.
+    job_with(cfg, |rank, e| {
+        for v in 1..=3i64 {
+            let mut x = data(rank, 1);
+            x[..500].copy_from_slice(&data(rank, v)[..500]);
+            e.checkpoint("heat", v, &[RegionRef::new(0, &[v]), RegionRef::new(1, &x)])
+                .unwrap();
+        }
+    });
+    let o = cairn(d.path(), &["list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let bases: Vec<&serde_json::Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["base"])
+        .collect();
+    assert_eq!(bases, [&serde_json::Value::Null, &1.into(), &2.into()]);
+    let o = cairn(d.path(), &["flush"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_durable(d.path(), 3);
+    let o = cairn(d.path(), &["inspect", "heat", "3", "--json"]);
+    let ins: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for f in ins["files"].as_array().unwrap() {
+        let global = f["place"]["tier"] == "global";
+        assert_eq!(f["base"].is_null(), global, "{f}");
+        assert_eq!(f["regions"][1]["unchanged_blocks"] == 0, global, "{f}");
+    }
+    let out = text(&cairn(d.path(), &["list"]).stdout);
+    assert!(out.contains("incr of v2, full on global"), "{out}");
+    // The merged copies alone restore v3 with the unchanged blocks of v1.
+    std::fs::remove_dir_all(d.path().join("local")).unwrap();
+    job(d.path(), |rank, e| {
+        let (mut step, mut x) = ([0i64], vec![0f64; 2000]);
+        e.restart(
+            "heat",
+            3,
+            &mut [RegionMut::new(0, &mut step), RegionMut::new(1, &mut x)],
+        )
+        .unwrap();
+        let mut want = data(rank, 1);
+        want[..500].copy_from_slice(&data(rank, 3)[..500]);
+        assert_eq!((step[0], x), (3, want));
+    });
 }
 
 #[test]
