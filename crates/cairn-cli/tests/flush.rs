@@ -242,6 +242,44 @@ fn flush_merges_incremental_chains_into_full_global_copies() {
 }
 
 #[test]
+fn a_chain_with_a_lost_base_is_incomplete_and_not_flushed() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        incremental: true,
+        ..config(d.path())
+    };
+    job_with(cfg, |rank, e| {
+        for v in 1..=3i64 {
+            let d = data(rank, v);
+            e.checkpoint("heat", v, &[RegionRef::new(0, &[v]), RegionRef::new(1, &d)])
+                .unwrap();
+        }
+    });
+    for node in 0..2 {
+        std::fs::remove_dir_all(d.path().join(format!("local/node{node}/heat/v2"))).unwrap();
+    }
+    let out = text(&cairn(d.path(), &["list"]).stdout);
+    assert!(
+        out.contains("heat v3: incremental of v2, which is not complete on the node-local tier"),
+        "{out}"
+    );
+    assert!(
+        states(d.path()).contains(&(3, "incomplete".into())),
+        "{out}"
+    );
+    // Nothing restorable to flush but v1.
+    let o = cairn(d.path(), &["flush", "heat", "3"]);
+    // Exit code 2, as for a missing rank file.
+    assert_eq!(code(&o), 2, "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("heat v3 is based on v2"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!global_manifest(d.path(), 3).exists());
+}
+
+#[test]
 fn all_flushes_every_complete_version_once() {
     let d = tempfile::tempdir().unwrap();
     write(d.path());

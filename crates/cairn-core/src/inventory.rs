@@ -306,6 +306,29 @@ pub struct RegionInfo {
     pub first_checksum: Option<String>,
 }
 
+/// An incremental checkpoint can be restored from the node-local tier only if its base can:
+/// report the ones whose base is missing or incomplete there (following whole chains, in
+/// version order), and count them incomplete unless the global tier holds a full copy.
+fn chain_problems(records: &mut [CkptRecord]) {
+    let mut usable: BTreeSet<(String, i64)> = BTreeSet::new();
+    // Records are sorted by name then version, so a base is judged before what rests on it.
+    for r in records.iter_mut() {
+        let local = r.copies.iter().any(|c| matches!(c.place, Place::Local(_)));
+        let base_ok = r.base.map_or(true, |b| usable.contains(&(r.name.clone(), b)));
+        if r.state.is_complete() && local && base_ok {
+            usable.insert((r.name.clone(), r.version));
+        }
+        if let (Some(b), false) = (r.base, base_ok) {
+            r.problems.push(format!(
+                "incremental of v{b}, which is not complete on the node-local tier: the node-local copy cannot be restored"
+            ));
+            if r.state != Status::Durable {
+                r.state = Status::Incomplete;
+            }
+        }
+    }
+}
+
 /// How many blocks of a region each codec stored, as `lz4+shuffle 12, raw 3`.
 fn codec_summary(counts: &[u64; 7]) -> String {
     const NAMES: [&str; 6] = ["", "raw", "lz4", "zstd", "lz4+shuffle", "zstd+shuffle"];
@@ -1350,11 +1373,13 @@ impl Inventory {
             }
             None => Selection::All,
         };
-        Ok(self
+        let mut records: Vec<CkptRecord> = self
             .scan(&sel)?
             .iter()
             .map(|((n, v), copies)| self.record(n, *v, copies))
-            .collect())
+            .collect();
+        chain_problems(&mut records);
+        Ok(records)
     }
 
     fn not_found(&self, what: &str) -> Error {
