@@ -69,7 +69,7 @@ fn kill_lose_and_rebuild_with(
         first.show()
     );
 
-    let args = [&mib[..], &["--versions", "100000"]].concat();
+    let args = [mib, &["--versions", "100000"]].concat();
     let mut job = spawn(
         stress_cmd(Some(ranks), &args, tiers),
         &format!("{what}: run to be killed"),
