@@ -13,6 +13,10 @@
 //! The [`BlockKind`] of every block is recorded in the checkpoint, with its stored length, so
 //! any build can decode any block with [`decode_block`].
 //!
+//! A loop over many blocks should hold an [`Encoder`] or a [`Decoder`]: they write and read
+//! exactly what [`encode_block`] and [`decode_block`] do, but keep their buffers and their
+//! Zstandard context from one block to the next instead of making new ones for every block.
+//!
 //! ```
 //! use cairn_reduce::{decode_block, encode_block, Codec, Settings};
 //! let values: Vec<f64> = (0..4096).map(|i| 300.0 + (i as f64 * 0.001).sin()).collect();
@@ -26,6 +30,11 @@
 //! assert_eq!(back, bytes);
 //! ```
 
+#![forbid(unsafe_code)]
+
+mod shuffle;
+
+use shuffle::{shuffle_slice, unshuffle_slice};
 use xxhash_rust::xxh3::xxh3_128;
 
 /// A compression codec for stored blocks.
@@ -125,146 +134,264 @@ pub fn block_hash(b: &[u8]) -> u128 {
 }
 
 /// Byte-shuffle `src` by `elem` bytes per element into `dst`: all first bytes, then all second
-/// bytes, and so on. A trailing partial element is copied as it is.
+/// bytes, and so on. A trailing partial element is copied as it is. `dst` is resized to the
+/// length of `src` (its capacity is reused).
+///
+/// With `n = src.len() / elem`, shuffled byte `j * n + i` is byte `j` of element `i`; an
+/// element size of 0 or 1 copies the bytes. Element sizes that are even (2, 4 and 8 above
+/// all) go 8 elements at a time through word-sized byte transposes.
 pub fn shuffle(src: &[u8], elem: usize, dst: &mut Vec<u8>) {
-    dst.clear();
+    // Every byte is overwritten: only bytes the vector did not have yet are zeroed first.
     dst.resize(src.len(), 0);
-    let n = if elem > 1 { src.len() / elem } else { 0 };
-    for (j, plane) in dst[..n * elem]
-        .chunks_exact_mut(n.max(1))
-        .enumerate()
-        .take(elem)
-    {
-        for (i, out) in plane.iter_mut().enumerate() {
-            *out = src[i * elem + j];
-        }
-    }
-    dst[n * elem..].copy_from_slice(&src[n * elem..]);
+    shuffle_slice(src, elem, dst);
 }
 
-/// Undo [`shuffle`].
+/// [`shuffle`] into a slice, which must have the length of `src`.
+pub fn shuffle_into(src: &[u8], elem: usize, dst: &mut [u8]) {
+    shuffle_slice(src, elem, dst);
+}
+
+/// Undo [`shuffle`]: `dst` must have the length of `src`.
 pub fn unshuffle(src: &[u8], elem: usize, dst: &mut [u8]) {
-    let n = if elem > 1 { src.len() / elem } else { 0 };
-    let planes = if n > 0 { elem } else { 0 };
-    for j in 0..planes {
-        let plane = &src[j * n..(j + 1) * n];
-        for (i, &b) in plane.iter().enumerate() {
-            dst[i * elem + j] = b;
+    unshuffle_slice(src, elem, dst);
+}
+
+/// Make `buf` at least `len` bytes long. When it must grow, its old bytes are dropped rather
+/// than copied; a buffer that is long enough is left as it is (no zero-filling per block).
+fn at_least(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if buf.len() < len {
+        *buf = vec![0; len];
+    }
+    &mut buf[..len]
+}
+
+/// Encodes blocks as [`encode_block`] does, byte for byte, keeping its scratch buffers and
+/// its Zstandard context from one block to the next. A loop over many blocks (the engine's,
+/// a benchmark's) holds one per thread and calls [`Encoder::encode`] for every block.
+///
+/// Nothing of one block is carried into the next one's output: every block is an independent
+/// LZ4 block or Zstandard frame, exactly as [`encode_block`] writes it. An encoder keeps
+/// about 2.1 x the largest block it has seen, plus a Zstandard context once it has compressed
+/// with Zstandard (its size depends on the level and the block size).
+pub struct Encoder {
+    settings: Settings,
+    /// The shuffled block (grown to the largest block seen, never zero-filled again).
+    shuffled: Vec<u8>,
+    /// LZ4's output, at least its maximum output size for the largest block seen.
+    lz4: Vec<u8>,
+    /// Made at the first Zstandard block; a context that could not be made is tried again.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// Made for one block by [`encode_block`]: LZ4 writes into `out` rather than into a buffer
+    /// of its own that would be allocated for the one block.
+    one_shot: bool,
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoder")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Encoder {
+    /// An encoder for `settings`. Cheap: buffers and contexts are made by the first block.
+    pub fn new(settings: Settings) -> Encoder {
+        Encoder {
+            settings,
+            shuffled: Vec::new(),
+            lz4: Vec::new(),
+            zstd: None,
+            one_shot: false,
         }
     }
-    dst[n * elem..].copy_from_slice(&src[n * elem..]);
+
+    /// The settings this encoder applies.
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    /// Append the stored form of `block` (elements of `elem` bytes) to `out` and say how it is
+    /// stored: the same bytes and kind as [`encode_block`] with this encoder's settings.
+    pub fn encode(&mut self, block: &[u8], elem: usize, out: &mut Vec<u8>) -> BlockKind {
+        if is_zero(block) {
+            return BlockKind::Zero;
+        }
+        let s = self.settings;
+        if s.codec == Codec::None || block.is_empty() {
+            out.extend_from_slice(block);
+            return BlockKind::Raw;
+        }
+        let shuffled = s.shuffle && elem > 1 && block.len() >= 2 * elem;
+        let input: &[u8] = if shuffled {
+            let buf = at_least(&mut self.shuffled, block.len());
+            shuffle_slice(block, elem, buf);
+            buf
+        } else {
+            block
+        };
+        let start = out.len();
+        let stored = match s.codec {
+            Codec::Lz4 if self.one_shot => {
+                // No buffer to keep: compress into room at the end of `out` (zero-filled, as
+                // safe code must), which the caller's `out` usually has the capacity for.
+                let max = lz4_flex::block::get_maximum_output_size(input.len());
+                out.resize(start + max, 0);
+                match lz4_flex::block::compress_into(input, &mut out[start..]) {
+                    Ok(n) if n < block.len() => {
+                        out.truncate(start + n);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Codec::Lz4 => {
+                let max = lz4_flex::block::get_maximum_output_size(input.len());
+                let buf = at_least(&mut self.lz4, max);
+                match lz4_flex::block::compress_into(input, buf) {
+                    // Copied only when it is kept: it must be smaller than the block.
+                    Ok(n) if n < block.len() => {
+                        out.extend_from_slice(&buf[..n]);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Codec::Zstd => {
+                if self.zstd.is_none() {
+                    self.zstd = zstd::bulk::Compressor::new(s.level).ok();
+                }
+                match &mut self.zstd {
+                    Some(z) => {
+                        // Straight into `out` after its current bytes: room for the worst case
+                        // is reserved (not zeroed), and the frame is written where it stays.
+                        out.reserve(zstd::zstd_safe::compress_bound(input.len()));
+                        let mut at = std::io::Cursor::new(&mut *out);
+                        at.set_position(start as u64);
+                        matches!(z.compress_to_buffer(input, &mut at), Ok(n) if n < block.len())
+                    }
+                    None => false,
+                }
+            }
+            Codec::None => unreachable!("handled above"),
+        };
+        if !stored {
+            out.truncate(start);
+            out.extend_from_slice(block);
+            return BlockKind::Raw;
+        }
+        match (s.codec, shuffled) {
+            (Codec::Lz4, false) => BlockKind::Lz4,
+            (Codec::Lz4, true) => BlockKind::Lz4Shuffled,
+            (_, false) => BlockKind::Zstd,
+            (_, true) => BlockKind::ZstdShuffled,
+        }
+    }
+}
+
+/// Decodes blocks as [`decode_block`] does, keeping its scratch buffer and its Zstandard
+/// context from one block to the next: one per thread for a loop over many blocks. It keeps
+/// the largest shuffled block it has seen, plus a Zstandard context once it has needed one.
+#[derive(Default)]
+pub struct Decoder {
+    /// The decompressed, still shuffled block (grown to the largest block seen).
+    shuffled: Vec<u8>,
+    /// Made at the first Zstandard block.
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder").finish_non_exhaustive()
+    }
+}
+
+impl Decoder {
+    /// A decoder. Cheap: its buffer and context are made by the first block that needs them.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Decode a block stored as `kind` into `out`, which must have the block's raw length:
+    /// the same result as [`decode_block`].
+    pub fn decode(
+        &mut self,
+        kind: BlockKind,
+        stored: &[u8],
+        elem: usize,
+        out: &mut [u8],
+    ) -> Result<(), DecodeError> {
+        let want = out.len();
+        let length = |got: usize| DecodeError::Length { kind, got, want };
+        let target: &mut [u8] = if kind.shuffled() {
+            at_least(&mut self.shuffled, want)
+        } else {
+            &mut *out
+        };
+        match kind {
+            BlockKind::Zero => {
+                if !stored.is_empty() {
+                    return Err(length(stored.len()));
+                }
+                target.fill(0);
+            }
+            BlockKind::Raw => {
+                if stored.len() != want {
+                    return Err(length(stored.len()));
+                }
+                target.copy_from_slice(stored);
+            }
+            BlockKind::Lz4 | BlockKind::Lz4Shuffled => {
+                let n = lz4_flex::block::decompress_into(stored, target)
+                    .map_err(|e| DecodeError::Codec(kind, e.to_string()))?;
+                if n != want {
+                    return Err(length(n));
+                }
+            }
+            BlockKind::Zstd | BlockKind::ZstdShuffled => {
+                if self.zstd.is_none() {
+                    let d = zstd::bulk::Decompressor::new()
+                        .map_err(|e| DecodeError::Codec(kind, e.to_string()))?;
+                    self.zstd = Some(d);
+                }
+                let z = self.zstd.as_mut().expect("made above");
+                let n = z
+                    .decompress_to_buffer(stored, target)
+                    .map_err(|e| DecodeError::Codec(kind, e.to_string()))?;
+                if n != want {
+                    return Err(length(n));
+                }
+            }
+        }
+        if kind.shuffled() {
+            unshuffle_slice(&self.shuffled[..want], elem, out);
+        }
+        Ok(())
+    }
 }
 
 /// Append the stored form of `block` (elements of `elem` bytes) to `out` and say how it is
 /// stored. Zero blocks append nothing; a block that does not compress is stored raw.
+///
+/// This makes a new [`Encoder`] (buffers, Zstandard context) for the one block; a loop over
+/// many blocks should keep one [`Encoder`] instead, which writes the same bytes.
 pub fn encode_block(block: &[u8], elem: usize, s: &Settings, out: &mut Vec<u8>) -> BlockKind {
-    if is_zero(block) {
-        return BlockKind::Zero;
-    }
-    let raw = |out: &mut Vec<u8>| {
-        out.extend_from_slice(block);
-        BlockKind::Raw
-    };
-    if s.codec == Codec::None || block.is_empty() {
-        return raw(out);
-    }
-    let shuffled = s.shuffle && elem > 1 && block.len() >= 2 * elem;
-    let mut scratch = Vec::new();
-    let input = if shuffled {
-        shuffle(block, elem, &mut scratch);
-        &scratch[..]
-    } else {
-        block
-    };
-    let start = out.len();
-    let kind = match s.codec {
-        Codec::Lz4 => {
-            out.resize(
-                start + lz4_flex::block::get_maximum_output_size(input.len()),
-                0,
-            );
-            match lz4_flex::block::compress_into(input, &mut out[start..]) {
-                Ok(n) => {
-                    out.truncate(start + n);
-                    if shuffled {
-                        BlockKind::Lz4Shuffled
-                    } else {
-                        BlockKind::Lz4
-                    }
-                }
-                Err(_) => {
-                    out.truncate(start);
-                    return raw(out);
-                }
-            }
-        }
-        Codec::Zstd => match zstd::bulk::compress(input, s.level) {
-            Ok(c) => {
-                out.extend_from_slice(&c);
-                if shuffled {
-                    BlockKind::ZstdShuffled
-                } else {
-                    BlockKind::Zstd
-                }
-            }
-            Err(_) => return raw(out),
-        },
-        Codec::None => unreachable!("handled above"),
-    };
-    if out.len() - start >= block.len() {
-        out.truncate(start);
-        return raw(out);
-    }
-    kind
+    let mut one = Encoder::new(*s);
+    one.one_shot = true;
+    one.encode(block, elem, out)
 }
 
 /// Decode a block stored as `kind` into `out`, which must have the block's raw length.
+///
+/// This makes a new [`Decoder`] for the one block; a loop over many blocks should keep one
+/// [`Decoder`] instead.
 pub fn decode_block(
     kind: BlockKind,
     stored: &[u8],
     elem: usize,
     out: &mut [u8],
 ) -> Result<(), DecodeError> {
-    let want = out.len();
-    let length = |got: usize| DecodeError::Length { kind, got, want };
-    let mut scratch = if kind.shuffled() {
-        vec![0u8; want]
-    } else {
-        Vec::new()
-    };
-    let target: &mut [u8] = if kind.shuffled() { &mut scratch } else { out };
-    match kind {
-        BlockKind::Zero => {
-            if !stored.is_empty() {
-                return Err(length(stored.len()));
-            }
-            target.fill(0);
-        }
-        BlockKind::Raw => {
-            if stored.len() != want {
-                return Err(length(stored.len()));
-            }
-            target.copy_from_slice(stored);
-        }
-        BlockKind::Lz4 | BlockKind::Lz4Shuffled => {
-            let n = lz4_flex::block::decompress_into(stored, target)
-                .map_err(|e| DecodeError::Codec(kind, e.to_string()))?;
-            if n != want {
-                return Err(length(n));
-            }
-        }
-        BlockKind::Zstd | BlockKind::ZstdShuffled => {
-            let n = zstd::bulk::decompress_to_buffer(stored, target)
-                .map_err(|e| DecodeError::Codec(kind, e.to_string()))?;
-            if n != want {
-                return Err(length(n));
-            }
-        }
-    }
-    if kind.shuffled() {
-        unshuffle(&scratch, elem, out);
-    }
-    Ok(())
+    Decoder::new().decode(kind, stored, elem, out)
 }
 
 #[cfg(test)]
@@ -422,5 +549,230 @@ mod tests {
         assert_eq!(block_hash(&a), block_hash(&a.clone()));
         assert!(is_zero(&[0u8; 13]) && !is_zero(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
         assert!(is_zero(&[]));
+    }
+
+    /// The shuffle as docs/format.md defines it, one byte at a time.
+    fn reference_shuffle(src: &[u8], elem: usize) -> Vec<u8> {
+        let mut dst = src.to_vec();
+        let n = if elem > 1 { src.len() / elem } else { 0 };
+        for i in 0..n {
+            for j in 0..elem {
+                dst[j * n + i] = src[i * elem + j];
+            }
+        }
+        dst
+    }
+
+    fn reference_unshuffle(src: &[u8], elem: usize) -> Vec<u8> {
+        let mut dst = src.to_vec();
+        let n = if elem > 1 { src.len() / elem } else { 0 };
+        for i in 0..n {
+            for j in 0..elem {
+                dst[i * elem + j] = src[j * n + i];
+            }
+        }
+        dst
+    }
+
+    /// `encode_block` as it was before the encoder kept state: byte-loop shuffle, a fresh
+    /// Zstandard context per block, LZ4 into zero-filled room. The stored bytes are the
+    /// checkpoint format, so the encoder must match this exactly.
+    fn reference_encode(block: &[u8], elem: usize, s: &Settings, out: &mut Vec<u8>) -> BlockKind {
+        if is_zero(block) {
+            return BlockKind::Zero;
+        }
+        if s.codec == Codec::None || block.is_empty() {
+            out.extend_from_slice(block);
+            return BlockKind::Raw;
+        }
+        let shuffled = s.shuffle && elem > 1 && block.len() >= 2 * elem;
+        let input = if shuffled {
+            reference_shuffle(block, elem)
+        } else {
+            block.to_vec()
+        };
+        let (body, kind) = match s.codec {
+            Codec::Lz4 => {
+                let mut c = vec![0u8; lz4_flex::block::get_maximum_output_size(input.len())];
+                let n = lz4_flex::block::compress_into(&input, &mut c).unwrap();
+                c.truncate(n);
+                let kind = [BlockKind::Lz4, BlockKind::Lz4Shuffled][shuffled as usize];
+                (c, kind)
+            }
+            Codec::Zstd => {
+                let c = zstd::bulk::compress(&input, s.level).unwrap();
+                let kind = [BlockKind::Zstd, BlockKind::ZstdShuffled][shuffled as usize];
+                (c, kind)
+            }
+            Codec::None => unreachable!(),
+        };
+        if body.len() >= block.len() {
+            out.extend_from_slice(block);
+            return BlockKind::Raw;
+        }
+        out.extend_from_slice(&body);
+        kind
+    }
+
+    #[test]
+    fn coders_can_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Encoder>();
+        send::<Decoder>();
+    }
+
+    #[test]
+    fn fast_shuffle_matches_the_byte_loop() {
+        let mut rng = Rng(11);
+        let lens = (0..200usize).chain([4096, 65_536, 65_536 + 13, 100_003, 1 << 20]);
+        for len in lens {
+            let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            for elem in 0..=16usize {
+                let want = reference_shuffle(&data, elem);
+                // A destination holding other bytes, longer or shorter than the source.
+                let mut sh = vec![0x5Au8; (rng.below(2 * len as u64 + 2)) as usize];
+                shuffle(&data, elem, &mut sh);
+                assert!(sh == want, "shuffle: len {len} elem {elem}");
+                let mut into = vec![0xC3u8; len];
+                shuffle_into(&data, elem, &mut into);
+                assert!(into == want, "shuffle_into: len {len} elem {elem}");
+                let mut back = vec![0x3Cu8; len];
+                unshuffle(&want, elem, &mut back);
+                assert!(back == data, "unshuffle: len {len} elem {elem}");
+                // Unshuffle of arbitrary bytes (not only of a shuffle) against the byte loop.
+                unshuffle(&data, elem, &mut back);
+                assert!(
+                    back == reference_unshuffle(&data, elem),
+                    "unshuffle of random bytes: len {len} elem {elem}"
+                );
+            }
+        }
+    }
+
+    /// Every combination of codec, shuffle and Zstandard level the tests use.
+    fn all_settings() -> Vec<Settings> {
+        let mut all = Vec::new();
+        for shuffle in [false, true] {
+            all.push(Settings {
+                codec: Codec::None,
+                level: 0,
+                shuffle,
+            });
+            all.push(Settings {
+                codec: Codec::Lz4,
+                level: 0,
+                shuffle,
+            });
+            for level in [0, 1, 9] {
+                all.push(Settings {
+                    codec: Codec::Zstd,
+                    level,
+                    shuffle,
+                });
+            }
+        }
+        all
+    }
+
+    /// Blocks of many sizes (a large one, then small ones, then large again) and shapes.
+    fn block_sequence(rng: &mut Rng, count: usize) -> Vec<Vec<u8>> {
+        (0..count)
+            .map(|i| {
+                let len = match i % 6 {
+                    0 => 65_536,
+                    1 => rng.below(40) as usize,
+                    2 => rng.below(5000) as usize,
+                    3 => 65_536 + rng.below(300) as usize,
+                    4 => 16_384 + rng.below(3) as usize,
+                    _ => rng.below(140_000) as usize,
+                };
+                sample(rng, len)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_encoder_writes_what_encode_block_and_the_old_encoder_write() {
+        let mut rng = Rng(21);
+        let blocks = block_sequence(&mut rng, 24);
+        for s in all_settings() {
+            for elem in 0..=16usize {
+                let mut enc = Encoder::new(s);
+                assert_eq!(enc.settings(), s);
+                let mut out = vec![0xEEu8; 5];
+                for b in 0..blocks.len() {
+                    // Blocks in a varying order, so each size follows several others.
+                    let block = &blocks[(b * 7 + elem) % blocks.len()];
+                    let mut free = vec![0xEEu8; 5];
+                    let free_kind = encode_block(block, elem, &s, &mut free);
+                    let mut old = vec![0xEEu8; 5];
+                    let old_kind = reference_encode(block, elem, &s, &mut old);
+                    let start = out.len();
+                    let kind = enc.encode(block, elem, &mut out);
+                    let what = format!("{s:?} elem {elem} block {b} len {}", block.len());
+                    assert_eq!(kind, free_kind, "{what}");
+                    assert_eq!(kind, old_kind, "{what}");
+                    assert!(
+                        out[start..] == free[5..],
+                        "{what}: differs from encode_block"
+                    );
+                    assert!(
+                        out[start..] == old[5..],
+                        "{what}: differs from the old bytes"
+                    );
+                    assert_eq!(out[..5], [0xEE; 5], "{what}: prefix");
+                    if b % 5 == 4 {
+                        out.truncate(5);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_decoder_reads_what_decode_block_reads() {
+        let mut rng = Rng(22);
+        let blocks = block_sequence(&mut rng, 30);
+        // One decoder for every block of every setting, kinds and sizes interleaved.
+        let mut stored = Vec::new();
+        for s in all_settings() {
+            for (b, block) in blocks.iter().enumerate() {
+                let elem = [1usize, 2, 3, 4, 6, 8, 12, 16][b % 8];
+                let mut st = Vec::new();
+                let kind = encode_block(block, elem, &s, &mut st);
+                stored.push((kind, st, elem, block));
+            }
+        }
+        let mut order: Vec<usize> = (0..stored.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let mut dec = Decoder::new();
+        for (step, &i) in order.iter().enumerate() {
+            let (kind, st, elem, block) = &stored[i];
+            let mut free = vec![0x77u8; block.len()];
+            decode_block(*kind, st, *elem, &mut free).unwrap();
+            let mut back = vec![0x99u8; block.len()];
+            dec.decode(*kind, st, *elem, &mut back)
+                .unwrap_or_else(|e| panic!("step {step} {kind:?}: {e}"));
+            assert!(
+                back == free && back == **block,
+                "step {step} {kind:?} elem {elem}"
+            );
+            // A damaged block now and then must fail the same way, and not upset the next.
+            if step % 3 == 0 && !st.is_empty() && *kind != BlockKind::Raw {
+                let short = &st[..st.len() / 2];
+                let want = decode_block(*kind, short, *elem, &mut free);
+                assert!(
+                    want.is_err(),
+                    "step {step} {kind:?}: truncated block decoded"
+                );
+                assert_eq!(dec.decode(*kind, short, *elem, &mut back), want);
+                let mut wrong = vec![0u8; block.len() + 1];
+                let want = decode_block(*kind, st, *elem, &mut wrong);
+                assert!(want.is_err());
+                assert_eq!(dec.decode(*kind, st, *elem, &mut wrong), want);
+            }
+        }
     }
 }
