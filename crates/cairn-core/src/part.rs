@@ -12,7 +12,7 @@ use cairn_format::{block_kind, block_sum, check_header, BlockEntry, Dtype, FORMA
 use cairn_format::{
     checksum, encode_header, RankIndex, RegionEntry, Trailer, HEADER_LEN, TRAILER_LEN,
 };
-use cairn_reduce::{block_hash, decode_block, encode_block, is_zero, BlockKind};
+use cairn_reduce::{block_hash, is_zero, BlockKind, Decoder, Encoder};
 pub use cairn_reduce::{Codec, Settings as Codecs};
 use cairn_tier::{ObjectReader, ObjectWriter, Tier};
 use std::collections::HashMap;
@@ -201,10 +201,20 @@ impl Reduction<'_> {
 /// Decides how each block is stored, reusing one scratch buffer for encoded bytes.
 struct BlockCoder {
     codecs: Codecs,
+    /// Keeps its buffers and Zstandard context from block to block.
+    encoder: Encoder,
     scratch: Vec<u8>,
 }
 
 impl BlockCoder {
+    fn new(codecs: Codecs) -> BlockCoder {
+        BlockCoder {
+            codecs,
+            encoder: Encoder::new(codecs),
+            scratch: Vec::new(),
+        }
+    }
+
     /// Classify one block; for a codec kind the stored bytes are in `self.scratch`.
     fn code(&mut self, raw: &[u8], elem: usize, base: Option<u128>) -> BlockEntry {
         let hash = block_hash(raw);
@@ -221,7 +231,7 @@ impl BlockCoder {
         e.kind = match self.codecs.codec {
             Codec::None if is_zero(raw) => block_kind::ZERO,
             Codec::None => block_kind::RAW,
-            _ => encode_block(raw, elem, &self.codecs, &mut self.scratch).code(),
+            _ => self.encoder.encode(raw, elem, &mut self.scratch).code(),
         };
         match e.kind {
             block_kind::ZERO => {}
@@ -294,10 +304,7 @@ pub fn encode_part(
         w: sink,
         buf: Vec::with_capacity(COALESCE),
     };
-    let mut coder = BlockCoder {
-        codecs: red.codecs,
-        scratch: Vec::new(),
-    };
+    let mut coder = BlockCoder::new(red.codecs);
     out.write(&encode_header())?;
     let mut offset = HEADER_LEN;
     for r in regions {
@@ -496,6 +503,7 @@ struct Resolver<'c> {
     chain: &'c [Link],
     regions: Vec<HashMap<i32, Located<'c>>>,
     scratch: Vec<u8>,
+    decoder: Decoder,
 }
 
 impl<'c> Resolver<'c> {
@@ -526,6 +534,7 @@ impl<'c> Resolver<'c> {
             chain,
             regions,
             scratch: Vec::new(),
+            decoder: Decoder::new(),
         }
     }
 
@@ -577,7 +586,8 @@ impl<'c> Resolver<'c> {
                     if link.index.block_sum(&self.scratch) != b.sum {
                         return Err(bad("fails its checksum".into()));
                     }
-                    decode_block(kind, &self.scratch, dtype.size(), dest)
+                    self.decoder
+                        .decode(kind, &self.scratch, dtype.size(), dest)
                         .map_err(|e| bad(format!("cannot be decoded: {e}")))?;
                     if hashed && block_hash(dest) != want.hash {
                         return Err(bad("does not match its hash after decoding".into()));
@@ -630,10 +640,7 @@ pub fn rewrite(
         w: sink,
         buf: Vec::with_capacity(COALESCE),
     };
-    let mut coder = BlockCoder {
-        codecs,
-        scratch: Vec::new(),
-    };
+    let mut coder = BlockCoder::new(codecs);
     let mut res = Resolver::new(chain);
     let mut raw = vec![0u8; block];
     out.write(&encode_header())?;
@@ -678,6 +685,7 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
     let index = read_index(r)?;
     let mut stored = Vec::new();
     let mut raw = vec![0u8; index.block_size as usize];
+    let mut decoder = Decoder::new();
     for e in &index.regions {
         for b in e.stored_blocks() {
             stored.resize(b.len as usize, 0);
@@ -698,7 +706,8 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
             let (s, t) = e.block_range(b.index, index.block_size);
             let out = &mut raw[..(t - s) as usize];
             let kind = BlockKind::from_code(rec.kind).expect("the index checks kinds");
-            decode_block(kind, &stored, e.dtype.size(), out)
+            decoder
+                .decode(kind, &stored, e.dtype.size(), out)
                 .map_err(|x| bad(&format!("cannot be decoded: {x}")))?;
             if index.hashed() && block_hash(out) != rec.hash {
                 return Err(bad("does not match its hash after decoding"));
