@@ -188,22 +188,32 @@ fn flush_makes_the_newest_version_durable_and_restorable() {
     assert_restores_from_global(d.path(), 3);
 }
 
-#[test]
-fn flush_merges_incremental_chains_into_full_global_copies() {
-    let d = tempfile::tempdir().unwrap();
+/// Region 1 of a rank's part when only its first 500 elements change between versions.
+fn partly_changed(rank: usize, version: i64) -> Vec<f64> {
+    let mut x = data(rank, 1);
+    x[..500].copy_from_slice(&data(rank, version)[..500]);
+    x
+}
+
+/// Checkpoints 1 (full), 2 and 3 (incremental) of `heat`, on the node-local tier only.
+fn write_incremental(root: &Path) {
     let cfg = Config {
         incremental: true,
-        ..config(d.path())
+        ..config(root)
     };
-    // Only the first 500 elements change between versions: v2 and v3 are incremental.
     job_with(cfg, |rank, e| {
         for v in 1..=3i64 {
-            let mut x = data(rank, 1);
-            x[..500].copy_from_slice(&data(rank, v)[..500]);
+            let x = partly_changed(rank, v);
             e.checkpoint("heat", v, &[RegionRef::new(0, &[v]), RegionRef::new(1, &x)])
                 .unwrap();
         }
     });
+}
+
+#[test]
+fn flush_merges_incremental_chains_into_full_global_copies() {
+    let d = tempfile::tempdir().unwrap();
+    write_incremental(d.path());
     let o = cairn(d.path(), &["list", "--json"]);
     let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let bases: Vec<&serde_json::Value> = list
@@ -235,26 +245,14 @@ fn flush_merges_incremental_chains_into_full_global_copies() {
             &mut [RegionMut::new(0, &mut step), RegionMut::new(1, &mut x)],
         )
         .unwrap();
-        let mut want = data(rank, 1);
-        want[..500].copy_from_slice(&data(rank, 3)[..500]);
-        assert_eq!((step[0], x), (3, want));
+        assert_eq!((step[0], x), (3, partly_changed(rank, 3)));
     });
 }
 
 #[test]
 fn a_chain_with_a_lost_base_is_incomplete_and_not_flushed() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = Config {
-        incremental: true,
-        ..config(d.path())
-    };
-    job_with(cfg, |rank, e| {
-        for v in 1..=3i64 {
-            let d = data(rank, v);
-            e.checkpoint("heat", v, &[RegionRef::new(0, &[v]), RegionRef::new(1, &d)])
-                .unwrap();
-        }
-    });
+    write_incremental(d.path());
     for node in 0..2 {
         std::fs::remove_dir_all(d.path().join(format!("local/node{node}/heat/v2"))).unwrap();
     }
