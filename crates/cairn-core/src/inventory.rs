@@ -314,7 +314,9 @@ fn chain_problems(records: &mut [CkptRecord]) {
     // Records are sorted by name then version, so a base is judged before what rests on it.
     for r in records.iter_mut() {
         let local = r.copies.iter().any(|c| matches!(c.place, Place::Local(_)));
-        let base_ok = r.base.map_or(true, |b| usable.contains(&(r.name.clone(), b)));
+        let base_ok = r
+            .base
+            .map_or(true, |b| usable.contains(&(r.name.clone(), b)));
         if r.state.is_complete() && local && base_ok {
             usable.insert((r.name.clone(), r.version));
         }
