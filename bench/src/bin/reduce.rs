@@ -7,18 +7,20 @@
 //!
 //! 1. `codec`: for five generated datasets (a 2D heat field, N-body positions, and the state of
 //!    NPB CG, MG and FT) and each codec configuration, the compression and decompression speed
-//!    of `encode_block` / `decode_block` over every block, and the ratio raw / stored (with the
-//!    per-block record the format adds), next to a memcpy of the same bytes and to Blosc2
-//!    (python-blosc2, LZ4 + shuffle, level 5, one thread) on the same bytes.
+//!    of one `Encoder` / `Decoder` per pass over every block (the engine holds one per part),
+//!    and the ratio raw / stored (with the per-block record the format adds), next to a memcpy
+//!    of the same bytes and to Blosc2 (python-blosc2, LZ4 + shuffle, level 5, one thread) on
+//!    the same bytes.
 //! 2. `hash`: `block_hash` (xxh3-128) throughput at block sizes from 4 KiB to 1 MiB, and
 //!    `is_zero`, next to memcpy.
-//! 3. `blocks`: how the block size changes LZ4 + shuffle's speed and ratio.
+//! 3. `blocks`: how the block size changes LZ4 + shuffle's speed and ratio, with the shuffled
+//!    block compressed whole (kind 4) and as separately compressed byte planes (kind 7).
 //!
 //! No MPI: one process, one thread. The machine this is developed on is small and shared, so
 //! the ratios to the baselines are the result, absolute speeds only context. `bench/README.md`
 //! explains every figure.
 
-use cairn_reduce::{block_hash, decode_block, encode_block, is_zero, BlockKind, Codec, Settings};
+use cairn_reduce::{block_hash, is_zero, BlockKind, Codec, Decoder, Encoder, Settings};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -50,50 +52,48 @@ const BLOSC2_CHUNK: usize = 4 << 20;
 /// The datasets of the block-size part.
 const BLOCK_PART_DATASETS: [&str; 2] = ["heat2d", "nbody"];
 
+/// One codec configuration: the `[reduction]` settings, and how the encoder stores shuffled
+/// blocks (`Encoder::split_planes`): compressed whole (`split: false`, kinds 4 and 5) or as
+/// byte planes compressed one by one (`split: true`, kinds 7 and 8). The engine writes kind 4
+/// for LZ4 and kind 8 for Zstandard: `lz4+shuffle` and `zstd-N+split` are what it does.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    name: &'static str,
+    settings: Settings,
+    split: bool,
+}
+
+const fn config(
+    name: &'static str,
+    codec: Codec,
+    level: i32,
+    shuffle: bool,
+    split: bool,
+) -> Config {
+    Config {
+        name,
+        settings: Settings {
+            codec,
+            level,
+            shuffle,
+        },
+        split,
+    }
+}
+
 /// The codec configurations compared.
-const CONFIGS: [(&str, Settings); 5] = [
-    (
-        "lz4",
-        Settings {
-            codec: Codec::Lz4,
-            level: 0,
-            shuffle: false,
-        },
-    ),
-    (
-        "lz4+shuffle",
-        Settings {
-            codec: Codec::Lz4,
-            level: 0,
-            shuffle: true,
-        },
-    ),
-    (
-        "zstd-1",
-        Settings {
-            codec: Codec::Zstd,
-            level: 1,
-            shuffle: false,
-        },
-    ),
-    (
-        "zstd-1+shuffle",
-        Settings {
-            codec: Codec::Zstd,
-            level: 1,
-            shuffle: true,
-        },
-    ),
-    (
-        "zstd-3+shuffle",
-        Settings {
-            codec: Codec::Zstd,
-            level: 3,
-            shuffle: true,
-        },
-    ),
+const CONFIGS: [Config; 8] = [
+    config("lz4", Codec::Lz4, 0, false, false),
+    config("lz4+shuffle", Codec::Lz4, 0, true, false),
+    config("lz4+split", Codec::Lz4, 0, true, true),
+    config("zstd-1", Codec::Zstd, 1, false, false),
+    config("zstd-1+shuffle", Codec::Zstd, 1, true, false),
+    config("zstd-1+split", Codec::Zstd, 1, true, true),
+    config("zstd-3+shuffle", Codec::Zstd, 3, true, false),
+    config("zstd-3+split", Codec::Zstd, 3, true, true),
 ];
-const LZ4_SHUFFLE: Settings = CONFIGS[1].1;
+/// The configurations of the block-size part.
+const BLOCK_CONFIGS: [Config; 2] = [CONFIGS[1], CONFIGS[2]];
 
 const USAGE: &str = "\
 usage: cairn-bench-reduce [options]
@@ -750,27 +750,29 @@ impl Stored {
     }
 }
 
-/// `encode_block` over every block of every region.
-fn encode(ds: &Dataset, block: usize, s: &Settings, st: &mut Stored) {
+/// One [`Encoder`] over every block of every region, as the engine encodes a part.
+fn encode(ds: &Dataset, block: usize, c: &Config, st: &mut Stored) {
     st.bytes.clear();
     st.blocks.clear();
+    let mut enc = Encoder::new(c.settings).split_planes(c.split);
     for r in &ds.regions {
         for b in r.bytes.chunks(block) {
             let start = st.bytes.len();
-            let kind = encode_block(b, r.elem, s, &mut st.bytes);
+            let kind = enc.encode(b, r.elem, &mut st.bytes);
             st.blocks.push((kind, st.bytes.len() - start));
         }
     }
 }
 
-/// `decode_block` of every block into `out` (one buffer per region).
+/// One [`Decoder`] for every block of the dataset, into `out` (one buffer per region).
 fn decode(ds: &Dataset, block: usize, st: &Stored, out: &mut [Vec<u8>]) -> Result<(), String> {
     let mut pos = 0;
     let mut recs = st.blocks.iter();
+    let mut dec = Decoder::new();
     for (r, o) in ds.regions.iter().zip(out.iter_mut()) {
         for dst in o.chunks_mut(block) {
             let &(kind, n) = recs.next().ok_or("fewer records than blocks")?;
-            decode_block(kind, &st.bytes[pos..pos + n], r.elem, dst)
+            dec.decode(kind, &st.bytes[pos..pos + n], r.elem, dst)
                 .map_err(|e| format!("region {}: {e}", r.name))?;
             pos += n;
         }
@@ -793,14 +795,14 @@ fn out_buffers(ds: &Dataset) -> Vec<Vec<u8>> {
 fn round_trip(
     ds: &Dataset,
     block: usize,
-    s: &Settings,
+    c: &Config,
     st: &mut Stored,
     out: &mut [Vec<u8>],
 ) -> Result<(), String> {
     for o in out.iter_mut() {
         o.fill(0xA5);
     }
-    encode(ds, block, s, st);
+    encode(ds, block, c, st);
     decode(ds, block, st, out)?;
     for (r, o) in ds.regions.iter().zip(out.iter()) {
         if r.bytes != *o {
@@ -850,6 +852,18 @@ struct CodecResult {
 }
 
 impl CodecResult {
+    /// The result of storing with `config` what `st` holds, not timed yet.
+    fn new(config: &'static str, st: &Stored) -> CodecResult {
+        CodecResult {
+            config,
+            stored: st.bytes.len(),
+            records: RECORD_BYTES * st.blocks.len(),
+            kinds: st.kinds(),
+            comp: Series::default(),
+            decomp: Series::default(),
+        }
+    }
+
     fn ratio(&self, raw: usize) -> f64 {
         raw as f64 / (self.stored + self.records) as f64
     }
@@ -867,28 +881,20 @@ fn codec_part(ds: &Dataset, a: &Args) -> Result<DatasetCodec, String> {
     let mut st = Stored::for_dataset(ds, a.block);
     let mut out = out_buffers(ds);
     let mut res: Vec<CodecResult> = Vec::new();
-    for (name, s) in CONFIGS {
-        round_trip(ds, a.block, &s, &mut st, &mut out)
-            .map_err(|e| format!("{}, {name}: round trip failed: {e}", ds.name))?;
-        res.push(CodecResult {
-            config: name,
-            stored: st.bytes.len(),
-            records: RECORD_BYTES * st.blocks.len(),
-            kinds: st.kinds(),
-            comp: Series::default(),
-            decomp: Series::default(),
-        });
+    for c in &CONFIGS {
+        round_trip(ds, a.block, c, &mut st, &mut out)
+            .map_err(|e| format!("{}, {}: round trip failed: {e}", ds.name, c.name))?;
+        res.push(CodecResult::new(c.name, &st));
     }
     let mut mc = Series::default();
     for rep in 0..a.reps {
         mc.samples.push(time(|| memcpy(ds, &mut out)).0);
         for j in 0..CONFIGS.len() {
             let c = (j + rep) % CONFIGS.len();
-            let s = CONFIGS[c].1;
-            let (t, ()) = time(|| encode(ds, a.block, &s, &mut st));
+            let (t, ()) = time(|| encode(ds, a.block, &CONFIGS[c], &mut st));
             res[c].comp.samples.push(t);
             let (t, r) = time(|| decode(ds, a.block, &st, &mut out));
-            r.map_err(|e| format!("{}, {}: decode failed: {e}", ds.name, CONFIGS[c].0))?;
+            r.map_err(|e| format!("{}, {}: decode failed: {e}", ds.name, CONFIGS[c].name))?;
             res[c].decomp.samples.push(t);
         }
     }
@@ -956,52 +962,54 @@ fn hash_part(ds: &Dataset, a: &Args) -> DatasetHash {
     h
 }
 
-/// Part 3 on one dataset: LZ4 + shuffle at every block size.
+/// Part 3 on one dataset: LZ4 + shuffle, whole and split, at every block size.
 struct DatasetBlocks {
     raw: usize,
     memcpy: Series,
-    sizes: Vec<CodecResult>,
+    /// `sizes[c][k]`: configuration `BLOCK_CONFIGS[c]` at block size `BLOCK_SIZES[k]`.
+    sizes: Vec<Vec<CodecResult>>,
 }
 
 fn blocks_part(ds: &Dataset, a: &Args) -> Result<DatasetBlocks, String> {
     let mut st = Stored::for_dataset(ds, *BLOCK_SIZES.last().expect("sizes"));
     let mut out = out_buffers(ds);
-    let mut res = Vec::new();
-    for bs in BLOCK_SIZES {
-        round_trip(ds, bs, &LZ4_SHUFFLE, &mut st, &mut out).map_err(|e| {
-            format!(
-                "{}, lz4+shuffle at {}: round trip failed: {e}",
-                ds.name,
-                size_name(bs)
-            )
-        })?;
-        res.push(CodecResult {
-            config: "lz4+shuffle",
-            stored: st.bytes.len(),
-            records: RECORD_BYTES * st.blocks.len(),
-            kinds: st.kinds(),
-            comp: Series::default(),
-            decomp: Series::default(),
-        });
+    let mut sizes = Vec::new();
+    for c in &BLOCK_CONFIGS {
+        let mut res = Vec::new();
+        for bs in BLOCK_SIZES {
+            round_trip(ds, bs, c, &mut st, &mut out).map_err(|e| {
+                format!(
+                    "{}, {} at {}: round trip failed: {e}",
+                    ds.name,
+                    c.name,
+                    size_name(bs)
+                )
+            })?;
+            res.push(CodecResult::new(c.name, &st));
+        }
+        sizes.push(res);
     }
     let mut mc = Series::default();
-    let n = BLOCK_SIZES.len();
+    let n = BLOCK_SIZES.len() * BLOCK_CONFIGS.len();
     for rep in 0..a.reps {
         mc.samples.push(time(|| memcpy(ds, &mut out)).0);
         for j in 0..n {
-            let k = (j + rep) % n;
+            let (c, k) = (
+                (j + rep) % n % BLOCK_CONFIGS.len(),
+                (j + rep) % n / BLOCK_CONFIGS.len(),
+            );
             let bs = BLOCK_SIZES[k];
-            let (t, ()) = time(|| encode(ds, bs, &LZ4_SHUFFLE, &mut st));
-            res[k].comp.samples.push(t);
+            let (t, ()) = time(|| encode(ds, bs, &BLOCK_CONFIGS[c], &mut st));
+            sizes[c][k].comp.samples.push(t);
             let (t, r) = time(|| decode(ds, bs, &st, &mut out));
             r.map_err(|e| format!("{}: decode failed: {e}", ds.name))?;
-            res[k].decomp.samples.push(t);
+            sizes[c][k].decomp.samples.push(t);
         }
     }
     Ok(DatasetBlocks {
         raw: ds.raw(),
         memcpy: mc,
-        sizes: res,
+        sizes,
     })
 }
 
@@ -1216,7 +1224,7 @@ fn print_codec(
 ) {
     println!();
     println!(
-        "== 1. codecs: encode_block / decode_block over every {} block, one core ==",
+        "== 1. codecs: one Encoder / Decoder per pass over every {} block, one core ==",
         size_name(a.block)
     );
     match blosc2 {
@@ -1325,7 +1333,7 @@ fn print_codec(
             "  {:<15} {:>6} {:>15} {:>9.0} {:>8.2} {:>9.0} {:>8.2} |",
             "memcpy", "-", "-", mc, 1.0, mc, 1.0
         );
-        for (i, (name, _)) in CONFIGS.iter().enumerate() {
+        for (i, Config { name, .. }) in CONFIGS.iter().enumerate() {
             let ratio = tot_raw as f64 / tot[i].0 as f64;
             let (cs, dss) = (
                 tot_raw as f64 / tot[i].1 / 1e6,
@@ -1419,7 +1427,7 @@ fn print_hash(datasets: &[Dataset], res: &[DatasetHash], a: &Args) {
 fn print_blocks(datasets: &[&Dataset], res: &[DatasetBlocks], a: &Args) {
     println!();
     println!(
-        "== 3. block size: lz4+shuffle, ratio with {RECORD_BYTES} B records, MB/s on one core, medians of {} ==",
+        "== 3. block size: lz4+shuffle and lz4+split, ratio with {RECORD_BYTES} B records, MB/s on one core, medians of {} ==",
         a.reps
     );
     for (ds, r) in datasets.iter().zip(res) {
@@ -1427,7 +1435,8 @@ fn print_blocks(datasets: &[&Dataset], res: &[DatasetBlocks], a: &Args) {
         println!();
         println!("{} (memcpy {mc:.0} MB/s)", ds.name);
         println!(
-            "  {:>6} {:>7} {:>6} {:>15} {:>9} {:>8} {:>9} {:>8}",
+            "  {:<12} {:>6} {:>7} {:>6} {:>15} {:>9} {:>8} {:>9} {:>8}",
+            "",
             "block",
             "blocks",
             "ratio",
@@ -1437,19 +1446,22 @@ fn print_blocks(datasets: &[&Dataset], res: &[DatasetBlocks], a: &Args) {
             "dec MB/s",
             "/memcpy"
         );
-        for (bs, c) in BLOCK_SIZES.iter().zip(&r.sizes) {
-            let (cs, dss) = (c.comp.mb_s(r.raw), c.decomp.mb_s(r.raw));
-            println!(
-                "  {:>6} {:>7} {:>6.3} {:>15} {:>9.0} {:>8.2} {:>9.0} {:>8.2}",
-                size_name(*bs),
-                c.kinds.0 + c.kinds.1 + c.kinds.2,
-                c.ratio(r.raw),
-                format!("{}/{}/{}", c.kinds.0, c.kinds.1, c.kinds.2),
-                cs,
-                cs / mc,
-                dss,
-                dss / mc
-            );
+        for sizes in &r.sizes {
+            for (bs, c) in BLOCK_SIZES.iter().zip(sizes) {
+                let (cs, dss) = (c.comp.mb_s(r.raw), c.decomp.mb_s(r.raw));
+                println!(
+                    "  {:<12} {:>6} {:>7} {:>6.3} {:>15} {:>9.0} {:>8.2} {:>9.0} {:>8.2}",
+                    c.config,
+                    size_name(*bs),
+                    c.kinds.0 + c.kinds.1 + c.kinds.2,
+                    c.ratio(r.raw),
+                    format!("{}/{}/{}", c.kinds.0, c.kinds.1, c.kinds.2),
+                    cs,
+                    cs / mc,
+                    dss,
+                    dss / mc
+                );
+            }
         }
     }
 }
@@ -1531,8 +1543,12 @@ fn run(a: &Args) -> Result<(), String> {
         if a.json {
             let b = blosc2.as_ref().ok();
             out["codec"] = json!({
-                "configs": CONFIGS.iter().map(|(n, s)| json!({
-                    "name": n, "codec": format!("{:?}", s.codec), "level": s.level, "shuffle": s.shuffle
+                "configs": CONFIGS.iter().map(|c| json!({
+                    "name": c.name,
+                    "codec": format!("{:?}", c.settings.codec),
+                    "level": c.settings.level,
+                    "shuffle": c.settings.shuffle,
+                    "split": c.split,
                 })).collect::<Vec<_>>(),
                 "blosc2": match &blosc2 {
                     Ok(b) => json!({ "about": b.about, "chunk_bytes": BLOSC2_CHUNK, "seconds": b.seconds }),
@@ -1587,19 +1603,22 @@ fn run(a: &Args) -> Result<(), String> {
         }
         if a.json {
             out["blocks"] = json!({
-                "config": "lz4+shuffle",
+                "configs": BLOCK_CONFIGS.iter().map(|c| c.name).collect::<Vec<_>>(),
                 "results": sel.iter().zip(&res).map(|(ds, r)| json!({
                     "dataset": ds.name,
                     "raw_bytes": r.raw,
                     "memcpy": r.memcpy.json(r.raw),
-                    "sizes": BLOCK_SIZES.iter().zip(&r.sizes).map(|(bs, c)| json!({
-                        "block": bs,
-                        "ratio": c.ratio(r.raw),
-                        "stored_bytes": c.stored,
-                        "record_bytes": c.records,
-                        "blocks": { "zero": c.kinds.0, "raw": c.kinds.1, "compressed": c.kinds.2 },
-                        "compress": c.comp.json(r.raw),
-                        "decompress": c.decomp.json(r.raw),
+                    "configs": BLOCK_CONFIGS.iter().zip(&r.sizes).map(|(cf, sizes)| json!({
+                        "config": cf.name,
+                        "sizes": BLOCK_SIZES.iter().zip(sizes).map(|(bs, c)| json!({
+                            "block": bs,
+                            "ratio": c.ratio(r.raw),
+                            "stored_bytes": c.stored,
+                            "record_bytes": c.records,
+                            "blocks": { "zero": c.kinds.0, "raw": c.kinds.1, "compressed": c.kinds.2 },
+                            "compress": c.comp.json(r.raw),
+                            "decompress": c.decomp.json(r.raw),
+                        })).collect::<Vec<_>>(),
                     })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
             });
@@ -1669,8 +1688,8 @@ mod tests {
             assert!(ds.regions.iter().all(|r| r.bytes.len() % r.elem == 0));
             let mut st = Stored::for_dataset(&ds, 64 << 10);
             let mut out = out_buffers(&ds);
-            for (_, s) in CONFIGS {
-                round_trip(&ds, 64 << 10, &s, &mut st, &mut out).unwrap();
+            for c in &CONFIGS {
+                round_trip(&ds, 64 << 10, c, &mut st, &mut out).unwrap();
             }
         }
         // The heat field and the MG grid keep large exactly-zero areas.

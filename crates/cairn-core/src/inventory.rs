@@ -21,7 +21,7 @@ use crate::part;
 use crate::protect::{parity_key, partner_key};
 use cairn_format::{
     block_kind, check_name, checksum, node_index, CkptState, Dtype, Manifest, ParityCodec,
-    ParityHeader,
+    ParityHeader, KIND_COUNT,
 };
 use cairn_redundancy::stripe;
 use cairn_tier::{DirTier, Scope, Tier};
@@ -332,10 +332,21 @@ fn chain_problems(records: &mut [CkptRecord]) {
 }
 
 /// How many blocks of a region each codec stored, as `lz4+shuffle 12, raw 3`.
-fn codec_summary(counts: &[u64; 7]) -> String {
-    const NAMES: [&str; 6] = ["", "raw", "lz4", "zstd", "lz4+shuffle", "zstd+shuffle"];
-    let parts: Vec<String> = (1..6)
-        .filter(|k| counts[*k] > 0)
+fn codec_summary(counts: &[u64; KIND_COUNT]) -> String {
+    // Zero (0) and unchanged (6) blocks have columns of their own.
+    const NAMES: [&str; KIND_COUNT] = [
+        "",
+        "raw",
+        "lz4",
+        "zstd",
+        "lz4+shuffle",
+        "zstd+shuffle",
+        "",
+        "lz4+split",
+        "zstd+split",
+    ];
+    let parts: Vec<String> = (1..KIND_COUNT)
+        .filter(|k| !NAMES[*k].is_empty() && counts[*k] > 0)
         .map(|k| format!("{} {}", NAMES[k], counts[k]))
         .collect();
     if parts.is_empty() {

@@ -124,11 +124,17 @@ pub mod block_kind {
     pub const ZERO: u8 = 0;
     /// Stored as is.
     pub const RAW: u8 = 1;
-    /// Highest codec code (LZ4/Zstd, with or without the typed shuffle).
-    pub const LAST_CODEC: u8 = 5;
+    /// Highest codec code: 2..=5 are LZ4/Zstd with or without the typed shuffle, 7 and 8
+    /// LZ4/Zstd over the shuffled block's byte planes compressed one by one. [`UNCHANGED`]
+    /// (6), in that range, is not a codec.
+    pub const LAST_CODEC: u8 = 8;
     /// Unchanged since the base checkpoint: nothing stored, read from the base.
     pub const UNCHANGED: u8 = 6;
 }
+
+/// Number of block kind codes (`0 ..= LAST_CODEC`), the length of
+/// [`RegionEntry::kind_counts`].
+pub const KIND_COUNT: usize = block_kind::LAST_CODEC as usize + 1;
 
 /// One block of a region as stored in a rank file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,8 +246,8 @@ impl RegionEntry {
     }
 
     /// Blocks of each kind: `counts[k]` for kind code `k`.
-    pub fn kind_counts(&self) -> [u64; 7] {
-        let mut c = [0u64; 7];
+    pub fn kind_counts(&self) -> [u64; KIND_COUNT] {
+        let mut c = [0u64; KIND_COUNT];
         for b in &self.blocks {
             if let Some(n) = c.get_mut(b.kind as usize) {
                 *n += 1;
@@ -540,8 +546,14 @@ fn check_block(b: &BlockEntry, len: u64, incremental: bool) -> Result<(), String
         block_kind::RAW if stored == len => Ok(()),
         block_kind::UNCHANGED if stored == 0 && incremental => Ok(()),
         block_kind::UNCHANGED if stored == 0 => Err("unchanged block in a full checkpoint".into()),
-        k if (2..=block_kind::LAST_CODEC).contains(&k) && stored > 0 && stored < len => Ok(()),
-        k if k > block_kind::UNCHANGED => Err(format!("unknown block kind {k}")),
+        k if (2..=block_kind::LAST_CODEC).contains(&k)
+            && k != block_kind::UNCHANGED
+            && stored > 0
+            && stored < len =>
+        {
+            Ok(())
+        }
+        k if k > block_kind::LAST_CODEC => Err(format!("unknown block kind {k}")),
         k => Err(format!(
             "kind {k} with {stored} stored bytes for {len} raw bytes"
         )),
@@ -614,7 +626,7 @@ mod tests {
             .map(|b| (b.index, b.offset, b.len))
             .collect();
         assert_eq!(at, vec![(1, 16, 100), (3, 116, 30), (4, 146, 50)]);
-        assert_eq!(back.regions[0].kind_counts(), [1, 2, 1, 0, 0, 0, 1]);
+        assert_eq!(back.regions[0].kind_counts(), [1, 2, 1, 0, 0, 0, 1, 0, 0]);
         back.check_extents(HEADER_LEN + 180).unwrap();
         assert!(back.check_extents(HEADER_LEN + 179).is_err());
     }
@@ -661,6 +673,37 @@ mod tests {
                 ),
                 "{what} accepted"
             );
+        }
+    }
+
+    #[test]
+    fn split_codecs_are_accepted_and_6_still_means_unchanged() {
+        for k in [2, 3, 4, 5, 7, 8] {
+            for incremental in [false, true] {
+                assert_eq!(check_block(&block(k, 40), 100, incremental), Ok(()), "{k}");
+                assert!(
+                    check_block(&block(k, 0), 100, incremental).is_err(),
+                    "{k} empty"
+                );
+                assert!(
+                    check_block(&block(k, 100), 100, incremental).is_err(),
+                    "{k} not smaller"
+                );
+            }
+        }
+        assert_eq!(
+            check_block(&block(block_kind::UNCHANGED, 0), 100, true),
+            Ok(())
+        );
+        for (stored, incremental) in [(0, false), (40, true), (40, false), (100, true)] {
+            assert!(
+                check_block(&block(block_kind::UNCHANGED, stored), 100, incremental).is_err(),
+                "unchanged with {stored} stored bytes, incremental {incremental}"
+            );
+        }
+        for k in [block_kind::LAST_CODEC + 1, 200, 255] {
+            let why = check_block(&block(k, 40), 100, true).unwrap_err();
+            assert!(why.contains("unknown block kind"), "{k}: {why}");
         }
     }
 
