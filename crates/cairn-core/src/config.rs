@@ -69,11 +69,25 @@ pub struct KeySpec {
 /// Every configuration key Cairn knows.
 pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "tiers", key: "local", ty: KeyType::OptPath, default: "/dev/shm/cairn-<user>",
-        doc: "Root of the node-local tier; each (simulated) node keeps its data under <local>/node<i>/. \"none\" writes checkpoints straight to the global tier." },
+        doc: "Root of the node-local tier; each (simulated) node keeps its data under <local>/node<i>/. \"mem\" uses the node's shared-memory chunk store ([tiers.mem]); \"none\" writes checkpoints straight to the global tier." },
     KeySpec { section: "tiers", key: "global", ty: KeyType::Path, default: "./cairn-ckpt",
         doc: "Root of the global tier, a directory every node shares (the parallel file system)." },
     KeySpec { section: "tiers", key: "fsync_global", ty: KeyType::Bool, default: "true",
         doc: "Sync files and directories on the global tier before a checkpoint is declared stored there." },
+    KeySpec { section: "tiers.mem", key: "prefix", ty: KeyType::Text, default: "\"/cairn\"",
+        doc: "Mount point of the in-memory file system: programs run under the interposer (cairn fs run, or LD_PRELOAD=libcairn-fs.so) keep files under it in the store." },
+    KeySpec { section: "tiers.mem", key: "size", ty: KeyType::Bytes, default: "\"256M\"",
+        doc: "Bytes of shared memory in the store's chunk pool, allocated (pre-faulted) when the store is created." },
+    KeySpec { section: "tiers.mem", key: "chunk", ty: KeyType::Bytes, default: "\"1M\"",
+        doc: "Chunk size of the store, a multiple of 4K: the unit of allocation (a file holds whole chunks)." },
+    KeySpec { section: "tiers.mem", key: "max_files", ty: KeyType::Count(1), default: "4096",
+        doc: "File records in the store (files and directories)." },
+    KeySpec { section: "tiers.mem", key: "spill_dir", ty: KeyType::OptPath, default: "\"none\"",
+        doc: "Node-local directory for the spill file, which takes chunks once the pool is full (\"none\": no spill; a write then fails with ENOSPC)." },
+    KeySpec { section: "tiers.mem", key: "spill_size", ty: KeyType::Bytes, default: "\"1G\"",
+        doc: "Bytes of the spill file, reserved when the store is created (with spill_dir)." },
+    KeySpec { section: "tiers.mem", key: "store", ty: KeyType::Choice(&["node", "process"]), default: "\"node\"",
+        doc: "One store shared by the processes of each (simulated) node, or one per process." },
     KeySpec { section: "topology", key: "sim_nodes", ty: KeyType::Count(0), default: "0",
         doc: "Split the ranks of each real node into this many contiguous simulated nodes, each with its own node-local storage and failure domain (0: real nodes only)." },
     KeySpec { section: "topology", key: "domain_env", ty: KeyType::Text, default: "\"\"",
@@ -149,8 +163,12 @@ pub const KEYS: &[KeySpec] = &[
 /// Resolved configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Node-local tier root, or `None` when disabled.
+    /// Node-local tier root, or `None` when disabled or in memory (`local_mem`).
     pub local: Option<PathBuf>,
+    /// `[tiers] local = "mem"`: the node-local tier is the shared-memory chunk store.
+    pub local_mem: bool,
+    /// `[tiers.mem]`.
+    pub mem: MemConfig,
     pub global: PathBuf,
     pub fsync_global: bool,
     pub sim_nodes: usize,
@@ -195,6 +213,50 @@ pub struct Config {
     pub partner_mode: String,
 }
 
+/// `[tiers.mem]`: the shared-memory chunk store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemConfig {
+    pub prefix: String,
+    pub size: u64,
+    pub chunk: u64,
+    pub max_files: u32,
+    pub spill_dir: Option<PathBuf>,
+    pub spill_size: u64,
+    /// `store = "process"`.
+    pub per_process: bool,
+}
+
+impl Default for MemConfig {
+    fn default() -> MemConfig {
+        MemConfig {
+            prefix: "/cairn".into(),
+            size: 256 << 20,
+            chunk: 1 << 20,
+            max_files: 4096,
+            spill_dir: None,
+            spill_size: 1 << 30,
+            per_process: false,
+        }
+    }
+}
+
+/// Environment variables that start with `CAIRN_` but are not configuration keys: the
+/// config file, the job and node names stores are named by, and the interposer's own.
+pub const NOT_CONFIG_ENV: &[&str] = &["CAIRN_CONFIG", "CAIRN_JOB", "CAIRN_NODE"];
+/// Prefix of the interposer's variables (`CAIRN_FS_PRELOAD`, `CAIRN_FS_FAULT`).
+pub const FS_ENV_PREFIX: &str = "CAIRN_FS_";
+
+/// The node-local tier as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeLocal<'a> {
+    /// `[tiers] local = "none"`.
+    None,
+    /// A directory root; node i keeps its data under `<root>/node<i>`.
+    Dir(&'a Path),
+    /// The shared-memory chunk store of each node.
+    Mem,
+}
+
 /// A raw value before parsing, from TOML or from text.
 #[derive(Debug, Clone)]
 pub enum Raw {
@@ -233,6 +295,8 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             local: Some(PathBuf::from(format!("/dev/shm/cairn-{}", user_name()))),
+            local_mem: false,
+            mem: MemConfig::default(),
             global: PathBuf::from("./cairn-ckpt"),
             fsync_global: true,
             sim_nodes: 0,
@@ -289,6 +353,20 @@ fn parse_number_with_suffix(s: &str, suffixes: &[(&str, f64)]) -> Option<f64> {
 }
 
 impl Config {
+    /// The node-local tier: none, a directory, or the shared-memory store.
+    pub fn node_local(&self) -> NodeLocal<'_> {
+        match (&self.local, self.local_mem) {
+            (_, true) => NodeLocal::Mem,
+            (Some(p), false) => NodeLocal::Dir(p),
+            (None, false) => NodeLocal::None,
+        }
+    }
+
+    /// Whether checkpoints are written to a node-local tier first.
+    pub fn has_local(&self) -> bool {
+        self.node_local() != NodeLocal::None
+    }
+
     /// Resolve the configuration: defaults, then the TOML file at `path` (or the one named by
     /// `CAIRN_CONFIG` when `path` is `None`), then `CAIRN_*` environment variables, then
     /// `overrides` (`("section.key", "value")` pairs from the API).
@@ -328,14 +406,15 @@ impl Config {
                 )));
             };
             for (key, v) in sect {
-                let raw = match v {
-                    toml::Value::String(s) => Raw::Text(s.clone()),
-                    toml::Value::Integer(i) => Raw::Int(*i),
-                    toml::Value::Float(x) => Raw::Float(*x),
-                    toml::Value::Boolean(b) => Raw::Bool(*b),
-                    other => Raw::Text(other.to_string()),
-                };
-                self.set(section, key, raw, &format!("config file {origin}"))?;
+                if let Some(sub) = v.as_table() {
+                    // `[tiers.mem]` is the table `mem` inside `[tiers]`.
+                    let nested = format!("{section}.{key}");
+                    for (k, v) in sub {
+                        self.set(&nested, k, toml_raw(v), &format!("config file {origin}"))?;
+                    }
+                    continue;
+                }
+                self.set(section, key, toml_raw(v), &format!("config file {origin}"))?;
             }
         }
         Ok(())
@@ -345,12 +424,24 @@ impl Config {
     /// and is skipped).
     pub fn apply_env(&mut self, vars: impl Iterator<Item = (String, String)>) -> Result<()> {
         let mut vars: Vec<(String, String)> = vars
-            .filter(|(k, _)| k.starts_with("CAIRN_") && k != "CAIRN_CONFIG")
+            .filter(|(k, _)| {
+                k.starts_with("CAIRN_")
+                    && !NOT_CONFIG_ENV.contains(&k.as_str())
+                    && !k.starts_with(FS_ENV_PREFIX)
+            })
             .collect();
         vars.sort();
         for (name, value) in vars {
             let rest = name["CAIRN_".len()..].to_ascii_lowercase();
-            let (section, key) = rest.split_once('_').unwrap_or((&rest, ""));
+            // A key of a nested section: CAIRN_TIERS_MEM_SIZE is [tiers.mem] size.
+            let nested = KEYS.iter().find(|k| {
+                k.section.contains('.')
+                    && rest == format!("{}_{}", k.section.replace('.', "_"), k.key)
+            });
+            let (section, key) = match nested {
+                Some(k) => (k.section, k.key),
+                None => rest.split_once('_').unwrap_or((&rest, "")),
+            };
             self.set(
                 section,
                 key,
@@ -363,7 +454,7 @@ impl Config {
 
     /// Set `section.key` from text (the API form).
     pub fn set_dotted(&mut self, dotted: &str, value: &str, origin: &str) -> Result<()> {
-        let (section, key) = dotted.split_once('.').ok_or_else(|| {
+        let (section, key) = dotted.rsplit_once('.').ok_or_else(|| {
             Error::config(format!(
                 "config key {dotted:?} from {origin} must be written section.key, e.g. cache.keep"
             ))
@@ -398,9 +489,10 @@ impl Config {
         match (section, key) {
             ("tiers", "local") => {
                 let s = text.ok_or_else(bad)?;
+                self.local_mem = s == "mem";
                 self.local = match s.as_str() {
                     "" => return Err(bad()),
-                    "none" => None,
+                    "none" | "mem" => None,
                     p => Some(PathBuf::from(p)),
                 };
             }
@@ -409,6 +501,49 @@ impl Config {
                 self.global = PathBuf::from(s);
             }
             ("tiers", "fsync_global") => self.fsync_global = parse_bool(&raw).ok_or_else(bad)?,
+            ("tiers.mem", "prefix") => {
+                let s = text.ok_or_else(bad)?;
+                let ok = s.starts_with('/')
+                    && s.len() > 1
+                    && s.len() < 200
+                    && !s.ends_with('/')
+                    && !s.split('/').any(|c| c == "." || c == "..");
+                if !ok {
+                    return Err(Error::config(format!(
+                        "invalid value {raw} for [tiers.mem] prefix from {origin} (expected an absolute path other than /, without a trailing slash, . or .., e.g. \"/cairn\")"
+                    )));
+                }
+                self.mem.prefix = s;
+            }
+            ("tiers.mem", "size") => {
+                let v = parse_bytes(&raw).ok_or_else(bad)?;
+                if v < 4096.0 {
+                    return Err(bad());
+                }
+                self.mem.size = v as u64;
+            }
+            ("tiers.mem", "chunk") => {
+                let v = parse_bytes(&raw).ok_or_else(bad)? as u64;
+                if v < 4096 || v % 4096 != 0 || v > 1 << 30 {
+                    return Err(Error::config(format!(
+                        "invalid value {raw} for [tiers.mem] chunk from {origin} (expected a multiple of 4K from 4K to 1G)"
+                    )));
+                }
+                self.mem.chunk = v;
+            }
+            ("tiers.mem", "max_files") => {
+                let v = count(1)?;
+                if v > 1 << 24 {
+                    return Err(bad());
+                }
+                self.mem.max_files = v as u32;
+            }
+            ("tiers.mem", "spill_dir") => {
+                let s = text.filter(|s| !s.is_empty()).ok_or_else(bad)?;
+                self.mem.spill_dir = (s != "none").then(|| PathBuf::from(s));
+            }
+            ("tiers.mem", "spill_size") => self.mem.spill_size = parse_bytes(&raw).ok_or_else(bad)? as u64,
+            ("tiers.mem", "store") => self.mem.per_process = choice(spec, &raw).ok_or_else(bad)? == "process",
             ("topology", "sim_nodes") => self.sim_nodes = count(0)? as usize,
             ("topology", "domain_env") => {
                 let s = text.ok_or_else(bad)?;
@@ -505,6 +640,16 @@ fn choice(spec: &KeySpec, raw: &Raw) -> Option<String> {
     let Raw::Text(s) = raw else { return None };
     let s = s.trim().to_ascii_lowercase();
     words.contains(&s.as_str()).then_some(s)
+}
+
+fn toml_raw(v: &toml::Value) -> Raw {
+    match v {
+        toml::Value::String(s) => Raw::Text(s.clone()),
+        toml::Value::Integer(i) => Raw::Int(*i),
+        toml::Value::Float(x) => Raw::Float(*x),
+        toml::Value::Boolean(b) => Raw::Bool(*b),
+        other => Raw::Text(other.to_string()),
+    }
 }
 
 fn parse_float(raw: &Raw) -> Option<f64> {
@@ -737,12 +882,55 @@ mod tests {
     }
 
     #[test]
+    fn mem_tier_keys_from_toml_env_and_api() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "[tiers]\nlocal = \"mem\"\n[tiers.mem]\nsize = \"64M\"\nchunk = \"64K\"\nspill_dir = \"/tmp/s\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.node_local(), NodeLocal::Mem);
+        assert_eq!((c.mem.size, c.mem.chunk), (64 << 20, 64 << 10));
+        assert_eq!(c.mem.spill_dir.as_deref(), Some(Path::new("/tmp/s")));
+        c.apply_env(env(&[
+            ("CAIRN_TIERS_MEM_STORE", "process"),
+            ("CAIRN_TIERS_MEM_MAX_FILES", "100"),
+            // Not configuration: the store's job name and the interposer's own variables.
+            ("CAIRN_JOB", "j1"),
+            ("CAIRN_NODE", "2"),
+            ("CAIRN_FS_FAULT", "write:3:5"),
+        ]))
+        .unwrap();
+        assert!(c.mem.per_process);
+        assert_eq!(c.mem.max_files, 100);
+        c.set_dotted("tiers.mem.prefix", "/ckfs", "the API").unwrap();
+        assert_eq!(c.mem.prefix, "/ckfs");
+        let e = c
+            .set_dotted("tiers.mem.chunk", "5000", "the API")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("multiple of 4K"), "{e}");
+        let e = c
+            .set_dotted("tiers.mem.prefix", "/", "the API")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[tiers.mem] prefix"), "{e}");
+        let e = c
+            .apply_toml("[tiers.mem]\nsise = 1\n", "u.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[tiers.mem] sise") && e.contains("spill_dir"), "{e}");
+        c.apply_toml("[tiers]\nlocal = \"none\"\n", "t.toml").unwrap();
+        assert_eq!(c.node_local(), NodeLocal::None);
+    }
+
+    #[test]
     fn docs_list_every_key() {
         let doc = include_str!("../../../docs/config.md");
         for k in KEYS {
             let env = format!(
                 "CAIRN_{}_{}",
-                k.section.to_uppercase(),
+                k.section.to_uppercase().replace('.', "_"),
                 k.key.to_uppercase()
             );
             assert!(

@@ -40,7 +40,7 @@ mod protect;
 pub mod stage;
 
 pub use cairn_format::{CkptState, Dtype};
-pub use config::Config;
+pub use config::{Config, MemConfig, NodeLocal};
 pub use engine::{Engine, Stats};
 pub use error::{Error, ErrorKind, Result};
 pub use part::{Element, RegionMut, RegionRef};
