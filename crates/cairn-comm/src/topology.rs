@@ -22,6 +22,12 @@ pub struct Topology {
     pub domain_of: Vec<usize>,
     /// True when nodes are simulated (`sim_nodes > 0`).
     pub simulated: bool,
+    /// This rank's position among the ranks of its host (its local rank).
+    pub host_rank: usize,
+    /// This rank's node among the (simulated) nodes of its host: `host_rank * sim_nodes /
+    /// ranks on the host`, or 0 with real nodes. Names the node's shared-memory store, the
+    /// way the interposer computes it from the launcher's local rank.
+    pub host_node: usize,
     pub hostname: String,
 }
 
@@ -118,9 +124,21 @@ impl Topology {
         } else {
             node_of.clone()
         };
+        let host_members: Vec<usize> = (0..size).filter(|r| real_of[*r] == real_of[rank]).collect();
+        let host_rank = host_members
+            .iter()
+            .position(|r| *r == rank)
+            .expect("a rank is on its own host");
+        let host_node = if sim_nodes > 0 {
+            host_rank * sim_nodes / host_members.len()
+        } else {
+            0
+        };
         Ok(Topology {
             rank,
             size,
+            host_rank,
+            host_node,
             node: node_of[rank],
             nodes,
             node_of,
@@ -173,6 +191,32 @@ mod tests {
         assert_eq!(t.node, 0);
         assert_eq!(t.node_ranks(), vec![0, 1, 4]);
         assert!(!t.is_node_leader());
+        assert_eq!((t.host_rank, t.host_node), (2, 0));
+    }
+
+    #[test]
+    fn host_nodes_number_simulated_nodes_within_each_host() {
+        // Two hosts of 4 ranks, 2 simulated nodes each: global nodes 0..4, host nodes 0..2.
+        let h = hosts(&["a", "a", "a", "a", "b", "b", "b", "b"]);
+        let got: Vec<(usize, usize, usize)> = (0..8)
+            .map(|r| {
+                let t = Topology::from_hosts(r, &h, 2, false).unwrap();
+                (t.node, t.host_rank, t.host_node)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 0, 0),
+                (0, 1, 0),
+                (1, 2, 1),
+                (1, 3, 1),
+                (2, 0, 0),
+                (2, 1, 0),
+                (3, 2, 1),
+                (3, 3, 1)
+            ]
+        );
     }
 
     #[test]

@@ -542,8 +542,12 @@ impl Config {
                 let s = text.filter(|s| !s.is_empty()).ok_or_else(bad)?;
                 self.mem.spill_dir = (s != "none").then(|| PathBuf::from(s));
             }
-            ("tiers.mem", "spill_size") => self.mem.spill_size = parse_bytes(&raw).ok_or_else(bad)? as u64,
-            ("tiers.mem", "store") => self.mem.per_process = choice(spec, &raw).ok_or_else(bad)? == "process",
+            ("tiers.mem", "spill_size") => {
+                self.mem.spill_size = parse_bytes(&raw).ok_or_else(bad)? as u64
+            }
+            ("tiers.mem", "store") => {
+                self.mem.per_process = choice(spec, &raw).ok_or_else(bad)? == "process"
+            }
             ("topology", "sim_nodes") => self.sim_nodes = count(0)? as usize,
             ("topology", "domain_env") => {
                 let s = text.ok_or_else(bad)?;
@@ -903,7 +907,8 @@ mod tests {
         .unwrap();
         assert!(c.mem.per_process);
         assert_eq!(c.mem.max_files, 100);
-        c.set_dotted("tiers.mem.prefix", "/ckfs", "the API").unwrap();
+        c.set_dotted("tiers.mem.prefix", "/ckfs", "the API")
+            .unwrap();
         assert_eq!(c.mem.prefix, "/ckfs");
         let e = c
             .set_dotted("tiers.mem.chunk", "5000", "the API")
@@ -919,8 +924,12 @@ mod tests {
             .apply_toml("[tiers.mem]\nsise = 1\n", "u.toml")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("[tiers.mem] sise") && e.contains("spill_dir"), "{e}");
-        c.apply_toml("[tiers]\nlocal = \"none\"\n", "t.toml").unwrap();
+        assert!(
+            e.contains("[tiers.mem] sise") && e.contains("spill_dir"),
+            "{e}"
+        );
+        c.apply_toml("[tiers]\nlocal = \"none\"\n", "t.toml")
+            .unwrap();
         assert_eq!(c.node_local(), NodeLocal::None);
     }
 

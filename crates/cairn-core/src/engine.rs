@@ -35,16 +35,17 @@
 //! eligible one, whatever `[cache] keep` says.
 
 use crate::catalog::{self, manifest_key, rank_key, version_dir};
-use crate::config::Config;
+use crate::config::{Config, NodeLocal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::flush::{Flusher, JobState, Limits, Recode};
+use crate::memstore;
 use crate::part::{self, Codec, Codecs, Hashes, PartMeta, Reduction, RegionMut, RegionRef};
 use crate::policy::{Covers, Policy};
 use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{check_name, CkptState, Manifest, MANIFEST_FORMAT};
 use cairn_redundancy::{Plan, Scheme, Settings};
-use cairn_tier::{DirTier, Scope, Tier};
+use cairn_tier::{DirTier, MemTier, Scope, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -273,7 +274,7 @@ pub(crate) fn codecs(cfg: &Config) -> (Codecs, Recode) {
     };
     let local = settings(&cfg.compress);
     let global = settings(cfg.global_compress.as_deref().unwrap_or(&cfg.compress));
-    let first = if cfg.local.is_some() { local } else { global };
+    let first = if cfg.has_local() { local } else { global };
     let recode = Recode {
         codecs: global,
         same: local == global,
@@ -306,7 +307,7 @@ impl Engine {
             };
             let plan = cairn_redundancy::plan(&settings, &topo).map_err(Error::config)?;
             let policy = Policy::new(&cfg, topo.nodes)?;
-            if plan.scheme != Scheme::Single && cfg.local.is_none() {
+            if plan.scheme != Scheme::Single && !cfg.has_local() {
                 return Err(Error::config(format!(
                     "[redundancy] scheme \"{}\" protects node-local checkpoints, but [tiers] local is \"none\"",
                     cfg.redundancy
@@ -314,8 +315,8 @@ impl Engine {
             }
             let global = open_root("global", &cfg.global, cfg.fsync_global, Scope::Global)?;
             let global: Arc<dyn Tier> = Arc::new(global);
-            let (first, global) = match &cfg.local {
-                Some(local) => {
+            let (first, global) = match cfg.node_local() {
+                NodeLocal::Dir(local) => {
                     let _root = open_root("local", local, false, Scope::NodeLocal)?;
                     let node_root = local.join(format!("node{}", topo.node));
                     let t: Arc<dyn Tier> = Arc::new(DirTier::with_scope(
@@ -326,7 +327,12 @@ impl Engine {
                     )?);
                     (t, Some(global))
                 }
-                None => (global, None),
+                NodeLocal::Mem => {
+                    let store = memstore::store_config(&cfg, memstore::owner(&cfg, &topo));
+                    let t: Arc<dyn Tier> = Arc::new(MemTier::open("local", &store)?);
+                    (t, Some(global))
+                }
+                NodeLocal::None => (global, None),
             };
             Ok((topo, plan, first, global, policy))
         });

@@ -33,6 +33,7 @@ mod engine;
 mod error;
 pub mod flush;
 pub mod inventory;
+pub mod memstore;
 pub mod model;
 pub mod part;
 mod policy;

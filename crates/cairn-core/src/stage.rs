@@ -187,6 +187,12 @@ fn agreed<T>(comm: &dyn Comm, res: Result<T>) -> Result<Result<T>> {
 
 /// The node-local root, or why there is nothing to flush from.
 fn local_root(cfg: &Config) -> Result<&Path> {
+    if cfg.local_mem {
+        return Err(Error::config(
+            "the node-local tier is the shared-memory store ([tiers] local = \"mem\"): \
+             checkpoints in it are flushed by the job, or copied out with cairn fs drain",
+        ));
+    }
     cfg.local.as_deref().ok_or_else(|| {
         Error::config(
             "no node-local tier is configured ([tiers] local is \"none\"): there is nothing to \

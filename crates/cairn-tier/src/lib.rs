@@ -9,7 +9,8 @@
 //! above it.
 //!
 //! [`DirTier`] is the implementation over a directory, used for node-local storage
-//! (`/dev/shm`, a local SSD) and for the global parallel-file-system directory.
+//! (`/dev/shm`, a local SSD) and for the global parallel-file-system directory; [`MemTier`]
+//! keeps a node's objects in its shared-memory chunk store (`cairn-shm`).
 //!
 //! ```
 //! use cairn_tier::{DirTier, Tier};
@@ -21,8 +22,11 @@
 //! ```
 
 mod dir;
+mod mem;
 
+pub use cairn_shm;
 pub use dir::DirTier;
+pub use mem::{MemTier, ENGINE_DIR};
 
 use std::path::PathBuf;
 
