@@ -56,8 +56,15 @@ fn main() {
     .arg(&so)
     .args(["-ldl", "-lpthread", "-Wl,-z,defs"]);
     let status = cmd.status().expect("run the C compiler");
-    assert!(status.success(), "building libcairn-fs.so failed: {cmd:?}");
     println!("cargo:rustc-env=CAIRN_FS_PRELOAD_BUILT={}", so.display());
+    if !status.success() {
+        // The store (above) is what this crate links; a broken interposer must not stop the
+        // engine from building. It is loud instead: `./run build` installs the library and
+        // fails without it, and the interposer's tests fail to find it.
+        println!("cargo:warning=building libcairn-fs.so failed (the LD_PRELOAD interposer is missing): {cmd:?}");
+        let _ = std::fs::remove_file(&so);
+        return;
+    }
     // OUT_DIR is target/<profile>/build/<crate>-<hash>/out: put a copy in target/<profile>.
     if let Some(profile_dir) = out.ancestors().nth(3) {
         let dest = profile_dir.join("libcairn-fs.so");
