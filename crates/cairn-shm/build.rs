@@ -63,6 +63,9 @@ fn main() {
         // fails without it, and the interposer's tests fail to find it.
         println!("cargo:warning=building libcairn-fs.so failed (the LD_PRELOAD interposer is missing): {cmd:?}");
         let _ = std::fs::remove_file(&so);
+        if let Some(profile_dir) = out.ancestors().nth(3) {
+            let _ = std::fs::remove_file(profile_dir.join("libcairn-fs.so"));
+        }
         return;
     }
     // OUT_DIR is target/<profile>/build/<crate>-<hash>/out: put a copy in target/<profile>.
