@@ -546,6 +546,12 @@ impl Store {
         }
     }
 
+    /// Where the segment is mapped in this process.
+    pub(crate) fn chunk_base(&self) -> *const u8 {
+        // SAFETY: the store is attached; this only returns its mapping's address.
+        unsafe { raw::cairn_store_base(self.p()) as *const u8 }
+    }
+
     /// A copy of the store's header.
     pub fn header(&self) -> raw::StoreHeader {
         // SAFETY: the header is mapped at the start of the segment; reading it unlocked

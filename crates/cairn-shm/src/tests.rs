@@ -440,3 +440,54 @@ fn a_process_killed_inside_the_lock_is_repaired() {
     }
     assert!(repaired, "no kill landed inside the lock in 20 rounds");
 }
+
+/// The NUMA node the kernel reports for the page at `addr`, or the negative errno it gives
+/// (`-ENOENT`: the page is not present).
+fn page_node(addr: *const u8) -> i32 {
+    let pages = [addr as *mut libc::c_void];
+    let mut status = [i32::MIN];
+    // SAFETY: move_pages with a null node list only reports where the pages are; the arrays
+    // hold one entry each.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            1usize,
+            pages.as_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "move_pages: {}", std::io::Error::last_os_error());
+    status[0]
+}
+
+#[test]
+fn pool_pages_are_resident_from_creation_and_on_their_chunks_node() {
+    let sc = Scratch::new("numa");
+    let s = Store::open(&sc.config(8 << 20, 64 << 10)).unwrap();
+    let h = s.header();
+    let nodes = std::fs::read_to_string("/sys/devices/system/node/online").unwrap_or_default();
+    assert!(
+        h.numa_nodes >= 1 && h.numa_nodes as usize <= raw::MAX_NUMA,
+        "{nodes}"
+    );
+    // Every chunk belongs to exactly one node's range.
+    let covered: u32 = (0..h.numa_nodes as usize).map(|i| h.numa_count[i]).sum();
+    assert_eq!(covered, h.mem_chunks);
+    // Nothing was written: every page of the pool must already be present (pre-faulted), on
+    // the node whose range holds its chunk (with one node, node 0).
+    let base = s.chunk_base();
+    for id in (0..h.mem_chunks).step_by(7) {
+        let node = (0..h.numa_nodes as usize)
+            .find(|&i| id >= h.numa_first[i] && id < h.numa_first[i] + h.numa_count[i])
+            .unwrap();
+        for page in [0u64, h.chunk_size - 4096] {
+            // SAFETY: the address lies inside the mapped pool.
+            let at =
+                unsafe { base.add((h.data_offset + id as u64 * h.chunk_size + page) as usize) };
+            assert_eq!(page_node(at), node as i32, "chunk {id} page {page}");
+        }
+    }
+}
