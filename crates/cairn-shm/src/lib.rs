@@ -547,6 +547,7 @@ impl Store {
     }
 
     /// Where the segment is mapped in this process.
+    #[cfg(test)]
     pub(crate) fn chunk_base(&self) -> *const u8 {
         // SAFETY: the store is attached; this only returns its mapping's address.
         unsafe { raw::cairn_store_base(self.p()) as *const u8 }
