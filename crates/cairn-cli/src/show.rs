@@ -49,18 +49,14 @@ pub fn utc(unix_ms: u64) -> String {
 
 /// Where the inventory looked, for "nothing found" messages.
 pub fn roots(inv: &Inventory) -> String {
-    match inv.local_root() {
-        Some(l) => format!(
-            "{} (local) and {} (global)",
-            l.display(),
-            inv.global_root().display()
-        ),
+    match inv.local_location() {
+        Some(l) => format!("{l} (local) and {} (global)", inv.global_root().display()),
         None => format!("{} (global)", inv.global_root().display()),
     }
 }
 
 /// Left-aligned columns separated by two spaces.
-fn table(rows: &[Vec<String>]) -> String {
+pub fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {

@@ -9,14 +9,19 @@
 //! rebuilt (`cairn rebuild`), judged the way the engine's rebuild judges it.
 //!
 //! Nothing here creates or modifies anything: tiers are opened with
-//! [`DirTier::open_existing`], and a missing tier root simply holds nothing. Every key is built
+//! [`DirTier::open_existing`], and a missing tier root simply holds nothing. With
+//! `[tiers] local = "mem"` the node-local tier is the job's shared-memory stores: each per-node
+//! store found in `/dev/shm` ([`memstore::job_stores`]) is attached without creating it, and
+//! its objects are shown as `/dev/shm/<store>/.cairn/<key>` (the store is one segment, so this
+//! names the store and the key inside it, not a file). Every key is built
 //! from a name that passed [`check_name`] and from integers parsed out of directory listings
 //! (`node<i>`, `v<version>`, `rank<r>.ckpt`); nothing read from a manifest or rank file ever
 //! becomes part of a path.
 
 use crate::catalog::{self, manifest_key, parse_rank_file, rank_key, version_dir};
-use crate::config::Config;
+use crate::config::{Config, NodeLocal};
 use crate::error::{Error, ErrorKind, Result};
+use crate::memstore;
 use crate::part;
 use crate::protect::{parity_key, partner_key};
 use cairn_format::{
@@ -24,7 +29,8 @@ use cairn_format::{
     ParityHeader, KIND_COUNT,
 };
 use cairn_redundancy::stripe;
-use cairn_tier::{DirTier, Scope, Tier};
+use cairn_tier::cairn_shm::StoreOwner;
+use cairn_tier::{DirTier, MemTier, Scope, Tier, ENGINE_DIR};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -457,10 +463,90 @@ pub struct CkptCheck {
 #[derive(Debug)]
 pub struct Inventory {
     local_root: Option<PathBuf>,
+    /// Where the node-local tier was looked for, for messages.
+    local_location: Option<String>,
     global_root: PathBuf,
-    /// Node-local directories found, by node index.
-    nodes: Vec<(u32, DirTier)>,
-    global: Option<DirTier>,
+    /// Node-local directories (or shared-memory stores) found, by node index.
+    nodes: Vec<(u32, Opened)>,
+    global: Option<Opened>,
+}
+
+/// A tier opened for reading, and the path its objects are shown under.
+struct Opened {
+    tier: Box<dyn Tier>,
+    root: PathBuf,
+}
+
+impl Opened {
+    fn dir(t: DirTier) -> Opened {
+        Opened {
+            root: t.root().to_path_buf(),
+            tier: Box::new(t),
+        }
+    }
+
+    fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl std::ops::Deref for Opened {
+    type Target = dyn Tier;
+
+    fn deref(&self) -> &(dyn Tier + 'static) {
+        &*self.tier
+    }
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened").field("root", &self.root).finish()
+    }
+}
+
+/// The job's per-node shared-memory stores (`[tiers] local = "mem"`), attached without
+/// creating any, by node index.
+fn open_stores(cfg: &Config) -> Result<Vec<(u32, Opened)>> {
+    let found = memstore::job_stores().map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("cannot list {}: {e}", memstore::SHM_DIR),
+        )
+    })?;
+    if cfg.mem.per_process {
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        return Err(Error::config(
+            "[tiers.mem] store = \"process\": each rank's objects are in a store of its own, \
+             which does not record the node it belongs to; list, inspect and verify read \
+             per-node stores only",
+        ));
+    }
+    let mut out = Vec::new();
+    for (owner, name) in found {
+        let StoreOwner::Node(node) = owner else {
+            continue;
+        };
+        let mut sc = memstore::store_config(cfg, owner);
+        sc.create = false;
+        sc.populate = false;
+        match MemTier::open("local", &sc) {
+            Ok(t) => out.push((
+                node,
+                Opened {
+                    tier: Box::new(t),
+                    root: Path::new(memstore::SHM_DIR)
+                        .join(name.trim_start_matches('/'))
+                        .join(ENGINE_DIR),
+                },
+            )),
+            // Wiped since it was listed.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
 }
 
 /// Everything found of one version on one tier.
@@ -589,7 +675,7 @@ fn ranks_phrase(rs: &BTreeSet<u32>) -> String {
 }
 
 /// Check a partner copy's index: it must read and name `name` v`v` of rank `r`.
-fn check_partner_index(tier: &DirTier, name: &str, v: i64, r: u32) -> Result<()> {
+fn check_partner_index(tier: &dyn Tier, name: &str, v: i64, r: u32) -> Result<()> {
     let rd = tier.open(&partner_key(name, v, r as usize))?;
     let ix = part::read_index(&*rd)?;
     if ix.name != name || ix.version != v || ix.rank != r {
@@ -608,7 +694,7 @@ fn check_partner_index(tier: &DirTier, name: &str, v: i64, r: u32) -> Result<()>
 const MAX_PARITY_HEADER: u64 = 44 + 12 * 1024 + 8 * 1023 + 8;
 
 /// Read and check the parity object rank `r` holds, through the tier, one shard at a time.
-fn check_parity(tier: &DirTier, place_path: PathBuf, key: &str, r: u32) -> ParityInfo {
+fn check_parity(tier: &dyn Tier, place_path: PathBuf, key: &str, r: u32) -> ParityInfo {
     let mut info = ParityInfo {
         rank: r,
         path: place_path,
@@ -1002,47 +1088,63 @@ fn judge(
 impl Inventory {
     /// Open the tiers `cfg` names, for reading only. Missing roots hold nothing.
     pub fn open(cfg: &Config) -> Result<Inventory> {
-        let global = open_root("global", &cfg.global, Scope::Global)?;
+        let global = open_root("global", &cfg.global, Scope::Global)?.map(Opened::dir);
         let mut nodes = Vec::new();
-        if let Some(local) = &cfg.local {
-            if let Some(root) = open_root("local", local, Scope::NodeLocal)? {
-                let mut found: Vec<u32> = root
-                    .list("")?
-                    .iter()
-                    .filter_map(|n| node_index(n))
-                    .collect();
-                found.sort_unstable();
-                for i in found {
-                    let dir = local.join(format!("node{i}"));
-                    if let Some(t) = open_root("local", &dir, Scope::NodeLocal)? {
-                        nodes.push((i, t));
+        let mut local_location = None;
+        match cfg.node_local() {
+            NodeLocal::Dir(local) => {
+                local_location = Some(local.display().to_string());
+                if let Some(root) = open_root("local", local, Scope::NodeLocal)? {
+                    let mut found: Vec<u32> = root
+                        .list("")?
+                        .iter()
+                        .filter_map(|n| node_index(n))
+                        .collect();
+                    found.sort_unstable();
+                    for i in found {
+                        let dir = local.join(format!("node{i}"));
+                        if let Some(t) = open_root("local", &dir, Scope::NodeLocal)? {
+                            nodes.push((i, Opened::dir(t)));
+                        }
                     }
                 }
             }
+            NodeLocal::Mem => {
+                local_location = Some(memstore::job_pattern());
+                nodes = open_stores(cfg)?;
+            }
+            NodeLocal::None => {}
         }
         Ok(Inventory {
             local_root: cfg.local.clone(),
+            local_location,
             global_root: cfg.global.clone(),
             nodes,
             global,
         })
     }
 
-    /// The configured node-local root (`None` when the local tier is off).
+    /// The configured node-local root (`None` when the local tier is off or in memory).
     pub fn local_root(&self) -> Option<&Path> {
         self.local_root.as_deref()
+    }
+
+    /// Where the node-local tier was looked for: its root directory, or the pattern of the
+    /// job's shared-memory stores (`None` when the local tier is off).
+    pub fn local_location(&self) -> Option<&str> {
+        self.local_location.as_deref()
     }
 
     pub fn global_root(&self) -> &Path {
         &self.global_root
     }
 
-    /// Node indices with a directory under the local root.
+    /// Node indices with a directory under the local root (or a shared-memory store).
     pub fn node_dirs(&self) -> Vec<u32> {
         self.nodes.iter().map(|(i, _)| *i).collect()
     }
 
-    fn tiers(&self) -> Vec<(Place, &DirTier)> {
+    fn tiers(&self) -> Vec<(Place, &Opened)> {
         self.nodes
             .iter()
             .map(|(i, t)| (Place::Local(*i), t))
@@ -1050,7 +1152,7 @@ impl Inventory {
             .collect()
     }
 
-    fn tier(&self, place: Place) -> Option<&DirTier> {
+    fn tier(&self, place: Place) -> Option<&Opened> {
         match place {
             Place::Local(n) => self.nodes.iter().find(|(i, _)| *i == n).map(|(_, t)| t),
             Place::Global => self.global.as_ref(),
@@ -1062,11 +1164,11 @@ impl Inventory {
         let mut out: BTreeMap<(String, i64), Vec<Found>> = BTreeMap::new();
         for (place, tier) in self.tiers() {
             let names = match sel {
-                Selection::All => catalog::names(tier)?,
+                Selection::All => catalog::names(&**tier)?,
                 Selection::Name(n) | Selection::Version(n, _) => vec![n.clone()],
             };
             for name in names {
-                for v in catalog::versions(tier, &name)? {
+                for v in catalog::versions(&**tier, &name)? {
                     if matches!(sel, Selection::Version(_, want) if *want != v) {
                         continue;
                     }
@@ -1078,9 +1180,9 @@ impl Inventory {
         Ok(out)
     }
 
-    fn scan_version(&self, place: Place, tier: &DirTier, name: &str, v: i64) -> Result<Found> {
+    fn scan_version(&self, place: Place, tier: &Opened, name: &str, v: i64) -> Result<Found> {
         let dir = tier.root().join(version_dir(name, v));
-        let (manifest, manifest_error) = match catalog::read_manifest(tier, name, v) {
+        let (manifest, manifest_error) = match catalog::read_manifest(&**tier, name, v) {
             Ok(m) => (m, None),
             Err(e) => (None, Some(e.msg)),
         };
@@ -1108,7 +1210,7 @@ impl Inventory {
                 };
                 let key = partner_key(name, v, r as usize);
                 let bytes = tier.open(&key).map(|f| f.len()).unwrap_or(0);
-                let checked = check_partner_index(tier, name, v, r);
+                let checked = check_partner_index(&**tier, name, v, r);
                 partner.push(PartnerCopyInfo {
                     rank: r,
                     path: tier.root().join(&key),
@@ -1122,7 +1224,7 @@ impl Inventory {
                     continue;
                 };
                 let key = parity_key(name, v, r as usize);
-                parity.push(check_parity(tier, tier.root().join(&key), &key, r));
+                parity.push(check_parity(&**tier, tier.root().join(&key), &key, r));
             }
         }
         Ok(Found {
@@ -1396,8 +1498,8 @@ impl Inventory {
     }
 
     fn not_found(&self, what: &str) -> Error {
-        let local = match &self.local_root {
-            Some(l) => format!("{} and ", l.display()),
+        let local = match &self.local_location {
+            Some(l) => format!("{l} and "),
             None => String::new(),
         };
         Error::new(
@@ -1591,14 +1693,14 @@ impl Inventory {
 
     /// Re-check a partner copy: its index names the right checkpoint and rank, and every
     /// block matches its checksum.
-    fn check_partner(&self, tier: &DirTier, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
+    fn check_partner(&self, tier: &Opened, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
         let key = partner_key(name, v, r as usize);
-        let res =
-            check_partner_index(tier, name, v, r).and_then(|()| part::verify(&*tier.open(&key)?));
+        let res = check_partner_index(&**tier, name, v, r)
+            .and_then(|()| part::verify(&*tier.open(&key)?));
         file_check(FileKind::Partner, r, place, tier.root().join(&key), res)
     }
 
-    fn check_file(&self, tier: &DirTier, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
+    fn check_file(&self, tier: &Opened, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
         let key = rank_key(name, v, r as usize);
         let res = (|| -> Result<u64> {
             let rd = tier.open(&key)?;

@@ -31,9 +31,7 @@ pub fn owner(cfg: &Config, topo: &Topology) -> StoreOwner {
 
 /// How to open (creating if missing) the store of `owner` in this job.
 pub fn store_config(cfg: &Config, owner: StoreOwner) -> StoreConfig {
-    // SAFETY: getuid(2) has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let name = store_name(uid, &job_name(), owner);
+    let name = store_name(uid(), &job_name(), owner);
     StoreConfig {
         spill: cfg.mem.spill_dir.as_deref().map(|d| spill_path(d, &name)),
         name,
@@ -44,5 +42,82 @@ pub fn store_config(cfg: &Config, owner: StoreOwner) -> StoreConfig {
         per_process: cfg.mem.per_process,
         create: true,
         populate: true,
+    }
+}
+
+/// Where POSIX shared-memory segments appear as files (Linux).
+pub const SHM_DIR: &str = "/dev/shm";
+
+fn uid() -> u32 {
+    // SAFETY: getuid(2) has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// The common start of this user's store names in this job, `/cairn-<uid>-<job>-`.
+fn job_prefix() -> String {
+    let name = store_name(uid(), &job_name(), StoreOwner::Node(0));
+    name.strip_suffix("n0")
+        .expect("store names end in n<node>")
+        .to_string()
+}
+
+/// `/dev/shm/cairn-<uid>-<job>-n*`: where this job's stores are looked for, for messages.
+pub fn job_pattern() -> String {
+    format!("{SHM_DIR}{}n*", job_prefix())
+}
+
+/// `n<node>` or `p<process>` as [`store_name`] writes them (plain decimal).
+fn parse_owner(s: &str) -> Option<StoreOwner> {
+    let (kind, digits) = s.split_at_checked(1)?;
+    let n: u32 = digits.parse().ok()?;
+    if n.to_string() != digits {
+        return None;
+    }
+    match kind {
+        "n" => Some(StoreOwner::Node(n)),
+        "p" if n > 0 => Some(StoreOwner::Process(n)),
+        _ => None,
+    }
+}
+
+/// This user's stores of the current job ([`job_name`]) present in [`SHM_DIR`], with their
+/// shared-memory names: per-node stores by node index, then per-process stores.
+pub fn job_stores() -> std::io::Result<Vec<(StoreOwner, String)>> {
+    let prefix = job_prefix();
+    let lead = prefix.trim_start_matches('/');
+    let entries = match std::fs::read_dir(SHM_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let file = entry?.file_name();
+        let Some(file) = file.to_str() else { continue };
+        if let Some(owner) = file.strip_prefix(lead).and_then(parse_owner) {
+            out.push((owner, format!("/{file}")));
+        }
+    }
+    out.sort_by_key(|(o, _)| match o {
+        StoreOwner::Node(n) => (0, *n),
+        StoreOwner::Process(p) => (1, *p),
+    });
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_parse_only_as_store_name_writes_them() {
+        assert_eq!(parse_owner("n0"), Some(StoreOwner::Node(0)));
+        assert_eq!(parse_owner("n12"), Some(StoreOwner::Node(12)));
+        assert_eq!(parse_owner("p3"), Some(StoreOwner::Process(3)));
+        for bad in [
+            "", "n", "n01", "n+1", "n-1", "p0", "n1.spill", "x1", "n1-n0",
+        ] {
+            assert_eq!(parse_owner(bad), None, "{bad}");
+        }
     }
 }
