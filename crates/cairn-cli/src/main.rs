@@ -1,6 +1,7 @@
 //! `cairn`: the command-line tool that lists, inspects and verifies stored checkpoints,
 //! rebuilds lost parts and redundancy, flushes checkpoints to the global tier on demand, runs
-//! the kill-and-restart demo, and advises how often to checkpoint.
+//! the kill-and-restart demo, advises how often to checkpoint, and runs programs on the
+//! in-memory file system (`fs`).
 //!
 //! `list`, `inspect` and `verify` only read the tiers (through `cairn_core::inventory`);
 //! nothing is created or changed. `interval` is arithmetic only (`cairn_core::model`): it reads
@@ -9,11 +10,14 @@
 //! only subcommands that initialise MPI. Exit codes: 0 success, 1 a check failed (`verify`
 //! found damaged or incomplete checkpoints, `rebuild` could not rebuild, `flush` found a
 //! damaged local part, `demo` ended with different results), 2 usage, configuration or other
-//! errors that kept the command from doing its job.
+//! errors that kept the command from doing its job. `fs` (`fs.rs`) works on the job's
+//! shared-memory stores through `cairn_shm` directly, as they hold programs' files rather
+//! than checkpoints; `fs run` replaces itself with the command it runs.
 #![forbid(unsafe_code)]
 
 mod demo;
 mod flush;
+mod fs;
 mod interval;
 mod rebuild;
 mod show;
@@ -30,10 +34,14 @@ Exit codes:
   0  success (verify: every checkpoint checked is intact and complete; rebuild: everything
      rebuilt, or nothing to rebuild)
   1  verify found a damaged or incomplete checkpoint; rebuild could not rebuild (the message
-     says why); flush found a damaged local rank file; demo ended with different results
+     says why); flush found a damaged local rank file; demo ended with different results;
+     fs drain left out files that changed during every copy
   2  usage or configuration error, or the command could not do its job
      (e.g. no such checkpoint, unreadable storage, demo could not run, rebuild run with a
-     rank count or [topology] / [redundancy] settings other than the checkpoint's)";
+     rank count or [topology] / [redundancy] settings other than the checkpoint's, no
+     shared-memory store of the job)
+  126, 127  fs run: the command could not be executed, or was not found (otherwise fs run
+     exits as the command does)";
 
 const REBUILD_HELP: &str = "\
 rebuild is collective: run it under mpirun with the job's rank count and the job's
@@ -61,17 +69,18 @@ Exit codes:
     name = "cairn",
     version,
     about = "List, inspect, verify, rebuild and flush Cairn checkpoints, run the kill-and-restart \
-demo, and work out how often to checkpoint",
+demo, work out how often to checkpoint, and run programs on the in-memory file system",
     long_about = "List, inspect and verify the checkpoints Cairn has stored, rebuild what a \
 lost node took with it, flush checkpoints to the global tier on demand, run the \
-kill-and-restart demo, and work out how often to checkpoint \
-(interval).\n\nThe tiers come from the same configuration the library reads: built-in \
+kill-and-restart demo, work out how often to checkpoint \
+(interval), and run programs with their files in shared memory (fs).\n\nThe tiers come from the same configuration the library reads: built-in \
 defaults, then the TOML file given with --config (else the one named by CAIRN_CONFIG), then \
 CAIRN_<SECTION>_<KEY> environment variables (e.g. CAIRN_TIERS_LOCAL), then --local and \
 --global. list, inspect and verify never create or change anything. rebuild is collective and \
 runs under mpirun with the job's rank count and configuration. flush copies to the global \
 tier, alone or under mpirun. interval needs no tiers and no \
-configuration.",
+configuration. --local mem reads the checkpoints in the job's shared-memory stores \
+(CAIRN_JOB, else SLURM_JOB_ID, names the job).",
     after_help = EXIT_CODES
 )]
 struct Cli {
@@ -86,7 +95,8 @@ pub(crate) struct GlobalOpts {
     /// Cairn configuration file (TOML); default: the one named by CAIRN_CONFIG, if any
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
-    /// Root of the node-local tier (overrides [tiers] local; "none" for no local tier)
+    /// Root of the node-local tier (overrides [tiers] local; "none" for no local tier, "mem"
+    /// for the job's shared-memory stores)
     #[arg(long, global = true, value_name = "DIR")]
     local: Option<PathBuf>,
     /// Root of the global tier (overrides [tiers] global)
@@ -159,6 +169,10 @@ uninterrupted one; 1 if it differs; 2 if the demo could not run."
     /// rate and checkpoint cost, for one level or a hierarchy, with the expected efficiency
     #[command(after_help = interval::HELP)]
     Interval(interval::IntervalArgs),
+    /// The in-memory file system: run a program with its files under the prefix in the job's
+    /// shared-memory store, list them, show the space, drain them to a directory, wipe the store
+    #[command(after_help = fs::HELP)]
+    Fs(fs::FsArgs),
 }
 
 /// An error that means "the check said no" rather than "could not check".
@@ -181,6 +195,10 @@ fn main() -> ExitCode {
     }
     if let Cmd::Flush(args) = &cli.cmd {
         return ExitCode::from(flush::run(&cli.global, args));
+    }
+    // Its own exit codes: `fs run` exits as the command it runs.
+    if let Cmd::Fs(args) = &cli.cmd {
+        return ExitCode::from(fs::main(&cli.global, args));
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -264,7 +282,7 @@ fn run(cli: Cli) -> Result<()> {
                 Err(CheckFailed.into())
             }
         }
-        Cmd::Rebuild { .. } | Cmd::Flush(_) => unreachable!("handled in main"),
+        Cmd::Rebuild { .. } | Cmd::Flush(_) | Cmd::Fs(_) => unreachable!("handled in main"),
         Cmd::Demo(args) => {
             no_tier_options(
                 &cli.global,

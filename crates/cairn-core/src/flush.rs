@@ -210,8 +210,9 @@ impl Drop for Flusher {
 }
 
 /// Give the calling thread the lowest CPU priority. Linux keeps a nice value per thread; no
-/// privilege is needed to lower it. Failure only costs speed, so it is ignored.
-fn lower_priority() {
+/// privilege is needed to lower it. Failure only costs speed, so it is ignored. Threads the
+/// caller starts afterwards inherit it (`cairn fs drain` lowers its whole process this way).
+pub fn lower_priority() {
     // SAFETY: gettid has no preconditions; setpriority only reads its integer arguments.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
@@ -452,8 +453,9 @@ fn copy_verified(
     Ok(done)
 }
 
-/// Sleep so that `done` bytes since `t0` stay within `bandwidth` bytes per second.
-fn throttle(t0: Instant, done: u64, bandwidth: u64) {
+/// Sleep so that `done` bytes since `t0` stay within `bandwidth` bytes per second (0: no
+/// limit).
+pub fn throttle(t0: Instant, done: u64, bandwidth: u64) {
     if bandwidth == 0 {
         return;
     }
