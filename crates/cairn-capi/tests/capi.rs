@@ -434,6 +434,77 @@ fn losing_a_node_restores_from_the_global_tier_or_finds_nothing() {
     assert!(o.stdout.contains("stress: none"), "{}", o.show());
 }
 
+// ---- 3b. losing a node whose node-local tier is its shared-memory store ------------------------
+
+/// The job's per-node shared-memory stores, the node-local tier with `[tiers] local = "mem"`;
+/// a lost node is a wiped store. Dropping it wipes them all, so no test leaves one behind.
+struct MemStores {
+    job: String,
+    nodes: usize,
+}
+
+impl MemStores {
+    fn name(&self, n: usize) -> String {
+        // SAFETY: getuid(2) has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        cairn_shm::store_name(uid, &self.job, cairn_shm::StoreOwner::Node(n as u32))
+    }
+}
+
+impl redundancy::NodeStorage for MemStores {
+    fn lose(&self, n: usize) {
+        cairn_shm::Store::wipe(&self.name(n), None)
+            .unwrap_or_else(|e| panic!("wipe node {n}'s store: {e}"));
+    }
+
+    fn missing_part(&self, n: usize, r: usize, v: i64) -> Option<String> {
+        let key = format!(".cairn/stress/v{v}/rank{r}.ckpt");
+        let cfg = cairn_shm::StoreConfig {
+            create: false,
+            populate: false,
+            ..cairn_shm::StoreConfig::new(&self.name(n), 0, 4096)
+        };
+        match cairn_shm::Store::open(&cfg) {
+            Ok(s) if s.stat(&key).is_ok() => None,
+            _ => Some(format!("/dev/shm{}/{key}", self.name(n))),
+        }
+    }
+}
+
+impl Drop for MemStores {
+    fn drop(&mut self) {
+        for n in 0..self.nodes {
+            let _ = cairn_shm::Store::wipe(&self.name(n), None);
+        }
+    }
+}
+
+#[test]
+fn mem_tier_with_partner_rebuilds_a_wiped_store_after_kill9() {
+    let _mpi = mpi_lock();
+    let stores = MemStores {
+        job: format!("capi-mem-{}", std::process::id()),
+        nodes: 2,
+    };
+    let mut t = Tiers::new(2);
+    t.set("CAIRN_JOB", &stores.job);
+    t.set("CAIRN_TIERS_LOCAL", "mem");
+    t.set("CAIRN_TIERS_MEM_SIZE", "64M");
+    t.set("CAIRN_REDUNDANCY_SCHEME", "partner");
+    // Rank 3 is killed and node 1 (ranks 2 and 3) loses its store; node 0 holds the partner
+    // copies of its parts.
+    redundancy::kill_lose_and_rebuild_with(
+        "partner in shared-memory stores, 4 ranks on 2 nodes",
+        &t,
+        &stores,
+        (4, 2),
+        3,
+        0,
+        &["--mib", "1"],
+    );
+    assert!(!t.local().exists(), "a node directory was written");
+}
+
 // ---- 4. a flipped byte in the newest checkpoint -----------------------------------------------
 
 /// An offset inside region 1 (after the 16-byte header and region 0's 8 bytes) of a rank file.

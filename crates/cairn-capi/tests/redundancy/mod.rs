@@ -22,6 +22,33 @@ fn node_of(rank: usize, ranks: usize, nodes: usize) -> usize {
     rank * nodes / ranks
 }
 
+/// Where the node-local tier keeps a simulated node's data, how a test loses it, and where a
+/// rebuilt part is found again.
+pub trait NodeStorage {
+    /// Delete everything node `n` holds.
+    fn lose(&self, n: usize);
+    /// `None` if node `n` holds rank `r`'s part of version `v`, else where it should be.
+    fn missing_part(&self, n: usize, r: usize, v: i64) -> Option<String>;
+}
+
+/// Node directories under [`Tiers::local`].
+struct Dirs<'a>(&'a Tiers);
+
+impl NodeStorage for Dirs<'_> {
+    fn lose(&self, n: usize) {
+        std::fs::remove_dir_all(self.0.local().join(format!("node{n}")))
+            .unwrap_or_else(|e| panic!("remove node{n}: {e}"));
+    }
+
+    fn missing_part(&self, n: usize, r: usize, v: i64) -> Option<String> {
+        let p = self
+            .0
+            .local()
+            .join(format!("node{n}/stress/v{v}/rank{r}.ckpt"));
+        (!p.is_file()).then(|| p.display().to_string())
+    }
+}
+
 /// One scheme end to end: a complete run of v1..v3; a second run that restores v3, goes on and
 /// has rank `victim` killed right after its first checkpoint; the loss of the victim's node and
 /// of `extra_lost` more nodes; a verifying relaunch.
@@ -36,6 +63,7 @@ fn kill_lose_and_rebuild(
     kill_lose_and_rebuild_with(
         what,
         tiers,
+        &Dirs(tiers),
         (ranks, nodes),
         victim,
         extra_lost,
@@ -43,10 +71,12 @@ fn kill_lose_and_rebuild(
     );
 }
 
-/// `kill_lose_and_rebuild` with the given `stress` arguments (besides the version options).
-fn kill_lose_and_rebuild_with(
+/// `kill_lose_and_rebuild` with the given `stress` arguments (besides the version options),
+/// the node-local tier kept in `storage`.
+pub(crate) fn kill_lose_and_rebuild_with(
     what: &str,
     tiers: &Tiers,
+    storage: &dyn NodeStorage,
     (ranks, nodes): (usize, usize),
     victim: usize,
     extra_lost: usize,
@@ -108,8 +138,7 @@ fn kill_lose_and_rebuild_with(
     let home = node_of(victim, ranks, nodes);
     let lost: Vec<usize> = (0..=extra_lost).map(|i| (home + i) % nodes).collect();
     for n in &lost {
-        std::fs::remove_dir_all(tiers.local().join(format!("node{n}")))
-            .unwrap_or_else(|e| panic!("{what}: remove node{n}: {e}"));
+        storage.lose(*n);
     }
     let ctx = format!("{what}, rank {victim} killed, nodes {lost:?} lost");
     let check = run(
@@ -133,10 +162,9 @@ fn kill_lose_and_rebuild_with(
     let v = got.unwrap();
     for n in &lost {
         for r in (0..ranks).filter(|r| node_of(*r, ranks, nodes) == *n) {
-            let part = tiers
-                .local()
-                .join(format!("node{n}/stress/v{v}/rank{r}.ckpt"));
-            assert!(part.is_file(), "{ctx}: {} was not rebuilt", part.display());
+            if let Some(part) = storage.missing_part(*n, r, v) {
+                panic!("{ctx}: {part} was not rebuilt");
+            }
         }
     }
     eprintln!("{ctx}: v{newest} reported done, v{v} restored after the rebuild");
@@ -170,7 +198,7 @@ fn incremental_compressed_chains_survive_kill9_and_a_lost_node() {
             t.set("CAIRN_REDUNDANCY_PARITY", "2");
         }
         let what = format!("{scheme}, incremental lz4, {ranks} ranks on {nodes} nodes");
-        kill_lose_and_rebuild_with(&what, &t, (ranks, nodes), victim, extra, &args);
+        kill_lose_and_rebuild_with(&what, &t, &Dirs(&t), (ranks, nodes), victim, extra, &args);
         // The node-local tier holds incremental versions, and they stored little.
         let node0 = t.local().join("node0/stress");
         let mut bases = 0;
