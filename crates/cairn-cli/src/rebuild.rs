@@ -161,6 +161,12 @@ fn rebuild(
     // The configuration, as every rank resolves it from its own environment.
     let cfg = resolve_config(g).and_then(|c| {
         check_name(name)?;
+        if c.local_mem {
+            anyhow::bail!(
+                "cairn rebuild reads node directories, and [tiers] local is \"mem\" (the job's \
+                 shared-memory stores): restarting the job rebuilds what a lost node's store held"
+            );
+        }
         Ok(c)
     });
     let msgs = gather(ctl, cfg.as_ref().err().map(|e| (format!("{e:#}"), true)));

@@ -546,6 +546,18 @@ fn list_inspect_verify_see_a_mem_tier() {
     assert_eq!(r3["protection"]["lost_nodes"], serde_json::json!([1]));
     let o = job.cairn_env(&["verify", "heat", "3"], &mem);
     assert_eq!(code(&o), 1, "{}", show(&o));
+    // Offline flush and rebuild read node directories; they say so.
+    let o = job.cairn_env(&["flush"], &mem);
+    fails_with(&o, "the node-local tier is the shared-memory store");
+    let root = [
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+    ];
+    let o = job.cairn_env(&["--local", "mem", "rebuild", "heat"], &root);
+    fails_with(
+        &o,
+        "cairn rebuild reads node directories, and [tiers] local is \"mem\"",
+    );
 
     // Nothing stored, nothing found; the message says where it looked.
     let o = job.cairn(&["fs", "wipe"]);
