@@ -662,7 +662,7 @@ fn wipe(g: &GlobalOpts, node: Option<u32>) -> Result<()> {
 
 /// What happened to one file.
 enum Outcome {
-    Drained { attempts: u32 },
+    Drained { attempts: u32, bytes: u64 },
     NotDrained(String),
 }
 
@@ -721,8 +721,39 @@ fn drain(g: &GlobalOpts, a: &DrainArgs) -> Result<()> {
         done: 0,
         buf: Vec::new(),
     };
-    let mut report = Vec::new();
+    // What to copy from each store; a PATH that no store holds is an error before anything is
+    // copied.
+    let mut plan = Vec::new();
+    let mut seen = vec![false; rels.len()];
     for f in &found {
+        let store = f.attach(&cfg, true)?;
+        let mut files = Vec::new();
+        if rels.is_empty() {
+            files = files_under(&store, "", false)?.unwrap_or_default();
+        }
+        for (i, rel) in rels.iter().enumerate() {
+            if let Some(fs) = files_under(&store, rel, false)? {
+                files.extend(fs);
+                seen[i] = true;
+            }
+        }
+        files.sort();
+        files.dedup();
+        plan.push((f, store, files));
+    }
+    if let Some(i) = seen.iter().position(|s| !s) {
+        bail!(
+            "no file or directory {} in {}",
+            a.paths[i],
+            found
+                .iter()
+                .map(Found::describe)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut report = Vec::new();
+    for (f, store, files) in plan {
         let to = match &a.to {
             Some(d) => d.clone(),
             None => cfg.global.join("fs").join(match f.owner {
@@ -730,22 +761,6 @@ fn drain(g: &GlobalOpts, a: &DrainArgs) -> Result<()> {
                 StoreOwner::Process(p) => format!("process{p}"),
             }),
         };
-        let store = f.attach(&cfg, true)?;
-        let mut files = Vec::new();
-        if rels.is_empty() {
-            files = files_under(&store, "", false)?.unwrap_or_default();
-        }
-        for (rel, arg) in rels.iter().zip(&a.paths) {
-            match files_under(&store, rel, false)? {
-                Some(fs) => files.extend(fs),
-                None if found.len() == 1 => {
-                    bail!("no file or directory {arg} in {}", f.describe())
-                }
-                None => {}
-            }
-        }
-        files.sort();
-        files.dedup();
         let mut sd = StoreDrain {
             to: to.clone(),
             drained: Vec::new(),
@@ -763,11 +778,10 @@ fn drain(g: &GlobalOpts, a: &DrainArgs) -> Result<()> {
                 )
             })?;
             match outcome {
-                Outcome::Drained { attempts } => {
-                    let len = std::fs::metadata(&target).map(|m| m.len()).unwrap_or(0);
-                    sd.bytes += len;
+                Outcome::Drained { attempts, bytes } => {
+                    sd.bytes += bytes;
                     sd.drained
-                        .push((shown(&prefix, &rel), target, len, attempts));
+                        .push((shown(&prefix, &rel), target, bytes, attempts));
                 }
                 Outcome::NotDrained(why) => sd.not_drained.push((shown(&prefix, &rel), why)),
             }
@@ -896,7 +910,10 @@ impl Copier {
                     .and_then(|d| d.sync_all())
                     .with_context(|| format!("cannot sync {}", dir.display()))?;
             }
-            return Ok(Outcome::Drained { attempts: attempt });
+            return Ok(Outcome::Drained {
+                attempts: attempt,
+                bytes: before.size,
+            });
         }
         Ok(Outcome::NotDrained(format!(
             "its size or modification time changed during each of {} copies",

@@ -397,6 +397,14 @@ fn drain_copies_files_byte_for_byte() {
     fails_with(&o, "the job has 2 stores (node 0, node 1): add --node");
     let o = job.cairn(&["fs", "drain", "--bandwidth", "fast"]);
     fails_with(&o, "option --bandwidth");
+    // A path only one store holds is drained from it; one no store holds is an error.
+    let v = json(&job.cairn(&["fs", "drain", "/cairn/n1", "--json"]));
+    assert_eq!(
+        (&v["files"], &v["stores"][1]["node"]),
+        (&1.into(), &1.into())
+    );
+    let o = job.cairn(&["fs", "drain", "/cairn/n1", "/cairn/nothing"]);
+    fails_with(&o, "no file or directory /cairn/nothing in /dev/shm");
 }
 
 #[test]
