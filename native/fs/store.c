@@ -899,6 +899,7 @@ static struct cairn_store_file *new_record(cairn_store *s, const char *path, uin
         f->nchunks = 0;
         f->gen++;
         f->mtime_ns = f->ctime_ns = now_ns();
+        f->writes_started = f->writes_done = 0;
         memset(f->busy, 0, sizeof f->busy);
         strcpy(f->path, path);
         f->path_hash = hash_path(path);
@@ -998,6 +999,8 @@ int cairn_store_open_file(cairn_store *s, const char *path, int flags, uint32_t 
         } else if (flags & CAIRN_O_TRUNC) {
             cut_chain(s, f, 0);
             f->size = 0;
+            f->writes_started++;
+            f->writes_done++;
             f->mtime_ns = f->ctime_ns = now_ns();
             s->h->generation++;
         }
@@ -1129,6 +1132,7 @@ static ssize_t write_at(cairn_store *s, struct cairn_store_fh fh, const void *bu
     uint64_t end = off + len;
     uint64_t have = (uint64_t)grow_chain(s, f, (end + cs - 1) / cs) * cs;
     uint64_t old = f->size;
+    f->writes_started++;
     unlock(s);
     int r = 0;
     if (have <= off) {
@@ -1147,6 +1151,7 @@ static ssize_t write_at(cairn_store *s, struct cairn_store_fh fh, const void *bu
             f->size = end;
         if (r == 0)
             f->mtime_ns = now_ns();
+        f->writes_done++;
         f->busy[slot] = 0;
         s->h->generation++;
         unlock(s);
@@ -1205,6 +1210,8 @@ int cairn_store_ftruncate(cairn_store *s, struct cairn_store_fh fh, uint64_t siz
         uint64_t cs = s->h->chunk_size;
         cut_chain(s, f, (uint32_t)((size + cs - 1) / cs));
         f->size = size;
+        f->writes_started++;
+        f->writes_done++;
         f->mtime_ns = f->ctime_ns = now_ns();
         s->h->generation++;
         unlock(s);
@@ -1215,6 +1222,11 @@ int cairn_store_ftruncate(cairn_store *s, struct cairn_store_fh fh, uint64_t siz
 static void fill_stat(cairn_store *s, struct cairn_store_file *f, uint32_t index,
                       struct cairn_store_stat *st)
 {
+    /* A writer that died in the middle of a write never ends it. Every write holds a busy
+     * slot while it runs, so with no live slot holder none is in flight: settle the count
+     * (the bytes below the size are all the file will get). */
+    if (f->writes_done != f->writes_started && !is_busy(f))
+        f->writes_done = f->writes_started;
     st->type = f->state;
     st->mode = f->mode;
     st->size = f->state == CAIRN_FILE_REG ? f->size : 0;
@@ -1222,6 +1234,8 @@ static void fill_stat(cairn_store *s, struct cairn_store_file *f, uint32_t index
     st->mtime_ns = f->mtime_ns;
     st->ctime_ns = f->ctime_ns;
     st->ino = (uint64_t)index + 2; /* 1 is the root */
+    st->writes_started = f->writes_started;
+    st->writes_done = f->writes_done;
     (void)s;
 }
 
@@ -1536,6 +1550,8 @@ size_t cairn_store_layout(uint64_t *out, size_t max)
         SZ(cairn_store_config),
         CAIRN_STORE_MAGIC, CAIRN_STORE_VERSION, CAIRN_STORE_PATH_MAX, CAIRN_STORE_MAX_NUMA,
         CAIRN_STORE_BUSY_SLOTS, CAIRN_SPILL_HEADER,
+        OFF(cairn_store_file, writes_started), OFF(cairn_store_file, writes_done),
+        OFF(cairn_store_stat, writes_started), OFF(cairn_store_stat, writes_done),
     };
     size_t n = sizeof v / sizeof v[0];
     for (size_t i = 0; i < n && i < max; i++)

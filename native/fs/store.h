@@ -107,6 +107,8 @@ struct cairn_store_file {
     int64_t ctime_ns;
     uint64_t path_hash;      /* of path[], to compare quickly */
     int32_t busy[CAIRN_STORE_BUSY_SLOTS]; /* pids copying into or out of it, 0: free */
+    uint64_t writes_started; /* writes and truncations begun on it */
+    uint64_t writes_done;    /* ... and ended: equal when none is in flight */
     char path[CAIRN_STORE_PATH_MAX];      /* relative to the mount point, "a/b/c", NUL-ended */
 };
 
@@ -133,7 +135,11 @@ struct cairn_store_stat {
     uint64_t nchunks;
     int64_t mtime_ns;
     int64_t ctime_ns;
-    uint64_t ino;            /* stable while the file exists: its record index + 1 */
+    uint64_t ino;            /* stable while the file exists: its record index + 2 */
+    /* Writes (and truncations) begun and ended: a reader that sees them equal before and
+     * unchanged after copying the file copied bytes no write touched meanwhile. */
+    uint64_t writes_started;
+    uint64_t writes_done;
 };
 
 /* A handle on one file: the record index and its generation, so a handle outlives neither

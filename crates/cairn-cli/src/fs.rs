@@ -80,8 +80,8 @@ shared memory, spill chunks from the spill file.
 
 It can run beside the program that writes the files: by default it lowers its CPU priority
 to nice 19 ([flush] priority) and writes at most [flush] bandwidth bytes per second (0: no
-limit). A file whose size or modification time changed while it was copied is copied again,
-up to 3 more times, and then reported as not drained (exit code 1). With several stores, --to
+limit). A file written while it was copied (the store counts writes begun and ended) is
+copied again, up to 3 more times, and then reported as not drained (exit code 1). With several stores, --to
 needs --node.";
 
 #[derive(Args, Debug)]
@@ -884,6 +884,11 @@ impl Copier {
             let Ok(before) = store.fstat(fh) else {
                 continue;
             };
+            if before.writes.0 != before.writes.1 {
+                // A write is in flight: its bytes may be half there.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
             let Ok(chunks) = store.chunks(fh) else {
                 continue;
             };
@@ -895,10 +900,13 @@ impl Copier {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(e);
             }
-            // The handle goes stale when the file is removed or replaced meanwhile.
-            let same = store
-                .fstat(fh)
-                .is_ok_and(|after| (after.size, after.mtime_ns) == (before.size, before.mtime_ns));
+            // The handle goes stale when the file is removed or replaced meanwhile; the
+            // write counters change with every write begun, even one that overwrites bytes
+            // without growing the file.
+            let same = store.fstat(fh).is_ok_and(|after| {
+                (after.size, after.mtime_ns, after.writes)
+                    == (before.size, before.mtime_ns, before.writes)
+            });
             if !same {
                 let _ = std::fs::remove_file(&tmp);
                 continue;
@@ -916,7 +924,7 @@ impl Copier {
             });
         }
         Ok(Outcome::NotDrained(format!(
-            "its size or modification time changed during each of {} copies",
+            "it was written during each of {} copies",
             1 + RETRIES
         )))
     }

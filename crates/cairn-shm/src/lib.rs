@@ -201,6 +201,9 @@ pub struct FileStat {
     pub chunks: u64,
     pub mtime_ns: i64,
     pub ino: u64,
+    /// Writes and truncations (begun, ended): equal when none is in flight. A reader that sees them equal before
+    /// copying a file and unchanged after copied bytes no write touched meanwhile.
+    pub writes: (u64, u64),
 }
 
 /// Space and records in use.
@@ -600,6 +603,7 @@ impl From<raw::cairn_store_stat> for FileStat {
             chunks: s.nchunks,
             mtime_ns: s.mtime_ns,
             ino: s.ino,
+            writes: (s.writes_started, s.writes_done),
         }
     }
 }

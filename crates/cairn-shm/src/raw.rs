@@ -68,6 +68,8 @@ pub struct FileRecord {
     pub ctime_ns: i64,
     pub path_hash: u64,
     pub busy: [i32; BUSY_SLOTS],
+    pub writes_started: u64,
+    pub writes_done: u64,
     pub path: [c_char; PATH_MAX],
 }
 
@@ -104,6 +106,8 @@ pub struct cairn_store_stat {
     pub mtime_ns: i64,
     pub ctime_ns: i64,
     pub ino: u64,
+    pub writes_started: u64,
+    pub writes_done: u64,
 }
 
 #[repr(C)]

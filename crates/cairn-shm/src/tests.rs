@@ -124,6 +124,15 @@ fn layout_matches_c() {
         raw::BUSY_SLOTS as u64,
         raw::SPILL_HEADER,
     ])
+    .chain(
+        [
+            offset_of!(F, writes_started),
+            offset_of!(F, writes_done),
+            offset_of!(raw::cairn_store_stat, writes_started),
+            offset_of!(raw::cairn_store_stat, writes_done),
+        ]
+        .map(|x| x as u64),
+    )
     .collect();
     assert_eq!(v, rust, "store.h and raw.rs disagree (C first)");
 }
@@ -166,7 +175,10 @@ fn round_trip_over_chunk_boundaries_and_holes() {
     let mut back = vec![0u8; data.len()];
     s.read_exact_at(f, &mut back, 0).unwrap();
     assert_eq!(back, data);
-    assert_eq!(s.fstat(f).unwrap().size, data.len() as u64);
+    let st = s.fstat(f).unwrap();
+    assert_eq!(st.size, data.len() as u64);
+    let n = data.chunks(7919).count() as u64;
+    assert_eq!(st.writes, (n, n));
     // A read past the end is short, not an error.
     let mut tail = vec![0u8; 100];
     assert_eq!(s.pread(f, &mut tail, data.len() as u64 - 10).unwrap(), 10);
@@ -424,7 +436,12 @@ fn a_process_killed_inside_the_lock_is_repaired() {
             .walk("")
             .unwrap()
             .iter()
-            .map(|p| s.stat(p).unwrap().chunks)
+            .map(|p| {
+                let st = s.stat(p).unwrap();
+                // The killed process's write, if one was in flight, counts as ended.
+                assert_eq!(st.writes.0, st.writes.1, "round {round}: {p}");
+                st.chunks
+            })
             .sum();
         assert_eq!(
             u.mem_free + used,
