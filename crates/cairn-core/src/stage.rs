@@ -190,7 +190,8 @@ fn local_root(cfg: &Config) -> Result<&Path> {
     if cfg.local_mem {
         return Err(Error::config(
             "the node-local tier is the shared-memory store ([tiers] local = \"mem\"): \
-             checkpoints in it are flushed by the job, or copied out with cairn fs drain",
+             offline flush reads node directories only; checkpoints in the store are flushed \
+             by the job itself ([flush] every / seconds, and at finalize)",
         ));
     }
     cfg.local.as_deref().ok_or_else(|| {
