@@ -8,7 +8,8 @@
 ** this library handed out. Everything else goes to libc untouched. Relative paths are passed
 ** through, so chdir into the prefix is not supported; *at calls with a directory descriptor
 ** are ours when the path is absolute under the prefix or the descriptor is a directory of
-** ours.
+** ours. A path that climbs out of the prefix ("/cairn/../etc") is not ours; it passes through
+** resolved by name. Paths are normalised with cairn_store_normalize.
 **
 ** This file is divided into:
 **   - the table of real functions and its fault hook;
@@ -35,14 +36,17 @@
 ** through, as if nothing were configured. The library never exits or aborts.
 **
 ** The store is attached on the first call under the prefix, creating it if needed; the
-** constructor only resolves the real functions. If the attach fails (say /dev/shm is too
+** constructor only resolves the real functions (and registers the fork handlers). If the
+** attach fails (say /dev/shm is too
 ** small), that call and every later one under the prefix fail with the attach's errno, and
 ** one line says why.
 **
 ** Fault injection: CAIRN_FS_FAULT=<call>:<n>:<errno> makes the n-th call (counting from 1) of
 ** the real function <call> (a name of CAIRN_REAL_CALLS in interpose.h, e.g. write, pwrite,
-** open) fail with <errno>, given as a number or a name such as EIO. Calls the store makes
-** (its spill-file writes, say) go through the same table, so they can be failed too.
+** open) fail with <errno>, given as a number or a name such as EIO. The calls the store makes
+** through libc (posix_fallocate and ftruncate sizing its segment, mmap) pass through the same
+** table, so posix_fallocate:1:ENOSPC plays a /dev/shm too small; its own reads and writes use
+** raw system calls and cannot be failed this way.
 **
 ** Descriptors. Each open file of ours owns a real kernel descriptor as a placeholder, so
 ** numbers never collide with the kernel's, dup2 onto 0 or 1 works and select's limits hold.
@@ -53,22 +57,37 @@
 ** each placeholder to a shared, reference-counted open file description (offset, flags, store
 ** handle); dup, dup2, dup3 and fcntl(F_DUPFD*) share it as the kernel would.
 **
+** A descriptor closed behind this library's back (a raw syscall, a libc-internal close) leaves
+** a stale entry; it is dropped when the kernel hands the number out again through any open,
+** dup or fcntl(F_DUPFD) of ours or passed through.
+**
+** Opening. O_CREAT, O_EXCL, O_TRUNC, O_APPEND and the access modes behave as on Linux; O_SYNC
+** and O_DSYNC sync the spill file after each write; O_DIRECTORY (or a trailing '/') on a file
+** is ENOTDIR; a directory opens read-only (for fdopendir, fstat, openat relative to it; read
+** is EISDIR); O_PATH gives a descriptor for fstat and *at calls only; O_TMPFILE is
+** EOPNOTSUPP (glibc's tmpfile and mkostemp callers fall back); O_NONBLOCK, O_DIRECT, O_NOATIME
+** and O_NOFOLLOW are kept for F_GETFL and otherwise ignored.
+**
 ** Threads, fork and exec. Descriptions carry a mutex that orders offset updates; table slots
 ** change under one mutex and are read without it on the fast path (a descriptor that is not
 ** ours costs one atomic load). After fork the child has a copy of the table, so parent and
 ** child no longer share offsets; the store itself is shared. Across exec the table is lost:
-** an inherited descriptor of ours is an O_PATH /dev/null in the new program (EBADF on use).
+** an inherited descriptor of ours is an O_PATH /dev/null in the new program (EBADF on use), so
+** a shell redirection onto a file of ours works for builtins (sh -c 'echo hi > /cairn/f') and
+** fails loudly for external commands.
 **
-** Not intercepted (and why): chdir/getcwd into the prefix (no cwd of ours); symlinks, hard
-** links, mknod, extended attributes (the store has none; the calls fail with ENOENT from the
-** real file system); memory mapping (mmap of our descriptor fails with ENODEV: chunks are not
-** contiguous); copy_file_range, sendfile and splice with a descriptor of ours fail with EXDEV
-** or EINVAL so that cp and cat fall back to read and write; file locks (flock, fcntl) are
-** accepted and do nothing; chmod, chown and utimes are accepted and not recorded (a file's
-** mode is set when it is created); O_TMPFILE fails with EOPNOTSUPP; an open file that is
-** unlinked can no longer be read (ESTALE); O_APPEND is atomic within a process, not across
-** processes. Statically linked programs and libc-internal calls (nftw, glibc's own stdio on
-** its own FILEs) cannot be seen by any LD_PRELOAD library.
+** Not intercepted (and why): chdir/fchdir/getcwd (there is no working directory of ours, so
+** tools that chdir into the prefix fail: mkdir -p, df); symlinks, hard links and mknod (the
+** store has none; the calls fail with ENOENT from the real file system); extended attributes
+** (answered as by a file system without them); memory mapping (mmap of our descriptor fails
+** with ENODEV: chunks are not contiguous); copy_file_range, sendfile and splice with a
+** descriptor of ours fail with EXDEV or EINVAL so that cp and cat fall back to read and write;
+** file locks (flock, fcntl) are accepted and do nothing; chmod, chown and utimes are accepted
+** and not recorded (a file's mode is set when it is created, from the mode and the umask the
+** process had when it attached); an open file that is unlinked can no longer be read
+** (ESTALE); O_APPEND is atomic within a process, not across processes. Statically linked
+** programs and libc-internal calls (nftw, glibc's own stdio on its own FILEs) cannot be seen
+** by any LD_PRELOAD library.
 */
 #include "interpose.h"
 
@@ -772,6 +791,9 @@ static int open_lookup(cairn_store *s, const struct cairn_path *p, int flags, mo
 
 int cairn_open_ours(cairn_store *s, const struct cairn_path *p, int flags, mode_t mode)
 {
+    /* With O_PATH, Linux ignores every flag but these (no creation, no truncation). */
+    if (flags & O_PATH)
+        flags &= O_PATH | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW;
     if ((flags & __O_TMPFILE) == __O_TMPFILE)
         return -EOPNOTSUPP;
     if ((flags & O_ACCMODE) == O_ACCMODE || ((flags & O_CREAT) && (flags & O_DIRECTORY)))

@@ -199,11 +199,9 @@ static FILE *freopen_ours(struct cairn_stream *st, const char *path, const char 
     fflush(fp);
     int fd = st->fd;
     if (path) {
-        fd = cairn_openat(AT_FDCWD, path, flags & ~O_CLOEXEC, 0666);
+        fd = cairn_openat(AT_FDCWD, path, flags, 0666);
         if (fd < 0)
             return NULL;
-        if (flags & O_CLOEXEC)
-            fcntl(fd, F_SETFD, FD_CLOEXEC);
         cairn_close(st->fd);
         st->fd = fd;
     } else if (flags & O_APPEND) {
