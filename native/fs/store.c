@@ -39,6 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
 struct cairn_store {
     struct cairn_store_header *h;
     size_t map_len;
@@ -52,6 +57,8 @@ struct cairn_store {
      * and written under the store lock only. */
     uint32_t cur_index, cur_gen, cur_k, cur_id;
     uint64_t cur_frees;
+    /* One bit per pool chunk: this process's page tables for it are filled. */
+    uint8_t *mapped;
 };
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -234,10 +241,9 @@ static void numa_place(struct cairn_store_header *h, uint8_t *data)
     }
 }
 
-static int map_segment(int fd, size_t len, int populate, void **out)
+static int map_segment(int fd, size_t len, void **out)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
-                   fd, 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return -errno;
     *out = p;
@@ -247,6 +253,8 @@ static int map_segment(int fd, size_t len, int populate, void **out)
 static void set_pointers(cairn_store *s)
 {
     uint8_t *b = (uint8_t *)s->h;
+    if (s->mapped == NULL)
+        s->mapped = calloc(s->h->mem_chunks / 8 + 1, 1);
     s->files = (struct cairn_store_file *)(b + s->h->files_offset);
     s->link = (uint32_t *)(b + s->h->link_offset);
     s->free_ids = (uint32_t *)(b + s->h->free_offset);
@@ -355,7 +363,7 @@ static int create_segment(int fd, const struct cairn_store_config *cfg, cairn_st
         return -e;
     }
     void *base = NULL;
-    int r = map_segment(fd, seg, 0, &base);
+    int r = map_segment(fd, seg, &base);
     if (r < 0) {
         say(err, errlen, "cannot map the store %s: %s", cfg->name, strerror(-r));
         return r;
@@ -397,16 +405,14 @@ static int create_segment(int fd, const struct cairn_store_config *cfg, cairn_st
             (unsigned long long)(seg >> 20), cfg->name, strerror(r));
         return -r;
     }
-    if (cfg->populate) {
-        /* Map again with the page tables filled, so this process takes no minor faults. */
-        void *again = NULL;
-        if (map_segment(fd, seg, 1, &again) == 0) {
-            munmap(base, seg);
-            h = again;
-            s->h = h;
-            set_pointers(s);
-        }
+    /* posix_fallocate reserves the pages but leaves them to be cleared on first touch:
+     * clear them all now, once for the store's lifetime, so no writer ever takes that cost.
+     * (Other processes still fill their own page tables, chunk by chunk: populate_chunk.) */
+    if (madvise(base, seg, MADV_POPULATE_WRITE) != 0) {
+        for (uint64_t at = 0; at < seg; at += 4096)
+            __atomic_store_n((uint8_t *)base + at, 0, __ATOMIC_RELAXED);
     }
+    (void)cfg->populate;
     for (uint32_t i = 0; i < cfg->max_files; i++)
         s->files[i].first_chunk = s->files[i].last_chunk = CAIRN_CHUNK_NONE;
     for (uint64_t i = 0; i < total; i++) {
@@ -464,7 +470,7 @@ static int attach_segment(int fd, const struct cairn_store_config *cfg, cairn_st
     if ((size_t)st.st_size < sizeof(struct cairn_store_header))
         return -EAGAIN;
     void *base = NULL;
-    int r = map_segment(fd, (size_t)st.st_size, 0, &base);
+    int r = map_segment(fd, (size_t)st.st_size, &base);
     if (r < 0)
         return r;
     struct cairn_store_header *h = base;
@@ -491,12 +497,9 @@ static int attach_segment(int fd, const struct cairn_store_config *cfg, cairn_st
         return -EPROTO;
     }
     if (cfg->populate) {
-        /* Fill this process's page tables now rather than on first access. */
-        munmap(base, (size_t)st.st_size);
-        r = map_segment(fd, (size_t)st.st_size, 1, &base);
-        if (r < 0)
-            return r;
-        h = base;
+        /* Fill this process's page tables for the metadata now; pool chunks are populated
+         * one by one as this process first touches them (populate_chunk). */
+        madvise(base, h->data_offset, MADV_POPULATE_WRITE);
     }
     s->h = h;
     s->map_len = (size_t)st.st_size;
@@ -610,6 +613,7 @@ void cairn_store_close(cairn_store *s)
         munmap(s->h, s->map_len);
     if (s->spill_fd >= 0)
         sys_close(s->spill_fd);
+    free(s->mapped);
     free(s);
 }
 
@@ -1021,11 +1025,67 @@ int cairn_store_open_file(cairn_store *s, const char *path, int flags, uint32_t 
     return r;
 }
 
+/* Copies of at least this many bytes into the pool bypass the caches (non-temporal stores):
+ * checkpoint data is written once and read much later, if at all, so caching it only
+ * evicts the application's working set, and on this kind of machine two writers streaming
+ * reach memory bandwidth where cached copies stall at the write-allocate reads. glibc's
+ * memcpy switches to such stores only for copies of hundreds of MiB, never for one chunk. */
+#define STREAM_MIN (64u << 10)
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* memcpy with non-temporal stores: an ordinary copy up to a 16-byte aligned destination,
+ * then 64 bytes per step, then the tail. The caller issues the fence. */
+static void stream_copy(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n)
+        head = n;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+    }
+    memcpy(dst, src, n);
+}
+static void stream_fence(void) { _mm_sfence(); }
+#else
+static void stream_copy(uint8_t *dst, const uint8_t *src, size_t n) { memcpy(dst, src, n); }
+static void stream_fence(void) {}
+#endif
+
+/* Fill this process's page tables for pool chunk id before its first copy here: the pages
+ * exist (allocated when the store was created), but every process maps them afresh, and one
+ * minor fault per 4 KiB page costs about as much as copying the page. One madvise per chunk
+ * does it in bulk, and only for the chunks the process touches, so attaching stays cheap for
+ * short-lived tools (a cat or an ls under the interposer). Best effort: without
+ * MADV_POPULATE_* (Linux < 5.14) the pages fault in one by one as before. */
+static void populate_chunk(cairn_store *s, uint32_t id, uint8_t *at, int write)
+{
+    if (s->mapped == NULL)
+        return;
+    uint8_t bit = (uint8_t)(1u << (id & 7));
+    if (__atomic_load_n(&s->mapped[id >> 3], __ATOMIC_RELAXED) & bit)
+        return;
+    madvise(at, s->h->chunk_size, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+    /* Shared memory is mapped writable on a read fault too: one population serves both. */
+    __atomic_fetch_or(&s->mapped[id >> 3], bit, __ATOMIC_RELAXED);
+}
+
 /* Copy between buf and the file's bytes [off, off+len), which its chain covers, holding a
  * busy slot: ids are read under the lock in batches, bytes copied without it. buf NULL
  * with write means zeros. */
-static int copy_range(cairn_store *s, uint32_t index, void *buf, uint64_t len, uint64_t off,
-                      int write)
+static int copy_chunks(cairn_store *s, uint32_t index, void *buf, uint64_t len, uint64_t off,
+                       int write, int *streamed)
 {
     uint64_t cs = s->h->chunk_size;
     uint8_t *p = buf;
@@ -1048,9 +1108,12 @@ static int copy_range(cairn_store *s, uint32_t index, void *buf, uint64_t len, u
             uint64_t n = cs - within < len ? cs - within : len;
             uint32_t id = ids[b];
             if (id < s->h->mem_chunks) {
+                populate_chunk(s, id, s->data + (uint64_t)id * cs, write);
                 uint8_t *at = s->data + (uint64_t)id * cs + within;
                 if (!write)
                     memcpy(p, at, n);
+                else if (p && n >= STREAM_MIN)
+                    stream_copy(at, p, n), *streamed = 1;
                 else if (p)
                     memcpy(at, p, n);
                 else
@@ -1083,6 +1146,18 @@ static int copy_range(cairn_store *s, uint32_t index, void *buf, uint64_t len, u
         }
     }
     return 0;
+}
+
+static int copy_range(cairn_store *s, uint32_t index, void *buf, uint64_t len, uint64_t off,
+                      int write)
+{
+    int streamed = 0;
+    int r = copy_chunks(s, index, buf, len, off, write, &streamed);
+    /* Non-temporal stores are weakly ordered: make them visible before the caller publishes
+     * the new size under the lock. */
+    if (streamed)
+        stream_fence();
+    return r;
 }
 
 /* Lock, check the handle and take a busy slot of its file (waiting while all are taken).

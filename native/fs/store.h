@@ -124,7 +124,8 @@ struct cairn_store_config {
     uint64_t spill_size;     /* spill bytes (rounded down to whole chunks) */
     int per_process;         /* recorded in the header flags */
     int create;              /* 0: attach only (ENOENT if missing) */
-    int populate;            /* map with MAP_POPULATE (pre-faulted page tables) */
+    int populate;            /* fill the page tables of the metadata at attach (pool chunks
+                              * are filled per chunk on first use by the process) */
 };
 
 /* A file as stat reports it. */

@@ -90,7 +90,8 @@ pub struct StoreConfig {
     pub per_process: bool,
     /// Create the store when it does not exist (else: not found is an error).
     pub create: bool,
-    /// Fill this process's page tables when mapping (no faults on first access).
+    /// Fill this process's page tables for the metadata when attaching (pool chunks are
+    /// filled one by one as the process first touches them).
     pub populate: bool,
 }
 

@@ -493,18 +493,73 @@ fn pool_pages_are_resident_from_creation_and_on_their_chunks_node() {
     // Every chunk belongs to exactly one node's range.
     let covered: u32 = (0..h.numa_nodes as usize).map(|i| h.numa_count[i]).sum();
     assert_eq!(covered, h.mem_chunks);
-    // Nothing was written: every page of the pool must already be present (pre-faulted), on
-    // the node whose range holds its chunk (with one node, node 0).
+    // Nothing was written: every page of the pool must already be in memory (allocated when
+    // the store was created: mincore reports the shared-memory pages themselves, mapped in
+    // this process or not), and once touched, on the node whose range holds its chunk (with
+    // one node, node 0).
     let base = s.chunk_base();
+    let pool = h.mem_chunks as usize * h.chunk_size as usize;
+    let mut resident = vec![0u8; pool / 4096];
+    // SAFETY: the pool range is mapped; the vector has one byte per page.
+    let r = unsafe {
+        libc::mincore(
+            base.add(h.data_offset as usize) as *mut libc::c_void,
+            pool,
+            resident.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    let absent = resident.iter().filter(|b| **b & 1 == 0).count();
+    assert_eq!(
+        absent,
+        0,
+        "{absent} of {} pool pages not in memory",
+        resident.len()
+    );
     for id in (0..h.mem_chunks).step_by(7) {
         let node = (0..h.numa_nodes as usize)
             .find(|&i| id >= h.numa_first[i] && id < h.numa_first[i] + h.numa_count[i])
             .unwrap();
         for page in [0u64, h.chunk_size - 4096] {
-            // SAFETY: the address lies inside the mapped pool.
+            // SAFETY: the address lies inside the mapped pool; reading maps the page here.
             let at =
                 unsafe { base.add((h.data_offset + id as u64 * h.chunk_size + page) as usize) };
+            // SAFETY: as above.
+            let _ = unsafe { std::ptr::read_volatile(at) };
             assert_eq!(page_node(at), node as i32, "chunk {id} page {page}");
         }
     }
+}
+
+/// Page-table entries this process has for the pool, counted with move_pages (-ENOENT: not
+/// mapped here).
+fn mapped_pages(s: &Store, first: u64, pages: u64) -> usize {
+    let h = s.header();
+    let base = s.chunk_base();
+    (0..pages)
+        .filter(|p| {
+            // SAFETY: inside the mapped pool.
+            let at = unsafe { base.add((h.data_offset + (first + p) * 4096) as usize) };
+            page_node(at) >= 0
+        })
+        .count()
+}
+
+#[test]
+fn attaching_maps_no_pool_pages_and_a_write_maps_its_chunks_at_once() {
+    let sc = Scratch::new("lazy");
+    let s = Store::open(&sc.config(8 << 20, 64 << 10)).unwrap();
+    let chunk_pages = (64 << 10) / 4096;
+    // A fresh attach (another process, here another handle) pays nothing for the pool.
+    let t = Store::open(&sc.config(8 << 20, 64 << 10)).unwrap();
+    assert_eq!(mapped_pages(&t, 0, 4 * chunk_pages), 0);
+    // Writing one byte into a chunk fills the page tables of the whole chunk in one go.
+    let f = t.create("x", false).unwrap();
+    t.write_all_at(f, b"x", 0).unwrap();
+    let id = t.chunks(f).unwrap()[0].id as u64;
+    assert_eq!(
+        mapped_pages(&t, id * chunk_pages, chunk_pages),
+        chunk_pages as usize
+    );
+    drop(s);
 }
