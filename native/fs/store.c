@@ -1160,19 +1160,30 @@ static int copy_range(cairn_store *s, uint32_t index, void *buf, uint64_t len, u
     return r;
 }
 
+/* Lock the store and find the file a handle names. Returns it with the lock held, or NULL
+ * without the lock and the error in *err (-ESTALE when it was removed or reused). */
+static struct cairn_store_file *lock_handle(cairn_store *s, struct cairn_store_fh fh, int *err)
+{
+    *err = lock(s);
+    if (*err < 0)
+        return NULL;
+    struct cairn_store_file *f = by_handle(s, fh);
+    if (f == NULL) {
+        unlock(s);
+        *err = -ESTALE;
+    }
+    return f;
+}
+
 /* Lock, check the handle and take a busy slot of its file (waiting while all are taken).
  * Returns the slot with the lock held, or an error without it. */
 static int begin_copy(cairn_store *s, struct cairn_store_fh fh, struct cairn_store_file **out)
 {
     for (;;) {
-        int r = lock(s);
-        if (r < 0)
+        int r;
+        struct cairn_store_file *f = lock_handle(s, fh, &r);
+        if (f == NULL)
             return r;
-        struct cairn_store_file *f = by_handle(s, fh);
-        if (f == NULL) {
-            unlock(s);
-            return -ESTALE;
-        }
         int b = take_busy(f);
         if (b >= 0) {
             *out = f;
@@ -1260,14 +1271,10 @@ ssize_t cairn_store_pread(cairn_store *s, struct cairn_store_fh fh, void *buf, s
 int cairn_store_ftruncate(cairn_store *s, struct cairn_store_fh fh, uint64_t size)
 {
     for (;;) {
-        int r = lock(s);
-        if (r < 0)
+        int r;
+        struct cairn_store_file *f = lock_handle(s, fh, &r);
+        if (f == NULL)
             return r;
-        struct cairn_store_file *f = by_handle(s, fh);
-        if (f == NULL) {
-            unlock(s);
-            return -ESTALE;
-        }
         if (size > f->size) {
             unlock(s);
             ssize_t w = write_at(s, fh, NULL, size - f->size, f->size);
@@ -1316,14 +1323,13 @@ static void fill_stat(cairn_store *s, struct cairn_store_file *f, uint32_t index
 
 int cairn_store_fstat(cairn_store *s, struct cairn_store_fh fh, struct cairn_store_stat *st)
 {
-    int r = lock(s);
-    if (r < 0)
+    int r;
+    struct cairn_store_file *f = lock_handle(s, fh, &r);
+    if (f == NULL)
         return r;
-    struct cairn_store_file *f = by_handle(s, fh);
-    if (f != NULL)
-        fill_stat(s, f, fh.index, st);
+    fill_stat(s, f, fh.index, st);
     unlock(s);
-    return f ? 0 : -ESTALE;
+    return 0;
 }
 
 int cairn_store_sync(cairn_store *s)
@@ -1534,14 +1540,10 @@ int cairn_store_readdir(cairn_store *s, const char *dir, uint64_t *cookie, char 
 ssize_t cairn_store_chunks(cairn_store *s, struct cairn_store_fh fh,
                            struct cairn_chunk_meta *out, size_t max)
 {
-    int r = lock(s);
-    if (r < 0)
+    int r;
+    struct cairn_store_file *f = lock_handle(s, fh, &r);
+    if (f == NULL)
         return r;
-    struct cairn_store_file *f = by_handle(s, fh);
-    if (f == NULL) {
-        unlock(s);
-        return -ESTALE;
-    }
     uint64_t cs = s->h->chunk_size;
     uint64_t n = (f->size + cs - 1) / cs;
     uint32_t id = f->first_chunk;

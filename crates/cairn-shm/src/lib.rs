@@ -202,8 +202,9 @@ pub struct FileStat {
     pub chunks: u64,
     pub mtime_ns: i64,
     pub ino: u64,
-    /// Writes and truncations (begun, ended): equal when none is in flight. A reader that sees them equal before
-    /// copying a file and unchanged after copied bytes no write touched meanwhile.
+    /// Writes and truncations (begun, ended): equal when none is in flight. A reader that
+    /// sees them equal before copying a file and unchanged after copied bytes no write
+    /// touched meanwhile.
     pub writes: (u64, u64),
 }
 
