@@ -1,0 +1,130 @@
+/*
+** image.h: the layout of a Cairn process image, shared by the checkpoint library
+** (libcairn-ckpt.so, which writes it) and the restorer (cairn-restore, which reads it).
+**
+** An image file, every part aligned to 4096 bytes:
+**
+**     struct cairn_img_header      identity (kernel, CPU), process-wide facts, offsets
+**     struct cairn_img_region [n]  one per mapping, in address order
+**     struct cairn_img_thread [n]  one per thread
+**     page bitmaps                 per saved region, one bit per page: saved or not
+**     page data                    per saved region, its saved pages in address order
+**
+** The split of work is what makes the restorer small: it rebuilds the address space (every
+** region at its address, saved pages filled in), moves the vdso/vvar back, and starts each
+** thread at the context it saved (struct cairn_img_jump) with its FS base. Everything else
+** (signal handlers, file descriptors, rseq, robust lists, affinity, names) is restored by
+** the library itself, from its own memory, once the threads run again inside the
+** checkpoint signal handler they were stopped in; returning from it (rt_sigreturn) restores
+** each thread's full register and signal state from the frame on its restored stack.
+**
+** The header says nothing in the file is trusted as a path to write to: region paths are
+** only opened read-only to map files by reference, after their device, inode, size and
+** modification time match what was recorded.
+*/
+#ifndef CAIRN_IMAGE_H
+#define CAIRN_IMAGE_H
+
+#include <stdint.h>
+
+#define CAIRN_IMG_MAGIC "CAIRNIM1"
+#define CAIRN_IMG_VERSION 1u
+#define CAIRN_IMG_PAGE 4096u
+#define CAIRN_IMG_PATH_MAX 512
+
+/* Where the restorer runs: a hole reserved (PROT_NONE) in every launched process at this
+ * fixed address, so no region of an image ever lies there, and the restorer, linked at
+ * this address, never collides with what it restores. */
+#define CAIRN_IMG_HOLE_START 0x3f0000000000ull
+#define CAIRN_IMG_HOLE_LEN (64ull << 20)
+
+/* Region flags. */
+#define CAIRN_REG_SHARED 0x1u   /* MAP_SHARED (else private) */
+#define CAIRN_REG_FILE 0x2u     /* backed by a file (path, dev, ino, offset valid) */
+#define CAIRN_REG_SAVED 0x4u    /* its present pages are in the image */
+#define CAIRN_REG_STACK 0x8u    /* [stack] (grows down) */
+#define CAIRN_REG_HEAP 0x10u    /* [heap] */
+#define CAIRN_REG_SPECIAL 0x20u /* [vdso], [vvar], [vvar_vclock]: moved, not mapped */
+#define CAIRN_REG_NUMA 0x40u    /* node is the NUMA node of its pages */
+
+/* Special region kinds (in `special`). */
+#define CAIRN_SPECIAL_VDSO 1u
+#define CAIRN_SPECIAL_VVAR 2u
+#define CAIRN_SPECIAL_VVAR_VCLOCK 3u
+
+struct cairn_img_region {
+    uint64_t start, end;     /* [start, end), page aligned */
+    uint32_t prot;           /* PROT_* */
+    uint32_t flags;          /* CAIRN_REG_* */
+    uint32_t special;        /* CAIRN_SPECIAL_*, or 0 */
+    int32_t node;            /* NUMA node to place the pages on (CAIRN_REG_NUMA), or -1 */
+    uint64_t file_offset;
+    uint64_t dev, ino;       /* of the file, as /proc/self/maps reports them */
+    uint64_t file_size;      /* st_size and st_mtime at checkpoint, checked at restart */
+    int64_t file_mtime_ns;
+    uint64_t bitmap_off;     /* byte offset of its page bitmap in the image (CAIRN_REG_SAVED) */
+    uint64_t data_off;       /* byte offset of its first saved page */
+    uint64_t saved_pages;    /* pages with their bit set */
+    char path[CAIRN_IMG_PATH_MAX];
+};
+
+/* What a stopped thread resumes into: callee-saved registers, stack and instruction pointer
+ * of the point where it called cairn_ctx_save(), which then returns 1. */
+struct cairn_img_jump {
+    uint64_t rbx, rbp, r12, r13, r14, r15, rsp, rip;
+};
+
+#define CAIRN_THR_MAIN 0x1u      /* the thread whose tid was the pid */
+
+struct cairn_img_thread {
+    int32_t tid;             /* at checkpoint */
+    uint32_t flags;          /* CAIRN_THR_* */
+    uint64_t fs_base;
+    uint64_t tid_addr;       /* glibc's tid field of the thread (struct pthread), for
+                              * CLONE_CHILD_SETTID / CLEARTID and set_tid_address */
+    uint64_t jump_addr;      /* address (in restored memory) of its struct cairn_img_jump */
+};
+
+struct cairn_img_header {
+    char magic[8];           /* CAIRN_IMG_MAGIC */
+    uint32_t version;        /* CAIRN_IMG_VERSION */
+    uint32_t header_size;    /* sizeof(struct cairn_img_header) */
+    uint64_t file_size;      /* bytes of the whole image, checked at restart */
+    uint32_t nregions, nthreads;
+    uint64_t regions_off, threads_off;
+    /* Identity: restart refuses another kernel build (the vdso must be identical) or a CPU
+     * lacking a feature this one had (glibc chose its ifuncs and XSAVE layout here). */
+    char kernel_release[65];
+    char kernel_version[65];
+    uint8_t pad0[6];
+    uint32_t cpuid1_ecx, cpuid1_edx, cpuid7_ebx, cpuid7_ecx, cpuid7_edx, pad1;
+    uint64_t xcr0;
+    /* The process. */
+    int32_t pid;
+    uint32_t nfds_hint;      /* informational: descriptors the library saved itself */
+    uint64_t hole_start, hole_len;
+    uint64_t control_addr;   /* the library's struct cairn_img_control in restored memory */
+    uint64_t brk_start, brk_end;
+    uint64_t checkpoint;     /* the checkpoint number */
+    int64_t time_ns;         /* CLOCK_REALTIME when written */
+    uint8_t reserved[256];
+};
+
+/* Filled in by the restorer before it starts the threads; read by the library when it
+ * resumes. Lives in the library's memory, at header.control_addr. */
+struct cairn_img_control {
+    uint64_t magic;          /* CAIRN_CONTROL_MAGIC */
+    int32_t restarted;       /* set to 1 by the restorer */
+    int32_t new_pid;
+    char coord_addr[128];    /* "host:port" of the coordinator to connect to after restart */
+    char token[80];
+    int32_t proc;            /* process index in the job */
+    int32_t affinity;        /* 1: restore CPU masks (default), 0: leave them */
+    char cpus[256];          /* "--cpus LIST": map saved masks onto these CPUs ("" none) */
+    int32_t main_tid;        /* the restored main thread's tid (= new_pid) */
+    int32_t pad;
+};
+
+#define CAIRN_CONTROL_MAGIC 0x4c525443524e4143ull /* "CANRCTRL" */
+
+#endif
