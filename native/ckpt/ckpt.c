@@ -134,6 +134,8 @@ static struct {
     char standalone_dir[400];
     uint64_t checkpoints;
     int affinity;                 /* restore CPU masks */
+    int verbose;                  /* CAIRN_CKPT_VERBOSE: report timings on stderr */
+    int64_t stop_ns, write_ns;    /* of the last checkpoint */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
 /* Written by the restorer (image.h). */
@@ -165,6 +167,13 @@ __asm__(".text\n"
         ".size cairn_ctx_save, .-cairn_ctx_save\n");
 
 static pid_t gettid_raw(void) { return (pid_t)syscall(SYS_gettid); }
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static uint64_t fs_base(void)
 {
@@ -250,6 +259,8 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
     S.node = p ? atoi(p) : 0;
     p = getenv("CAIRN_CKPT_AFFINITY");
     S.affinity = !(p && strcmp(p, "off") == 0);
+    p = getenv("CAIRN_CKPT_VERBOSE");
+    S.verbose = p && *p && strcmp(p, "0") != 0;
     S.sig = SIGRTMIN + 4;
     p = getenv("CAIRN_CKPT_SIGNAL");
     if (p && atoi(p) > 0 && atoi(p) < 65)
@@ -973,6 +984,9 @@ static void resume_process(void)
     snprintf(S.token, sizeof S.token, "%s", CONTROL.token);
     S.proc = CONTROL.proc;
     S.affinity = CONTROL.affinity;
+    if (S.verbose)
+        say("restored: %.6f s from the restorer's start to running threads",
+            (mono_ns() - CONTROL.restore_start_ns) / 1e9);
 }
 
 /* ---- the coordinator protocol (manager side) ----------------------------------------- */
@@ -1137,6 +1151,7 @@ static int read_line(char *buf, size_t len)
  * written, 0 when this is the restored process coming back, or a negative errno. */
 static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
 {
+    int64_t t0 = mono_ns();
     if (stop_threads() != 0) {
         release_threads();
         return -EAGAIN;
@@ -1160,11 +1175,14 @@ static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
         }
         field(line, "path", (char *)path, CAIRN_IMG_PATH_MAX);
     }
+    int64_t t1 = mono_ns();
     int64_t w = write_image(path, v);
     if (CONTROL.restarted && w == 0) {
         resume_process();
         return 0;
     }
+    S.stop_ns = t1 - t0;
+    S.write_ns = mono_ns() - t1;
     return w;
 }
 
@@ -1192,6 +1210,9 @@ static void run_standalone(void)
         release_threads();
         if (w < 0)
             say("checkpoint %llu failed: %s", (unsigned long long)v, strerror((int)-w));
+        else if (S.verbose)
+            say("checkpoint %llu: %lld bytes in %s, stop %.6f s, write %.6f s", (unsigned long long)v,
+                (long long)w, path, S.stop_ns / 1e9, S.write_ns / 1e9);
         else
             say("checkpoint %llu: %lld bytes in %s", (unsigned long long)v, (long long)w, path);
     }

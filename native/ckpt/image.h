@@ -123,6 +123,7 @@ struct cairn_img_control {
     char cpus[256];          /* "--cpus LIST": map saved masks onto these CPUs ("" none) */
     int32_t main_tid;        /* the restored main thread's tid (= new_pid) */
     int32_t pad;
+    int64_t restore_start_ns; /* CLOCK_MONOTONIC when the restorer started */
 };
 
 #define CAIRN_CONTROL_MAGIC 0x4c525443524e4143ull /* "CANRCTRL" */

@@ -637,8 +637,18 @@ static i64 parse_int(const char *s)
     return v;
 }
 
+#define SYS_clock_gettime 228
+
+static i64 monotonic_ns(void)
+{
+    i64 ts[2] = {0, 0};
+    sys2(SYS_clock_gettime, 1 /* CLOCK_MONOTONIC */, ts);
+    return ts[0] * 1000000000 + ts[1];
+}
+
 __attribute__((noreturn, used)) void restorer_main(u64 *sp)
 {
+    i64 started = monotonic_ns();
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
     /* Nothing may interrupt the rebuild; each thread gets its own mask back when it
@@ -702,6 +712,7 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     c->proc = proc[0] ? (int32_t)parse_int(proc) : c->proc;
     c->affinity = !seq(aff, "off");
     scopy(c->cpus, cpus, sizeof c->cpus);
+    c->restore_start_ns = started;
     start_threads();
     for (;;) {
     }

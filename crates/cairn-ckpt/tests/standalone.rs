@@ -3,7 +3,6 @@
 //! checkpoint signal sent from outside, killed with SIGKILL, and brought back by
 //! `cairn-restore`; each program checks its own state and says OK or BAD at the end.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
