@@ -569,6 +569,10 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
         uint8_t *bm = bitmaps + used;
         memset(bm, 0, bytes);
         uint64_t saved = 0;
+        /* Where the saved pages are (move_pages with no target only reports), so the
+         * restorer can put them back on that NUMA node before filling them. */
+        static uint64_t per_node[64];
+        memset(per_node, 0, sizeof per_node);
         for (uint64_t p = 0; p < pages;) {
             uint64_t k = pages - p < 4096 ? pages - p : 4096;
             ssize_t got = syscall(SYS_pread64, pm, ent, k * 8, (r->start / CAIRN_IMG_PAGE + p) * 8);
@@ -576,6 +580,9 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
                 syscall(SYS_close, pm);
                 return -EIO;
             }
+            static void *addrs[4096];
+            static int status[4096];
+            unsigned long na = 0;
             for (uint64_t j = 0; j < k; j++) {
                 uint64_t e = ent[j];
                 int present = (e >> 63) & 1, swapped = (e >> 62) & 1, filepage = (e >> 61) & 1;
@@ -583,9 +590,24 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
                 if (take) {
                     bm[(p + j) / 8] |= (uint8_t)(1u << ((p + j) % 8));
                     saved++;
+                    if (present)
+                        addrs[na++] = (void *)(r->start + (p + j) * CAIRN_IMG_PAGE);
                 }
             }
+            if (na && syscall(SYS_move_pages, 0, na, addrs, NULL, status, 0) == 0)
+                for (unsigned long j = 0; j < na; j++)
+                    if (status[j] >= 0 && status[j] < 64)
+                        per_node[status[j]]++;
             p += k;
+        }
+        int best = -1;
+        for (int nd = 0; nd < 64; nd++)
+            if (per_node[nd] && (best < 0 || per_node[nd] > per_node[best]))
+                best = nd;
+        if (best >= 0) {
+            /* A region spread over several nodes goes back to the one holding most of it. */
+            r->flags |= CAIRN_REG_NUMA;
+            r->node = best;
         }
         if (saved) {
             r->flags |= CAIRN_REG_SAVED;

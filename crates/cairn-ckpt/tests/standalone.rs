@@ -334,7 +334,7 @@ fn a_1_gib_array_comes_back_intact() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let prog = program("bigarray", &[]);
     let mut run = launch(dir.path(), &prog, &["1024", "6"], &[]);
-    wait_for(&run.out, "round 0\n", Duration::from_secs(120));
+    let before = wait_for(&run.out, "round 0 ", Duration::from_secs(120));
     let img = checkpoint(run.child.id(), &run.images, 1);
     let h = cairn_ckpt::read_header(&img).unwrap();
     assert!(h.file_size > 1 << 30, "image of {} bytes", h.file_size);
@@ -343,6 +343,34 @@ fn a_1_gib_array_comes_back_intact() {
     let out = std::fs::read_to_string(&run.out).unwrap();
     assert_eq!(code, 0, "{err}\n{out}");
     assert!(out.contains("bigarray: done OK"), "{out}");
+    // Page placement: before, the array's pages follow the default policy on the node the
+    // kernel chose; after the restart they are on that same node, bound there by the
+    // restorer before it filled them (with one NUMA node here, node 0: what is exercised is
+    // the recording of the node and the binding, not a move between nodes).
+    let round = |text: &str, first: bool| -> (i32, i32, String) {
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("round ")).collect();
+        let l = if first {
+            lines[0]
+        } else {
+            lines[lines.len() - 1]
+        };
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (
+            w[3].parse().unwrap(),
+            w[5].parse().unwrap(),
+            w[7].to_string(),
+        )
+    };
+    let (node0, policy0, _) = round(&before, true);
+    let (node1, policy1, mask1) = round(&out, false);
+    assert!(node0 >= 0, "move_pages found no node: {before}");
+    assert_eq!(policy0, 0, "MPOL_DEFAULT before: {before}");
+    assert_eq!(node1, node0, "the pages moved to another node: {out}");
+    assert_eq!(
+        policy1, 1,
+        "not bound (MPOL_PREFERRED) after the restart: {out}"
+    );
+    assert_eq!(mask1, format!("{:x}", 1u64 << node0), "{out}");
 }
 
 /// Change bytes of an image copy at `at` and restore it: the restorer must refuse.

@@ -2,6 +2,8 @@
  * again while a counter runs; the final line says whether every byte still matched. */
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -25,7 +27,14 @@ int main(int argc, char **argv)
                 printf("bigarray: word %zu differs\n", i);
                 break;
             }
-        printf("round %d\n", r);
+        /* Where the kernel says the array is and which policy governs it: a restored
+         * process has its pages bound to the node they were on (MPOL_PREFERRED, 1). */
+        void *page = (char *)a + ((n * sizeof *a / 2) & ~4095ul);
+        int node = -1, mode = -1;
+        unsigned long mask[16] = {0};
+        syscall(SYS_move_pages, 0, 1ul, &page, NULL, &node, 0);
+        syscall(SYS_get_mempolicy, &mode, mask, 1024ul, page, 2ul /* MPOL_F_ADDR */);
+        printf("round %d node %d policy %d mask %lx\n", r, node, mode, mask[0]);
         fflush(stdout);
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
