@@ -267,6 +267,28 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
         S.sig = atoi(p);
     if (S.coord[0] == 0 && S.standalone_dir[0] == 0)
         return; /* not under cairn launch: stay out of the way */
+    /* Processes this one starts are not part of the job: they get neither the library nor
+     * its settings (they would register with the coordinator as this process). */
+    static const char *const ours[] = {"CAIRN_COORD_ADDR", "CAIRN_COORD_TOKEN", "CAIRN_PROC", "CAIRN_NODE",
+                                       "CAIRN_CKPT_DIR", "CAIRN_CKPT_AFFINITY", "CAIRN_CKPT_SIGNAL"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        unsetenv(ours[i]);
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "libcairn-ckpt.so")) {
+        char kept[4096] = "";
+        char list[4096];
+        snprintf(list, sizeof list, "%s", pre);
+        for (char *save = NULL, *tok = strtok_r(list, ": ", &save); tok; tok = strtok_r(NULL, ": ", &save)) {
+            if (strstr(tok, "libcairn-ckpt.so"))
+                continue;
+            size_t k = strlen(kept);
+            snprintf(kept + k, sizeof kept - k, "%s%s", k ? ":" : "", tok);
+        }
+        if (kept[0])
+            setenv("LD_PRELOAD", kept, 1);
+        else
+            unsetenv("LD_PRELOAD");
+    }
     /* Keep the restorer's place free: nothing of this process may ever be mapped there. */
     void *hole = mmap((void *)CAIRN_IMG_HOLE_START, CAIRN_IMG_HOLE_LEN, PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
