@@ -83,11 +83,11 @@
 ** with ENODEV: chunks are not contiguous); copy_file_range, sendfile and splice with a
 ** descriptor of ours fail with EXDEV or EINVAL so that cp and cat fall back to read and write;
 ** file locks (flock, fcntl) are accepted and do nothing; chmod, chown and utimes are accepted
-** and not recorded (a file's mode is set when it is created, from the mode and the umask the
-** process had when it attached); an open file that is unlinked can no longer be read
-** (ESTALE); O_APPEND is atomic within a process, not across processes. Statically linked
-** programs and libc-internal calls (nftw, glibc's own stdio on its own FILEs) cannot be seen
-** by any LD_PRELOAD library.
+** and not recorded (a file's mode is set when it is created, from the mode and the process's
+** umask, which the umask wrapper follows); an open file that is unlinked can no longer be
+** read (ESTALE); O_APPEND is atomic within a process, not across processes. Statically
+** linked programs and libc-internal calls (nftw, glibc's own stdio on its own FILEs) cannot
+** be seen by any LD_PRELOAD library.
 */
 #include "interpose.h"
 
@@ -449,7 +449,6 @@ const struct cairn_cfg *cairn_cfg(void)
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static cairn_store *store;
 static int attach_error;  /* negative errno once an attach failed */
-static mode_t umask_value;
 
 /* The process umask without changing it (umask() would race with other threads): the
  * "Umask:" line of /proc/self/status, or 022 when it cannot be read. */
@@ -500,7 +499,6 @@ int cairn_store_get(cairn_store **out)
             cairn_log("cannot attach the in-memory store %s for %s: %s", c->name, c->prefix,
                       err[0] ? err : strerror(-rc));
         } else {
-            umask_value = read_umask();
             __atomic_store_n(&store, s, __ATOMIC_RELEASE);
         }
     }
@@ -516,9 +514,37 @@ cairn_store *cairn_store_attached(void)
     return __atomic_load_n(&store, __ATOMIC_ACQUIRE);
 }
 
+/*
+** The umask. Every change a program makes goes through umask(), so the wrapper records it and
+** a create reads it with one atomic load; only the value the process started with has to be
+** read from /proc, once, on the first create that needs it. umask_lock orders the wrapper's
+** real call and record against that first read, so neither overwrites a newer value.
+*/
+static pthread_mutex_t umask_lock = PTHREAD_MUTEX_INITIALIZER;
+static int umask_value = -1; /* atomic; -1 until known */
+
 mode_t cairn_umask(void)
 {
-    return umask_value;
+    int m = __atomic_load_n(&umask_value, __ATOMIC_ACQUIRE);
+    if (CAIRN_UNLIKELY(m < 0)) {
+        pthread_mutex_lock(&umask_lock);
+        m = umask_value;
+        if (m < 0) {
+            m = (int)read_umask();
+            __atomic_store_n(&umask_value, m, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&umask_lock);
+    }
+    return (mode_t)m;
+}
+
+CAIRN_EXPORT mode_t umask(mode_t mask)
+{
+    pthread_mutex_lock(&umask_lock);
+    mode_t old = CAIRN_REAL(umask, mask);
+    __atomic_store_n(&umask_value, (int)(mask & 0777), __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&umask_lock);
+    return old;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -737,6 +763,7 @@ static void atfork_child(void)
             if (fdtab->slot[fd])
                 pthread_mutex_init(&fdtab->slot[fd]->lock, NULL);
     pthread_mutex_unlock(&tab_lock);
+    pthread_mutex_init(&umask_lock, NULL);
     cairn_dir_atfork_child();
 }
 

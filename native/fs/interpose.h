@@ -170,7 +170,8 @@ ssize_t __pread_chk(int fd, void *buf, size_t nbytes, off_t off, size_t buflen);
     X(scandir, int,                                                                              \
       (const char *, struct dirent ***, int (*)(const struct dirent *),                          \
        int (*)(const struct dirent **, const struct dirent **)),                                 \
-      -1)
+      -1)                                                                                        \
+    X(umask, mode_t, (mode_t), 0)
 
 #define CAIRN_REAL_ENUM(name, ret, params, fail) CAIRN_SYS_##name,
 enum { CAIRN_REAL_CALLS(CAIRN_REAL_ENUM) CAIRN_SYS_COUNT };
@@ -286,7 +287,7 @@ int cairn_fd_stat(int fd, struct cairn_store_stat *cs);
 /* Opens p in the store as open(2) would with flags and mode: a new descriptor of ours, or a
  * negative errno. */
 int cairn_open_ours(cairn_store *s, const struct cairn_path *p, int flags, mode_t mode);
-/* The process umask, read when the store was attached. */
+/* The process umask: read from /proc once, then followed through the umask wrapper. */
 mode_t cairn_umask(void);
 /* In a child after fork: directory streams' locks may be held by threads that are gone. */
 void cairn_dir_atfork_child(void);
