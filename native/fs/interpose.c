@@ -5,11 +5,12 @@
 **
 ** A call is ours when its path is absolute and begins with the prefix followed by '/' or the
 ** end of the string (one string compare for every other path), or when it takes a descriptor
-** this library handed out. Everything else goes to libc untouched. Relative paths are passed
-** through, so chdir into the prefix is not supported; *at calls with a directory descriptor
-** are ours when the path is absolute under the prefix or the descriptor is a directory of
-** ours. A path that climbs out of the prefix ("/cairn/../etc") is not ours; it passes through
-** resolved by name. Paths are normalised with cairn_store_normalize.
+** this library handed out. Everything else goes to libc untouched. A relative path is ours
+** against a directory descriptor of ours, or against the working directory (AT_FDCWD) while
+** that is a virtual one under the prefix (interpose_cwd.c); otherwise it passes through, at
+** the cost of one atomic load. A path that climbs out of the prefix ("/cairn/../etc", or
+** "../.." from a virtual working directory) is not ours; it passes through resolved by name.
+** Paths are normalised with cairn_store_normalize.
 **
 ** This file is divided into:
 **   - the table of real functions and its fault hook;
@@ -19,7 +20,7 @@
 **   - opening, reading, writing and every other call that takes a descriptor;
 **   - stat and statfs results.
 ** Calls on names and directory streams are in interpose_dir.c; stdio is in
-** interpose_stdio.c.
+** interpose_stdio.c; the working directory in interpose_cwd.c.
 **
 ** Configuration (read once, on the first call that looks at a path):
 **   CAIRN_TIERS_MEM_PREFIX      mount point, default /cairn
@@ -71,23 +72,23 @@
 ** Threads, fork and exec. Descriptions carry a mutex that orders offset updates; table slots
 ** change under one mutex and are read without it on the fast path (a descriptor that is not
 ** ours costs one atomic load). After fork the child has a copy of the table, so parent and
-** child no longer share offsets; the store itself is shared. Across exec the table is lost:
-** an inherited descriptor of ours is an O_PATH /dev/null in the new program (EBADF on use), so
-** a shell redirection onto a file of ours works for builtins (sh -c 'echo hi > /cairn/f') and
-** fails loudly for external commands.
+** child no longer share offsets; the store itself is shared; fork copies the virtual working
+** directory. Across exec the table and the working directory are lost: an inherited
+** descriptor of ours is an O_PATH /dev/null in the new program (EBADF on use), so a shell
+** redirection onto a file of ours works for builtins (sh -c 'echo hi > /cairn/f') and fails
+** loudly for external commands.
 **
-** Not intercepted (and why): chdir/fchdir/getcwd (there is no working directory of ours, so
-** tools that chdir into the prefix fail: mkdir -p, df); symlinks, hard links and mknod (the
-** store has none; the calls fail with ENOENT from the real file system); extended attributes
-** (answered as by a file system without them); memory mapping (mmap of our descriptor fails
-** with ENODEV: chunks are not contiguous); copy_file_range, sendfile and splice with a
-** descriptor of ours fail with EXDEV or EINVAL so that cp and cat fall back to read and write;
-** file locks (flock, fcntl) are accepted and do nothing; chmod, chown and utimes are accepted
-** and not recorded (a file's mode is set when it is created, from the mode and the process's
-** umask, which the umask wrapper follows); an open file that is unlinked can no longer be
-** read (ESTALE); O_APPEND is atomic within a process, not across processes. Statically
-** linked programs and libc-internal calls (nftw, glibc's own stdio on its own FILEs) cannot
-** be seen by any LD_PRELOAD library.
+** Not intercepted (and why): symbolic links, hard links and special files (the store has
+** none: making one under the prefix fails with EPERM, a hard link across the prefix with
+** EXDEV); extended attributes (answered as by a file system without them); memory mapping
+** (mmap of our descriptor fails with ENODEV: chunks are not contiguous); copy_file_range,
+** sendfile and splice with a descriptor of ours fail with EXDEV or EINVAL so that cp and cat
+** fall back to read and write; file locks (flock, fcntl) are accepted and do nothing; chmod,
+** chown and utimes are accepted and not recorded (a file's mode is set when it is created,
+** from the mode and the process's umask, which the umask wrapper follows); an open file that
+** is unlinked can no longer be read (ESTALE); O_APPEND is atomic within a process, not across
+** processes. Statically linked programs and libc-internal calls (nftw, glibc's own stdio on
+** its own FILEs) cannot be seen by any LD_PRELOAD library.
 */
 #include "interpose.h"
 
@@ -597,15 +598,22 @@ int cairn_route(int dirfd, const char *path, struct cairn_path *p, cairn_store *
         }
         p->saved_errno = errno;
     } else {
-        if (dirfd == AT_FDCWD || !fd_maybe(dirfd))
-            return 0;
-        struct cairn_ofd *d = cairn_fd_get(dirfd);
-        if (!d)
-            return 0;
-        p->saved_errno = errno;
-        int kind = d->kind;
-        int n = snprintf(joined, sizeof joined, "%s/%s/%s", c->prefix, d->path, path);
-        cairn_ofd_put(d);
+        char base[CAIRN_STORE_PATH_MAX];
+        int kind = CAIRN_OFD_DIR;
+        int saved = errno;
+        if (dirfd == AT_FDCWD) {
+            if (!cairn_cwd_active() || !cairn_cwd_get(base))
+                return 0;
+        } else {
+            struct cairn_ofd *d = fd_maybe(dirfd) ? cairn_fd_get(dirfd) : NULL;
+            if (!d)
+                return 0;
+            kind = d->kind;
+            memcpy(base, d->path, sizeof base);
+            cairn_ofd_put(d);
+        }
+        p->saved_errno = saved;
+        int n = snprintf(joined, sizeof joined, "%s/%s/%s", c->prefix, base, path);
         if (kind != CAIRN_OFD_DIR || !path[0]) {
             errno = kind != CAIRN_OFD_DIR ? ENOTDIR : ENOENT;
             return -1;
@@ -771,6 +779,8 @@ __attribute__((constructor)) static void interpose_init(void)
 {
     pthread_once(&real_once, real_init);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    /* The working directory's lock is taken across fork too, so the child's copy is whole. */
+    pthread_atfork(cairn_cwd_atfork_prepare, cairn_cwd_atfork_parent, cairn_cwd_atfork_child);
 }
 
 /* ---------------------------------------------------------------------------------------- */

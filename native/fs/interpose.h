@@ -8,6 +8,7 @@
 **   interpose_dir.c    calls on names (stat, access, unlink, rename, mkdir, ...) and
 **                      directory streams (opendir, readdir, ...)
 **   interpose_stdio.c  stdio streams (fopen, fdopen, freopen, fileno) over fopencookie
+**   interpose_cwd.c    the virtual working directory (chdir, fchdir, getcwd, ...)
 **
 ** The file comment of interpose.c describes the whole library.
 */
@@ -60,6 +61,7 @@ int __open_2(const char *path, int flags);
 int __openat_2(int dirfd, const char *path, int flags);
 ssize_t __read_chk(int fd, void *buf, size_t nbytes, size_t buflen);
 ssize_t __pread_chk(int fd, void *buf, size_t nbytes, off_t off, size_t buflen);
+char *__getcwd_chk(char *buf, size_t size, size_t buflen);
 
 /*
 ** The real functions, resolved once with dlsym(RTLD_NEXT) into one table. Every wrapper and
@@ -171,7 +173,21 @@ ssize_t __pread_chk(int fd, void *buf, size_t nbytes, off_t off, size_t buflen);
       (const char *, struct dirent ***, int (*)(const struct dirent *),                          \
        int (*)(const struct dirent **, const struct dirent **)),                                 \
       -1)                                                                                        \
-    X(umask, mode_t, (mode_t), 0)
+    X(umask, mode_t, (mode_t), 0)                                                                \
+    X(symlink, int, (const char *, const char *), -1)                                            \
+    X(symlinkat, int, (const char *, int, const char *), -1)                                     \
+    X(link, int, (const char *, const char *), -1)                                               \
+    X(linkat, int, (int, const char *, int, const char *, int), -1)                              \
+    X(mknod, int, (const char *, mode_t, dev_t), -1)                                             \
+    X(mknodat, int, (int, const char *, mode_t, dev_t), -1)                                      \
+    X(mkfifo, int, (const char *, mode_t), -1)                                                   \
+    X(mkfifoat, int, (int, const char *, mode_t), -1)                                            \
+    X(chdir, int, (const char *), -1)                                                            \
+    X(fchdir, int, (int), -1)                                                                    \
+    X(getcwd, char *, (char *, size_t), NULL)                                                    \
+    X(__getcwd_chk, char *, (char *, size_t, size_t), NULL)                                      \
+    X(getwd, char *, (char *), NULL)                                                             \
+    X(get_current_dir_name, char *, (void), NULL)
 
 #define CAIRN_REAL_ENUM(name, ret, params, fail) CAIRN_SYS_##name,
 enum { CAIRN_REAL_CALLS(CAIRN_REAL_ENUM) CAIRN_SYS_COUNT };
@@ -244,7 +260,8 @@ struct cairn_path {
 ** through a mount point that does not exist. Returns 1 when the call is ours and the store is
 ** attached (*s and p filled), -1 when it is ours but fails before reaching the store (errno
 ** set: ENAMETOOLONG, the attach error, ENOTDIR for a dirfd of ours that is a file, ...). A
-** relative path is ours only against a directory descriptor of ours.
+** relative path is ours against a directory descriptor of ours, or against AT_FDCWD while the
+** working directory is a virtual one (interpose_cwd.c).
 */
 int cairn_route(int dirfd, const char *path, struct cairn_path *p, cairn_store **s);
 /* Joins dir (relative, normalised) and name into out; -ENAMETOOLONG or 0. */
@@ -302,6 +319,21 @@ off_t cairn_lseek(int fd, off_t off, int whence);
 int cairn_close(int fd);
 /* Sets O_APPEND on a descriptor of ours (fdopen with "a"); 0 or -errno. */
 int cairn_fd_set_append(int fd);
+
+/* The virtual working directory (interpose_cwd.c): set while the process's working directory
+ * is under the prefix. cairn_cwd_get copies it (relative, normalised, "" for the mount point)
+ * into out and returns 1, or returns 0 when the working directory is a real one. */
+extern int cairn_cwd_on;
+int cairn_cwd_get(char out[CAIRN_STORE_PATH_MAX]);
+/* Makes rel (normalised) the working directory; 0 or a negative errno. */
+int cairn_cwd_enter(const char *rel);
+void cairn_cwd_atfork_prepare(void);
+void cairn_cwd_atfork_parent(void);
+void cairn_cwd_atfork_child(void);
+static inline int cairn_cwd_active(void)
+{
+    return __atomic_load_n(&cairn_cwd_on, __ATOMIC_ACQUIRE);
+}
 
 /* struct stat / statx for a file of the store. */
 void cairn_fill_stat(struct stat *st, const struct cairn_store_stat *cs);

@@ -71,10 +71,17 @@ static int empty_path(const char *path, int flags)
     return (flags & AT_EMPTY_PATH) && path && path[0] == 0;
 }
 
+/* AT_EMPTY_PATH with AT_FDCWD asks about the working directory: ".", if it is ours. */
+static const char *empty_cwd(int dirfd, const char *path, int flags)
+{
+    return dirfd == AT_FDCWD && empty_path(path, flags) && cairn_cwd_active() ? "." : path;
+}
+
 CAIRN_EXPORT int fstatat(int dirfd, const char *path, struct stat *st, int flags)
 {
     if (empty_path(path, flags) && cairn_fd_maybe(dirfd))
         return fstat(dirfd, st);
+    path = empty_cwd(dirfd, path, flags);
     struct cairn_path p;
     cairn_store *s;
     int r = cairn_route(dirfd, path, &p, &s);
@@ -95,6 +102,7 @@ CAIRN_EXPORT int statx(int dirfd, const char *path, int flags, unsigned mask, st
         if (rc == 1)
             rc = -EBADF; /* closed since cairn_fd_maybe looked */
     } else {
+        path = empty_cwd(dirfd, path, flags);
         r = cairn_route(dirfd, path, &p, &s);
         if (r == 0)
             return CAIRN_REAL(statx, dirfd, p.pass, flags, mask, stx);
@@ -404,45 +412,140 @@ CAIRN_EXPORT int mkdirat(int dirfd, const char *path, mode_t mode)
 }
 
 /*
-** rename, renameat, renameat2 (which = 0, 1, 2). Both names ours: the store renames. One ours
-** and one not: EXDEV, as between two file systems (mv then copies). renameat2 supports flags
-** 0 only (EINVAL otherwise; gnulib's renameatu, as used by mv, falls back on it).
+** rename, renameat, renameat2, link and linkat: calls on two names. Both ours: the store
+** renames; a hard link is EPERM (the store has none). One ours and one not: EXDEV, as between
+** two file systems (mv then copies). renameat2 supports flags 0 only (EINVAL otherwise;
+** gnulib's renameatu, as used by mv, falls back on it).
 */
-static int rename_call(int which, int olddirfd, const char *oldpath, int newdirfd,
-                       const char *newpath, unsigned flags)
+enum pair { PAIR_RENAME, PAIR_RENAMEAT, PAIR_RENAMEAT2, PAIR_LINK, PAIR_LINKAT };
+
+static int pair_call(enum pair which, int olddirfd, const char *oldpath, int newdirfd,
+                     const char *newpath, unsigned flags)
 {
     struct cairn_path from, to;
     cairn_store *s;
     int r1 = cairn_route(olddirfd, oldpath, &from, &s);
     int r2 = r1 < 0 ? 0 : cairn_route(newdirfd, newpath, &to, &s);
     if (r1 == 0 && r2 == 0) {
-        if (which == 0)
-            return CAIRN_REAL(rename, from.pass, to.pass);
-        if (which == 1)
-            return CAIRN_REAL(renameat, olddirfd, from.pass, newdirfd, to.pass);
-        return CAIRN_REAL(renameat2, olddirfd, from.pass, newdirfd, to.pass, flags);
+        switch (which) {
+        case PAIR_RENAME: return CAIRN_REAL(rename, from.pass, to.pass);
+        case PAIR_RENAMEAT: return CAIRN_REAL(renameat, olddirfd, from.pass, newdirfd, to.pass);
+        case PAIR_RENAMEAT2:
+            return CAIRN_REAL(renameat2, olddirfd, from.pass, newdirfd, to.pass, flags);
+        case PAIR_LINK: return CAIRN_REAL(link, from.pass, to.pass);
+        default: return CAIRN_REAL(linkat, olddirfd, from.pass, newdirfd, to.pass, (int)flags);
+        }
     }
     if (r1 < 0 || r2 < 0)
         return -1;
     int saved = r1 ? from.saved_errno : to.saved_errno;
-    int rc = flags ? -EINVAL : (r1 != r2) ? -EXDEV : cairn_store_rename(s, from.rel, to.rel);
+    int link = which >= PAIR_LINK;
+    int rc = !link && flags ? -EINVAL
+             : r1 != r2     ? -EXDEV
+             : link         ? -EPERM
+                            : cairn_store_rename(s, from.rel, to.rel);
     return (int)cairn_result(rc, saved);
 }
 
 CAIRN_EXPORT int rename(const char *oldpath, const char *newpath)
 {
-    return rename_call(0, AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
+    return pair_call(PAIR_RENAME, AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
 }
 
 CAIRN_EXPORT int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
-    return rename_call(1, olddirfd, oldpath, newdirfd, newpath, 0);
+    return pair_call(PAIR_RENAMEAT, olddirfd, oldpath, newdirfd, newpath, 0);
 }
 
 CAIRN_EXPORT int renameat2(int olddirfd, const char *oldpath, int newdirfd,
                            const char *newpath, unsigned flags)
 {
-    return rename_call(2, olddirfd, oldpath, newdirfd, newpath, flags);
+    return pair_call(PAIR_RENAMEAT2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+CAIRN_EXPORT int link(const char *oldpath, const char *newpath)
+{
+    return pair_call(PAIR_LINK, AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
+}
+
+CAIRN_EXPORT int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                        int flags)
+{
+    return pair_call(PAIR_LINKAT, olddirfd, oldpath, newdirfd, newpath, (unsigned)flags);
+}
+
+/*
+** Symbolic links and special files: the store has none. Making one under the prefix fails
+** with EPERM (a file system that does not support them); hard links are with rename below.
+** mknod of a regular file creates it, as open with O_CREAT|O_EXCL would.
+** Without these wrappers a relative name under a virtual working directory would reach the
+** kernel and make the link in "/".
+*/
+static int no_links(int r, struct cairn_path *p)
+{
+    return r < 0 ? -1 : (int)cairn_result(-EPERM, p->saved_errno);
+}
+
+CAIRN_EXPORT int symlink(const char *target, const char *linkpath)
+{
+    struct cairn_path p;
+    cairn_store *s;
+    int r = cairn_route(AT_FDCWD, linkpath, &p, &s);
+    return r == 0 ? CAIRN_REAL(symlink, target, p.pass) : no_links(r, &p);
+}
+
+CAIRN_EXPORT int symlinkat(const char *target, int dirfd, const char *linkpath)
+{
+    struct cairn_path p;
+    cairn_store *s;
+    int r = cairn_route(dirfd, linkpath, &p, &s);
+    return r == 0 ? CAIRN_REAL(symlinkat, target, dirfd, p.pass) : no_links(r, &p);
+}
+
+static int mknod_finish(int r, cairn_store *s, struct cairn_path *p, mode_t mode)
+{
+    if (r < 0)
+        return -1;
+    int rc = -EPERM;
+    if ((mode & S_IFMT) == S_IFREG || (mode & S_IFMT) == 0) {
+        struct cairn_store_fh fh;
+        rc = p->slash ? -ENOTDIR
+                      : cairn_store_open_file(s, p->rel, CAIRN_O_CREAT | CAIRN_O_EXCL,
+                                              (uint32_t)(mode & ~cairn_umask() & 07777), &fh);
+    }
+    return (int)cairn_result(rc < 0 ? rc : 0, p->saved_errno);
+}
+
+CAIRN_EXPORT int mknod(const char *path, mode_t mode, dev_t dev)
+{
+    struct cairn_path p;
+    cairn_store *s;
+    int r = cairn_route(AT_FDCWD, path, &p, &s);
+    return r == 0 ? CAIRN_REAL(mknod, p.pass, mode, dev) : mknod_finish(r, s, &p, mode);
+}
+
+CAIRN_EXPORT int mknodat(int dirfd, const char *path, mode_t mode, dev_t dev)
+{
+    struct cairn_path p;
+    cairn_store *s;
+    int r = cairn_route(dirfd, path, &p, &s);
+    return r == 0 ? CAIRN_REAL(mknodat, dirfd, p.pass, mode, dev) : mknod_finish(r, s, &p, mode);
+}
+
+CAIRN_EXPORT int mkfifo(const char *path, mode_t mode)
+{
+    struct cairn_path p;
+    cairn_store *s;
+    int r = cairn_route(AT_FDCWD, path, &p, &s);
+    return r == 0 ? CAIRN_REAL(mkfifo, p.pass, mode) : no_links(r, &p);
+}
+
+CAIRN_EXPORT int mkfifoat(int dirfd, const char *path, mode_t mode)
+{
+    struct cairn_path p;
+    cairn_store *s;
+    int r = cairn_route(dirfd, path, &p, &s);
+    return r == 0 ? CAIRN_REAL(mkfifoat, dirfd, p.pass, mode) : no_links(r, &p);
 }
 
 /* The store has no symbolic links: readlink of anything of ours that exists is EINVAL. */

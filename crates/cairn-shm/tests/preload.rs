@@ -1,7 +1,8 @@
 //! Unmodified programs under the LD_PRELOAD interposer (`libcairn-fs.so`) writing and reading
 //! files under `/cairn`: cp, dd, cat, sh, C programs using POSIX calls, stdio, threads and MPI
 //! (`native/fs/tests/*.c`, compiled here), a Python script, a writer killed with SIGKILL,
-//! spill-over, ENOSPC, a failed attach, and paths outside the prefix left alone.
+//! spill-over, ENOSPC, a failed attach, and paths outside the prefix left alone; working
+//! directories under the prefix.
 //!
 //! Each test has a store of its own (its own `CAIRN_JOB`) and removes it when done. What the
 //! programs wrote is checked against data kept outside the store and, where it matters,
@@ -591,4 +592,37 @@ fn stat_and_listing_through_coreutils() {
     fs.sh(&format!("mv /cairn/g/f {}/f", tmp.path().display()));
     assert_eq!(std::fs::read(tmp.path().join("f")).unwrap(), b"12345\n");
     assert!(fs.store().unwrap().stat("g/f").unwrap_err().is_not_found());
+}
+
+#[test]
+fn mkdir_p_df_and_a_shell_in_a_working_directory_under_the_prefix() {
+    let fs = Fs::new("cwd");
+    // GNU mkdir -p and df both chdir into the directory they are given.
+    fs.run("mkdir", &["-p", "/cairn/a/b/c"]);
+    assert_eq!(text(&fs.run("ls", &["/cairn/a/b"]).stdout), "c\n");
+    // Builtins only: a command the shell starts is not given the working directory.
+    let out = fs.sh("cd /cairn/a && echo x > rel && read v < rel && echo \"$v\" && pwd");
+    assert_eq!(text(&out), "x\n/cairn/a\n");
+    assert_eq!(fs.stored("a/rel"), b"x\n");
+    // Leaving the prefix, relative names are real ones again.
+    let tmp = tempfile::tempdir().unwrap();
+    fs.sh(&format!(
+        "cd /cairn/a/b && cd {} && echo real > here",
+        tmp.path().display()
+    ));
+    assert_eq!(std::fs::read(tmp.path().join("here")).unwrap(), b"real\n");
+    // df: the store's size (64 MiB) in 1K blocks, mounted on the prefix.
+    let df = text(&fs.run("df", &["-P", "/cairn/a"]).stdout);
+    let line: Vec<&str> = df.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!((line[1], line[5]), ("65536", "/cairn"), "{df}");
+}
+
+#[test]
+fn c_program_in_a_working_directory_under_the_prefix() {
+    let fs = Fs::new("cwdc");
+    let out = fs.run(program("inherit", "cc"), &["cwd", "/cairn/c"]);
+    assert_eq!(text(&out.stdout), "cwd ok\n");
+    assert_eq!(fs.stored("c/by_open"), b"open\n");
+    assert_eq!(fs.stored("c/sub/moved"), b"fopen\n");
+    assert_eq!(fs.stored("c/sub/by_openat"), b"openat\n");
 }
