@@ -75,8 +75,10 @@
 ** child no longer share offsets; the store itself is shared; fork copies the virtual working
 ** directory. Across exec the table and the working directory are lost: an inherited
 ** descriptor of ours is an O_PATH /dev/null in the new program (EBADF on use), so a shell
-** redirection onto a file of ours works for builtins (sh -c 'echo hi > /cairn/f') and fails
-** loudly for external commands.
+** redirection onto a file of ours works for builtins (sh -c 'echo hi > /cairn/f'; while
+** descriptor 0, 1 or 2 is ours, stdin, stdout or stderr is a stream of ours over it, see
+** interpose_stdio.c, so bash's echo, which writes through stdout, works too) and fails loudly
+** for external commands.
 **
 ** Not intercepted (and why): symbolic links, hard links and special files (the store has
 ** none: making one under the prefix fails with EPERM, a hard link across the prefix with
@@ -732,6 +734,8 @@ static int fd_install(int fd, struct cairn_ofd *d)
     pthread_mutex_unlock(&tab_lock);
     if (old)
         cairn_ofd_put(old);
+    if (rc == 0)
+        cairn_std_after(fd);
     return rc;
 }
 
@@ -749,6 +753,8 @@ static void fd_forget_range(unsigned first, unsigned last)
         }
     }
     pthread_mutex_unlock(&tab_lock);
+    for (unsigned fd = first; fd <= last && fd <= 2; fd++)
+        cairn_std_after((int)fd);
 }
 
 /* A descriptor the kernel just handed out cannot be ours: forget any stale entry for it (one
@@ -773,6 +779,7 @@ static void atfork_child(void)
     pthread_mutex_unlock(&tab_lock);
     pthread_mutex_init(&umask_lock, NULL);
     cairn_dir_atfork_child();
+    cairn_std_atfork_child();
 }
 
 __attribute__((constructor)) static void interpose_init(void)
@@ -931,14 +938,17 @@ int cairn_close(int fd)
 {
     struct cairn_ofd *d = NULL;
     if (fd_maybe(fd)) {
+        cairn_std_before(fd);
         pthread_mutex_lock(&tab_lock);
         d = fdtab->slot[fd];
         __atomic_store_n(&fdtab->slot[fd], NULL, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&tab_lock);
     }
     int rc = CAIRN_REAL(close, fd);
-    if (d)
+    if (d) {
         cairn_ofd_put(d);
+        cairn_std_after(fd);
+    }
     return rc;
 }
 
@@ -950,15 +960,21 @@ CAIRN_EXPORT int close(int fd)
 CAIRN_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
     if (first <= last && !(flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) &&
-        !(flags & CLOSE_RANGE_CLOEXEC))
+        !(flags & CLOSE_RANGE_CLOEXEC)) {
+        for (unsigned fd = first; fd <= last && fd <= 2; fd++)
+            cairn_std_before((int)fd);
         fd_forget_range(first, last);
+    }
     return CAIRN_REAL(close_range, first, last, flags);
 }
 
 CAIRN_EXPORT void closefrom(int lowfd)
 {
-    if (lowfd >= 0)
+    if (lowfd >= 0) {
+        for (int fd = lowfd; fd <= 2; fd++)
+            cairn_std_before(fd);
         fd_forget_range((unsigned)lowfd, UINT_MAX);
+    }
     CAIRN_REAL(closefrom, lowfd);
 }
 
@@ -1434,6 +1450,8 @@ CAIRN_EXPORT int dup(int fd)
 static int dup_onto(int oldfd, int newfd, int flags, int three)
 {
     struct cairn_ofd *d = cairn_fd_get(oldfd);
+    if (oldfd != newfd)
+        cairn_std_before(newfd);
     int rc = three ? CAIRN_REAL(dup3, oldfd, newfd, flags) : CAIRN_REAL(dup2, oldfd, newfd);
     if (rc >= 0 && oldfd != newfd)
         rc = d ? dup_install(rc, d) : fd_fresh(rc);

@@ -7,7 +7,8 @@
 **                      call that takes a file descriptor or opens one
 **   interpose_dir.c    calls on names (stat, access, unlink, rename, mkdir, ...) and
 **                      directory streams (opendir, readdir, ...)
-**   interpose_stdio.c  stdio streams (fopen, fdopen, freopen, fileno) over fopencookie
+**   interpose_stdio.c  stdio streams (fopen, fdopen, freopen, fileno) over fopencookie, and
+**                      the standard streams while descriptor 0, 1 or 2 is ours
 **   interpose_cwd.c    the virtual working directory (chdir, fchdir, getcwd, ...)
 **
 ** The file comment of interpose.c describes the whole library.
@@ -319,6 +320,15 @@ off_t cairn_lseek(int fd, off_t off, int whence);
 int cairn_close(int fd);
 /* Sets O_APPEND on a descriptor of ours (fdopen with "a"); 0 or -errno. */
 int cairn_fd_set_append(int fd);
+
+/* The standard streams (interpose_stdio.c). While descriptor 0, 1 or 2 is ours, stdin,
+ * stdout or stderr is a stream of ours over it, so that a program's printf reaches the store
+ * (glibc's own streams write through calls no preload library sees). cairn_std_before(fd)
+ * flushes that stream before descriptor fd changes; cairn_std_after(fd) makes the variable
+ * follow whether fd is ours now. Both ignore descriptors above 2. */
+void cairn_std_before(int fd);
+void cairn_std_after(int fd);
+void cairn_std_atfork_child(void);
 
 /* The virtual working directory (interpose_cwd.c): set while the process's working directory
  * is under the prefix. cairn_cwd_get copies it (relative, normalised, "" for the mount point)

@@ -13,15 +13,28 @@
 ** A fixed array of cookies (streams[]) maps each stream of ours to its descriptor, for
 ** fileno; while no stream of ours is open, fileno costs one atomic load more than glibc's.
 **
+** The standard streams. glibc's stdin, stdout and stderr reach the kernel through calls no
+** preload library sees, so while descriptor 0, 1 or 2 is ours (a shell's "> /cairn/log", a
+** dup2 onto 1, a descriptor inherited across exec) the variable stdin, stdout or stderr is a
+** stream of ours over that descriptor instead, made when the descriptor becomes ours
+** (cairn_std_after, called by the descriptor table) and replaced by glibc's again, after a
+** flush (cairn_std_before), when it stops being ours. This is what makes printf in a program
+** whose output a shell redirected into the store, and echo in bash (a builtin that writes
+** through stdout), work. stderr stays unbuffered. Output a program buffered in glibc's stream
+** before the descriptor became ours stays there and goes to that descriptor once it is not
+** ours any more; a program that kept its own copy of the pointer (FILE *out = stdout, C++'s
+** std::cout made before) keeps glibc's stream, and writing through it fails with EBADF.
+**
 ** freopen: a stream of ours gets a new descriptor (of ours or not), provided the new mode
 ** reads and writes no more than the stream was made for (EINVAL otherwise, the stream left as
 ** it was: glibc fixes a cookie stream's direction when it makes it); stdin, stdout and stderr
-** reopened onto a path of ours become new streams of ours (the variable is replaced; the
-** standard descriptor is dup2'ed onto the file); any other glibc stream cannot be reopened
-** onto a path of ours (EOPNOTSUPP, the stream left as it was).
+** (glibc's, or ours) reopened onto a path of ours, or ours reopened anywhere, have the file
+** opened and moved onto their descriptor, and the variable follows; any other glibc stream
+** cannot be reopened onto a path of ours (EOPNOTSUPP, the stream left as it was).
 */
 #include "interpose.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +42,9 @@
 
 struct cairn_stream {
     int used;   /* slot taken (atomic) */
-    int fd;     /* the descriptor the cookie functions use */
+    int fd;     /* the descriptor the cookie functions use; -1 once it is not the stream's */
     int acc;    /* O_RDONLY, O_WRONLY or O_RDWR: what the stream was made for */
+    int std;    /* 1 + the standard descriptor it is the stream of, or 0 */
     FILE *fp;   /* the stream (atomic; NULL until fopencookie returned) */
 };
 
@@ -56,10 +70,14 @@ static int cookie_seek(void *c, off64_t *pos, int whence)
     return 0;
 }
 
+static void std_closed(struct cairn_stream *st);
+
 static int cookie_close(void *c)
 {
     struct cairn_stream *st = c;
-    int rc = cairn_close(st->fd);
+    if (st->std)
+        std_closed(st);
+    int rc = st->fd >= 0 ? cairn_close(st->fd) : 0;
     __atomic_store_n(&st->fp, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&st->used, 0, __ATOMIC_RELEASE);
     return rc;
@@ -88,6 +106,7 @@ static FILE *stream_wrap(int fd, int acc)
             ;
         st->fd = fd;
         st->acc = acc;
+        st->std = 0;
         FILE *fp = fopencookie(st, acc == O_RDONLY ? "r" : acc == O_WRONLY ? "w" : "r+",
                                cookie_io);
         if (!fp) {
@@ -211,30 +230,132 @@ static FILE *freopen_ours(struct cairn_stream *st, const char *path, const char 
     return fp;
 }
 
-/* freopen of stdin, stdout or stderr onto a path of ours. */
-static FILE *freopen_std(cairn_store *s, struct cairn_path *p, const char *mode, FILE **var,
-                         int stdfd)
+/* ---------------------------------------------------------------------------------------- */
+/* The standard streams                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+static pthread_mutex_t std_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    FILE *ours;            /* atomic: our stream over descriptor k, or NULL */
+    FILE *saved;           /* what the variable held before it */
+    const void *desc;      /* the description it was made for (compared, never followed) */
+} stds[3];
+
+static FILE **std_var(int k)
 {
-    FILE *fp = fopen_ours(s, p, mode);
-    if (!fp)
-        return NULL;
+    return k == 0 ? &stdin : k == 1 ? &stdout : &stderr;
+}
+
+void cairn_std_atfork_child(void)
+{
+    pthread_mutex_init(&std_lock, NULL);
+}
+
+void cairn_std_before(int fd)
+{
+    FILE *fp = fd >= 0 && fd <= 2 ? __atomic_load_n(&stds[fd].ours, __ATOMIC_ACQUIRE) : NULL;
+    if (fp)
+        fflush(fp);
+}
+
+/* Puts glibc's stream back; under std_lock. The stream of ours is returned for the caller to
+ * free once the lock is released: it no longer owns the descriptor. */
+static FILE *std_detach(int k)
+{
+    FILE *fp = stds[k].ours;
+    FILE **var = std_var(k);
+    if (*var == fp)
+        *var = stds[k].saved;
     struct cairn_stream *st = stream_of(fp);
-    fflush(*var);
-    if (dup2(st->fd, stdfd) < 0) {
-        int e = errno;
-        fclose(fp);
-        errno = e;
+    if (st)
+        st->fd = -1;
+    __atomic_store_n(&stds[k].ours, NULL, __ATOMIC_RELEASE);
+    return fp;
+}
+
+void cairn_std_after(int fd)
+{
+    if (fd < 0 || fd > 2)
+        return;
+    /* A regular file's description gets a stream; a directory or O_PATH one does not. */
+    struct cairn_ofd *d = cairn_fd_get(fd);
+    const void *desc = NULL;
+    int acc = 0;
+    if (d && d->kind == CAIRN_OFD_FILE && !(d->flags & O_PATH)) {
+        desc = d;
+        acc = d->flags & O_ACCMODE;
+    }
+    if (d)
+        cairn_ofd_put(d);
+    if (!desc && !__atomic_load_n(&stds[fd].ours, __ATOMIC_ACQUIRE))
+        return;
+    FILE *gone = NULL;
+    pthread_mutex_lock(&std_lock);
+    if (stds[fd].ours && stds[fd].desc != desc)
+        gone = std_detach(fd);
+    if (desc && !stds[fd].ours) {
+        FILE *fp = stream_wrap(fd, acc);
+        if (fp) {
+            stream_of(fp)->std = fd + 1;
+            if (fd == 2)
+                setvbuf(fp, NULL, _IONBF, 0);
+            FILE **var = std_var(fd);
+            stds[fd].saved = *var;
+            stds[fd].desc = desc;
+            *var = fp;
+            __atomic_store_n(&stds[fd].ours, fp, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&std_lock);
+    if (gone)
+        fclose(gone);
+}
+
+/* fclose of a standard stream of ours: the program closes the descriptor with it, and the
+ * variable is left as glibc leaves it after fclose(stdout). */
+static void std_closed(struct cairn_stream *st)
+{
+    int k = st->std - 1;
+    pthread_mutex_lock(&std_lock);
+    if (stds[k].ours == st->fp)
+        __atomic_store_n(&stds[k].ours, NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&std_lock);
+    st->std = 0;
+}
+
+/* freopen of the standard stream k onto path: the file (of ours or not) is opened and moved
+ * onto descriptor k, and the variable follows (cairn_std_after). */
+static FILE *freopen_std(const char *path, const char *mode, int k)
+{
+    FILE **var = std_var(k);
+    int flags = mode_flags(mode);
+    if (flags < 0) {
+        errno = EINVAL;
         return NULL;
     }
-    cairn_close(st->fd);
-    st->fd = stdfd;
-    *var = fp;
-    return fp;
+    int saved = errno;
+    int fd = cairn_openat(AT_FDCWD, path, flags & ~O_CLOEXEC, 0666);
+    if (fd < 0)
+        return NULL;
+    fflush(*var);
+    if (fd != k) {
+        int rc = dup2(fd, k);
+        int e = errno;
+        cairn_close(fd);
+        if (rc < 0) {
+            errno = e;
+            return NULL;
+        }
+    }
+    errno = saved;
+    return *var;
 }
 
 static FILE *freopen_call(const char *path, const char *mode, FILE *fp)
 {
     struct cairn_stream *st = stream_of(fp);
+    if (st && st->std && path)
+        return freopen_std(path, mode, st->std - 1);
     if (st)
         return freopen_ours(st, path, mode, fp);
     struct cairn_path p;
@@ -242,12 +363,9 @@ static FILE *freopen_call(const char *path, const char *mode, FILE *fp)
     int r = cairn_route(AT_FDCWD, path, &p, &s);
     if (r <= 0)
         return r == 0 ? CAIRN_REAL(freopen, p.pass, mode, fp) : NULL;
-    if (fp == stdout)
-        return freopen_std(s, &p, mode, &stdout, 1);
-    if (fp == stderr)
-        return freopen_std(s, &p, mode, &stderr, 2);
-    if (fp == stdin)
-        return freopen_std(s, &p, mode, &stdin, 0);
+    for (int k = 0; k <= 2; k++)
+        if (fp == *std_var(k))
+            return freopen_std(path, mode, k);
     errno = EOPNOTSUPP;
     return NULL;
 }

@@ -2,7 +2,7 @@
 //! files under `/cairn`: cp, dd, cat, sh, C programs using POSIX calls, stdio, threads and MPI
 //! (`native/fs/tests/*.c`, compiled here), a Python script, a writer killed with SIGKILL,
 //! spill-over, ENOSPC, a failed attach, and paths outside the prefix left alone; working
-//! directories under the prefix.
+//! directories under the prefix, and bash's builtins writing through stdout.
 //!
 //! Each test has a store of its own (its own `CAIRN_JOB`) and removes it when done. What the
 //! programs wrote is checked against data kept outside the store and, where it matters,
@@ -625,4 +625,18 @@ fn c_program_in_a_working_directory_under_the_prefix() {
     assert_eq!(fs.stored("c/by_open"), b"open\n");
     assert_eq!(fs.stored("c/sub/moved"), b"fopen\n");
     assert_eq!(fs.stored("c/sub/by_openat"), b"openat\n");
+}
+
+#[test]
+fn bash_builtins_write_through_stdout() {
+    let fs = Fs::new("bash");
+    let out = fs.run(
+        "bash",
+        &[
+            "-c",
+            "echo hi > /cairn/h && printf '%s\\n' there >> /cairn/h && echo back && cat /cairn/h",
+        ],
+    );
+    assert_eq!(text(&out.stdout), "back\nhi\nthere\n");
+    assert_eq!(fs.stored("h"), b"hi\nthere\n");
 }
