@@ -20,7 +20,8 @@
 **   - opening, reading, writing and every other call that takes a descriptor;
 **   - stat and statfs results.
 ** Calls on names and directory streams are in interpose_dir.c; stdio is in
-** interpose_stdio.c; the working directory in interpose_cwd.c.
+** interpose_stdio.c; the working directory in interpose_cwd.c; exec and its relatives in
+** interpose_exec.c.
 **
 ** Configuration (read once, on the first call that looks at a path):
 **   CAIRN_TIERS_MEM_PREFIX      mount point, default /cairn
@@ -72,13 +73,13 @@
 ** Threads, fork and exec. Descriptions carry a mutex that orders offset updates; table slots
 ** change under one mutex and are read without it on the fast path (a descriptor that is not
 ** ours costs one atomic load). After fork the child has a copy of the table, so parent and
-** child no longer share offsets; the store itself is shared; fork copies the virtual working
-** directory. Across exec the table and the working directory are lost: an inherited
-** descriptor of ours is an O_PATH /dev/null in the new program (EBADF on use), so a shell
-** redirection onto a file of ours works for builtins (sh -c 'echo hi > /cairn/f'; while
-** descriptor 0, 1 or 2 is ours, stdin, stdout or stderr is a stream of ours over it, see
-** interpose_stdio.c, so bash's echo, which writes through stdout, works too) and fails loudly
-** for external commands.
+** child no longer share offsets; the store itself is shared. vfork is fork, so that a vfork
+** child cannot change its parent's table. Across exec (and posix_spawn, system, popen) the
+** inheritable descriptors of ours and the virtual working directory are passed to the new
+** program in its environment, where the constructor takes them over (interpose_exec.c); from
+** then on each program has its own offsets. While descriptor 0, 1 or 2 is ours, stdin,
+** stdout or stderr is a stream of ours over it (interpose_stdio.c), so printf reaches the
+** store.
 **
 ** Not intercepted (and why): symbolic links, hard links and special files (the store has
 ** none: making one under the prefix fails with EPERM, a hard link across the prefix with
@@ -647,6 +648,11 @@ int cairn_route(int dirfd, const char *path, struct cairn_path *p, cairn_store *
 /* The descriptor table                                                                     */
 /* ---------------------------------------------------------------------------------------- */
 
+/* The flags a description keeps (F_GETFL). */
+#define OFD_KEPT_FLAGS                                                                           \
+    (O_ACCMODE | O_APPEND | O_PATH | O_SYNC | O_DSYNC | O_NONBLOCK | O_DIRECT | O_NOATIME |     \
+     O_LARGEFILE)
+
 /* Slots are read without the lock on the fast path; a grown table replaces the old one, which
  * is kept (never freed) because a reader may still be looking at it. */
 struct fdtab {
@@ -739,6 +745,34 @@ static int fd_install(int fd, struct cairn_ofd *d)
     return rc;
 }
 
+int cairn_fd_next(int fd)
+{
+    struct fdtab *t = __atomic_load_n(&fdtab, __ATOMIC_ACQUIRE);
+    for (; t && fd >= 0 && fd < t->size; fd++)
+        if (__atomic_load_n(&t->slot[fd], __ATOMIC_RELAXED) != NULL)
+            return fd;
+    return -1;
+}
+
+int cairn_fd_adopt(int fd, const struct cairn_ofd *t)
+{
+    struct cairn_ofd *d = calloc(1, sizeof *d);
+    if (!d)
+        return -ENOMEM;
+    pthread_mutex_init(&d->lock, NULL);
+    d->kind = t->kind;
+    d->flags = t->flags & OFD_KEPT_FLAGS;
+    d->off = t->off;
+    d->fh = t->fh;
+    memcpy(d->path, t->path, sizeof d->path);
+    int rc = fd_install(fd, d); /* the table's reference is the only one */
+    if (rc < 0) {
+        pthread_mutex_destroy(&d->lock);
+        free(d);
+    }
+    return rc;
+}
+
 /* Empties the slots first .. last, releasing their descriptions. */
 static void fd_forget_range(unsigned first, unsigned last)
 {
@@ -780,6 +814,7 @@ static void atfork_child(void)
     pthread_mutex_init(&umask_lock, NULL);
     cairn_dir_atfork_child();
     cairn_std_atfork_child();
+    cairn_exec_atfork_child();
 }
 
 __attribute__((constructor)) static void interpose_init(void)
@@ -788,15 +823,13 @@ __attribute__((constructor)) static void interpose_init(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     /* The working directory's lock is taken across fork too, so the child's copy is whole. */
     pthread_atfork(cairn_cwd_atfork_prepare, cairn_cwd_atfork_parent, cairn_cwd_atfork_child);
+    cairn_inherit();
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* Opening                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
-#define OFD_KEPT_FLAGS                                                                           \
-    (O_ACCMODE | O_APPEND | O_PATH | O_SYNC | O_DSYNC | O_NONBLOCK | O_DIRECT | O_NOATIME |     \
-     O_LARGEFILE)
 #define OFD_SETFL_FLAGS (O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME | O_ASYNC)
 #define NEEDS_MODE(flags) (((flags) & O_CREAT) || ((flags) & __O_TMPFILE) == __O_TMPFILE)
 

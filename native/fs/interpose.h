@@ -10,6 +10,8 @@
 **   interpose_stdio.c  stdio streams (fopen, fdopen, freopen, fileno) over fopencookie, and
 **                      the standard streams while descriptor 0, 1 or 2 is ours
 **   interpose_cwd.c    the virtual working directory (chdir, fchdir, getcwd, ...)
+**   interpose_exec.c   the exec family, posix_spawn and vfork: descriptors of ours and the
+**                      working directory passed to the new program
 **
 ** The file comment of interpose.c describes the whole library.
 */
@@ -26,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -188,7 +191,23 @@ char *__getcwd_chk(char *buf, size_t size, size_t buflen);
     X(getcwd, char *, (char *, size_t), NULL)                                                    \
     X(__getcwd_chk, char *, (char *, size_t, size_t), NULL)                                      \
     X(getwd, char *, (char *), NULL)                                                             \
-    X(get_current_dir_name, char *, (void), NULL)
+    X(get_current_dir_name, char *, (void), NULL)                                                \
+    X(fork, pid_t, (void), -1)                                                                   \
+    X(execve, int, (const char *, char *const *, char *const *), -1)                             \
+    X(execveat, int, (int, const char *, char *const *, char *const *, int), -1)                 \
+    X(execvpe, int, (const char *, char *const *, char *const *), -1)                            \
+    X(fexecve, int, (int, char *const *, char *const *), -1)                                     \
+    X(posix_spawn, int,                                                                          \
+      (pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,     \
+       char *const *, char *const *),                                                            \
+      errno)                                                                                     \
+    X(posix_spawnp, int,                                                                         \
+      (pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,     \
+       char *const *, char *const *),                                                            \
+      errno)                                                                                     \
+    X(system, int, (const char *), -1)                                                           \
+    X(popen, FILE *, (const char *, const char *), NULL)                                         \
+    X(pclose, int, (FILE *), -1)
 
 #define CAIRN_REAL_ENUM(name, ret, params, fail) CAIRN_SYS_##name,
 enum { CAIRN_REAL_CALLS(CAIRN_REAL_ENUM) CAIRN_SYS_COUNT };
@@ -320,6 +339,11 @@ off_t cairn_lseek(int fd, off_t off, int whence);
 int cairn_close(int fd);
 /* Sets O_APPEND on a descriptor of ours (fdopen with "a"); 0 or -errno. */
 int cairn_fd_set_append(int fd);
+/* The first descriptor at or after fd that may be ours, or -1: for walking the table. */
+int cairn_fd_next(int fd);
+/* Gives fd, a placeholder the kernel already holds, a new description copied from t (kind,
+ * flags, off, fh, path); 0 or a negative errno. */
+int cairn_fd_adopt(int fd, const struct cairn_ofd *t);
 
 /* The standard streams (interpose_stdio.c). While descriptor 0, 1 or 2 is ours, stdin,
  * stdout or stderr is a stream of ours over it, so that a program's printf reaches the store
@@ -344,6 +368,12 @@ static inline int cairn_cwd_active(void)
 {
     return __atomic_load_n(&cairn_cwd_on, __ATOMIC_ACQUIRE);
 }
+
+/* Descriptors of ours and the working directory across exec (interpose_exec.c): the
+ * constructor calls cairn_inherit() to take over what the program that exec'ed this one
+ * passed in the environment. */
+void cairn_inherit(void);
+void cairn_exec_atfork_child(void);
 
 /* struct stat / statx for a file of the store. */
 void cairn_fill_stat(struct stat *st, const struct cairn_store_stat *cs);

@@ -2,7 +2,8 @@
 //! files under `/cairn`: cp, dd, cat, sh, C programs using POSIX calls, stdio, threads and MPI
 //! (`native/fs/tests/*.c`, compiled here), a Python script, a writer killed with SIGKILL,
 //! spill-over, ENOSPC, a failed attach, and paths outside the prefix left alone; working
-//! directories under the prefix, and bash's builtins writing through stdout.
+//! directories under the prefix, and descriptors of ours passed to the programs a shell, a C
+//! program or Python starts.
 //!
 //! Each test has a store of its own (its own `CAIRN_JOB`) and removes it when done. What the
 //! programs wrote is checked against data kept outside the store and, where it matters,
@@ -31,6 +32,7 @@ const CLEARED: &[&str] = &[
     "CAIRN_NODE",
     "CAIRN_TOPOLOGY_SIM_NODES",
     "CAIRN_FS_FAULT",
+    "CAIRN_FS_INHERIT",
     "SLURM_JOB_ID",
 ];
 
@@ -207,6 +209,15 @@ fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 
+/// The real Python interpreter, not a pyenv shim script.
+fn python() -> String {
+    let py = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is installed");
+    text(&py.stdout).trim().to_string()
+}
+
 #[test]
 fn cp_copies_into_the_store_and_back_byte_exact() {
     let fs = Fs::new("cp");
@@ -323,12 +334,7 @@ fn four_threads_write_four_files_at_once() {
 #[test]
 fn python_open_listdir_rename_remove() {
     let fs = Fs::new("python");
-    // The real interpreter, not a pyenv shim script.
-    let py = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3 is installed");
-    let py = text(&py.stdout).trim().to_string();
+    let py = python();
     let script = r#"
 import os
 os.makedirs("/cairn/py/sub")
@@ -600,9 +606,8 @@ fn mkdir_p_df_and_a_shell_in_a_working_directory_under_the_prefix() {
     // GNU mkdir -p and df both chdir into the directory they are given.
     fs.run("mkdir", &["-p", "/cairn/a/b/c"]);
     assert_eq!(text(&fs.run("ls", &["/cairn/a/b"]).stdout), "c\n");
-    // Builtins only: a command the shell starts is not given the working directory.
-    let out = fs.sh("cd /cairn/a && echo x > rel && read v < rel && echo \"$v\" && pwd");
-    assert_eq!(text(&out), "x\n/cairn/a\n");
+    let out = fs.sh("cd /cairn/a && echo x > rel && cat rel && pwd && /bin/pwd && ls");
+    assert_eq!(text(&out), "x\n/cairn/a\n/cairn/a\nb\nrel\n");
     assert_eq!(fs.stored("a/rel"), b"x\n");
     // Leaving the prefix, relative names are real ones again.
     let tmp = tempfile::tempdir().unwrap();
@@ -628,6 +633,29 @@ fn c_program_in_a_working_directory_under_the_prefix() {
 }
 
 #[test]
+fn commands_a_shell_starts_write_to_its_redirections() {
+    let fs = Fs::new("exec");
+    fs.sh("cat /etc/services > /cairn/f");
+    assert!(fs.stored("f") == std::fs::read("/etc/services").unwrap());
+    let out = fs.sh("dd if=/dev/urandom bs=64k count=20 2>/dev/null >> /cairn/g; ls -l /cairn/g");
+    assert_eq!(fs.stored("g").len(), 20 << 16);
+    assert!(text(&out).contains(" 1310720 "), "{}", text(&out));
+    let out = fs.sh("seq 1 100000 | gzip > /cairn/z.gz && gunzip -c < /cairn/z.gz | tail -1");
+    assert_eq!(text(&out), "100000\n");
+    // A program writing through stdio (seq) into a redirection, run from a working directory
+    // under the prefix with a relative name.
+    fs.sh("mkdir /cairn/w && cd /cairn/w && seq 3 > three && sort -r < three > rev");
+    assert_eq!(fs.stored("w/rev"), b"3\n2\n1\n");
+    // Each program has its own offset after exec: the shell's next write lands where the
+    // shell's offset is, over what the external echo wrote (documented).
+    fs.sh("{ echo a; /bin/echo b; echo c; } > /cairn/t");
+    assert_eq!(fs.stored("t"), b"a\nc\n");
+    // With >> every write appends, whoever makes it.
+    fs.sh("{ echo a; /bin/echo b; echo c; } >> /cairn/u");
+    assert_eq!(fs.stored("u"), b"a\nb\nc\n");
+}
+
+#[test]
 fn bash_builtins_write_through_stdout() {
     let fs = Fs::new("bash");
     let out = fs.run(
@@ -639,4 +667,36 @@ fn bash_builtins_write_through_stdout() {
     );
     assert_eq!(text(&out.stdout), "back\nhi\nthere\n");
     assert_eq!(fs.stored("h"), b"hi\nthere\n");
+}
+
+#[test]
+fn c_program_forks_and_execs_children_onto_inherited_descriptors() {
+    let fs = Fs::new("inherit");
+    let exe = program("inherit", "cc");
+    let out = fs.run(&exe, &["exec", "/cairn/e", exe.to_str().unwrap()]);
+    assert_eq!(text(&out.stdout), "exec ok\n");
+    assert_eq!(fs.stored("e/out"), b"parent\nchild\nchild\nsys\nafter\nv\n");
+    assert_eq!(fs.stored("e/log"), b"p\nc\nc\n");
+}
+
+#[test]
+fn python_subprocess_keeps_and_passes_descriptors() {
+    let fs = Fs::new("pysub");
+    let py = python();
+    // CPython starts children with vfork, whose closes must not reach the parent's table.
+    let script = r#"
+import os, subprocess
+os.mkdir("/cairn/py")
+os.chdir("/cairn/py")
+f = open("kept", "w")
+subprocess.run(["true"], check=True)
+f.write("still mine\n")
+f.close()
+with open("out", "w") as out:
+    subprocess.run(["sh", "-c", "echo child; pwd"], stdout=out, check=True)
+print(open("/cairn/py/out").read(), end="")
+"#;
+    let out = fs.run(&py, &["-c", script]);
+    assert_eq!(text(&out.stdout), "child\n/cairn/py\n");
+    assert_eq!(fs.stored("py/kept"), b"still mine\n");
 }

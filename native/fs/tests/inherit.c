@@ -1,12 +1,23 @@
 /*
 ** inherit.c: a program that changes its working directory and starts other programs, run
 ** under libcairn-fs.so by crates/cairn-shm/tests/preload.rs. Besides POSIX, it checks what
-** Cairn documents: a working directory under the prefix is kept by the library, and relative
-** names and getcwd follow it.
+** Cairn documents: a working directory under the prefix is kept by the library (relative
+** names, getcwd and the programs it starts follow it), descriptors of ours reach programs
+** started with exec, posix_spawn and system, each then with an offset of its own, and a
+** program in the store cannot be executed (EACCES).
 **
 **   inherit cwd DIR         mkdir DIR, chdir into it, relative names with open, fopen, openat,
 **                           mkdir, stat, rename, opendir; getcwd and friends; chdir and fchdir
 **                           around it and out of it; prints "cwd ok"
+**   inherit exec DIR SELF   opens DIR/out and DIR/log, chdirs into DIR, then starts SELF as a
+**                           child with fork + execl, posix_spawn and system, runs popen both
+**                           ways, checks what they wrote, that a failed exec changes nothing,
+**                           that a program in the store is EACCES, and that a vfork child's
+**                           close leaves the parent's descriptor alone; prints "exec ok"
+**   inherit child FD APP HIDDEN DIR OFF
+**                           (started by "exec") writes "child\n" to FD at offset OFF and
+**                           "c\n" to APP (O_APPEND), checks HIDDEN (close-on-exec) is gone and
+**                           the working directory is DIR
 **
 ** Exit status 0 when all is well; otherwise a line on stderr says what failed.
 */
@@ -14,13 +25,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
+
+extern char **environ;
 
 /* The whole of path, NUL-ended, into buf; its length or -1. */
 static ssize_t slurp(const char *path, char *buf, size_t len)
@@ -128,10 +143,120 @@ static int cwd_check(const char *dir)
     return 0;
 }
 
+static pid_t wait_ok(pid_t pid)
+{
+    int status = -1;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return pid;
+}
+
+static int exec_check(const char *dir, const char *self)
+{
+    char out[4096], log[4096], fds[3][16], offs[16];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    CHECK(mkdir(dir, 0755) == 0);
+    int fd = open(out, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    int app = open(log, O_CREAT | O_WRONLY | O_APPEND, 0644);
+    int hidden = fcntl(fd, F_DUPFD_CLOEXEC, 50);
+    CHECK(fd >= 0 && app >= 0 && hidden >= 50);
+    CHECK(write(fd, "parent\n", 7) == 7 && write(app, "p\n", 2) == 2);
+    CHECK(chdir(dir) == 0);
+    snprintf(fds[0], sizeof fds[0], "%d", fd);
+    snprintf(fds[1], sizeof fds[1], "%d", app);
+    snprintf(fds[2], sizeof fds[2], "%d", hidden);
+
+    /* fork + execl: the child writes at the offset it inherited. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, self, "child", fds[0], fds[1], fds[2], dir, "7", (char *)NULL);
+        _exit(127);
+    }
+    wait_ok(pid);
+    CHECK(same_file(out, "parent\nchild\n"));
+    CHECK(same_file(log, "p\nc\n"));
+    /* Its offset was its own from the exec on: ours has not moved. */
+    CHECK(lseek(fd, 0, SEEK_CUR) == 7);
+
+    /* posix_spawn passes them the same way. */
+    CHECK(lseek(fd, 0, SEEK_END) == 13);
+    snprintf(offs, sizeof offs, "%d", 13);
+    char *argv[] = {(char *)self, "child", fds[0], fds[1], fds[2], (char *)dir, offs, NULL};
+    CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
+    wait_ok(pid);
+    CHECK(same_file(out, "parent\nchild\nchild\n"));
+    CHECK(same_file(log, "p\nc\nc\n"));
+
+    /* system: the shell gets the descriptor and the working directory. */
+    char cmd[256];
+    CHECK(lseek(fd, 0, SEEK_END) == 19);
+    snprintf(cmd, sizeof cmd, "echo sys >&%d && pwd > from_system", fd);
+    CHECK(system(cmd) == 0);
+    CHECK(same_file(out, "parent\nchild\nchild\nsys\n"));
+    char want[4096];
+    snprintf(want, sizeof want, "%s\n", dir);
+    CHECK(same_file("from_system", want));
+
+    /* popen, both ways: the shell starts in the working directory. */
+    FILE *pp = popen("pwd", "r");
+    char line[4096];
+    CHECK(pp && fgets(line, sizeof line, pp) && strcmp(line, want) == 0);
+    CHECK(pp && pclose(pp) == 0);
+    pp = popen("cat > from_popen", "w");
+    CHECK(pp && fputs("via popen\n", pp) >= 0 && pclose(pp) == 0);
+    CHECK(same_file("from_popen", "via popen\n"));
+
+    /* A failed exec changes nothing. */
+    char **env = environ;
+    CHECK(execl("/nonexistent/program", "x", (char *)NULL) == -1 && errno == ENOENT);
+    CHECK(execlp("no-such-program-anywhere", "x", (char *)NULL) == -1 && errno == ENOENT);
+    CHECK(environ == env && getenv("CAIRN_FS_INHERIT") == NULL);
+    CHECK(cwd_is(dir));
+    CHECK(lseek(fd, 0, SEEK_END) == 23 && write(fd, "after\n", 6) == 6);
+    CHECK(same_file(out, "parent\nchild\nchild\nsys\nafter\n"));
+    /* Programs in the store cannot be executed. */
+    CHECK(chmod("out", 0755) == 0);
+    CHECK(execl(out, "x", (char *)NULL) == -1 && errno == EACCES);
+    CHECK(execl("./out", "x", (char *)NULL) == -1 && errno == EACCES);
+    CHECK(posix_spawn(&pid, "out", NULL, NULL, argv, environ) == EACCES);
+
+    /* A vfork child's close is its own. */
+    pid = vfork();
+    if (pid == 0) {
+        close(fd);
+        _exit(0);
+    }
+    wait_ok(pid);
+    CHECK(write(fd, "v\n", 2) == 2);
+    CHECK(close(fd) == 0 && close(app) == 0 && close(hidden) == 0);
+    if (failures)
+        return 1;
+    printf("exec ok\n");
+    return 0;
+}
+
+static int child(int fd, int app, int hidden, const char *dir, off_t off)
+{
+    struct stat st;
+    CHECK(getenv("CAIRN_FS_INHERIT") == NULL);
+    CHECK(cwd_is(dir));
+    CHECK(lseek(fd, 0, SEEK_CUR) == off);
+    CHECK(fstat(fd, &st) == 0 && st.st_size == off);
+    CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_WRONLY);
+    CHECK(fcntl(app, F_GETFL) & O_APPEND);
+    CHECK(write(fd, "child\n", 6) == 6 && write(app, "c\n", 2) == 2);
+    CHECK(fcntl(hidden, F_GETFD) == -1 && errno == EBADF);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "cwd") == 0)
         return cwd_check(argv[2]);
-    fprintf(stderr, "usage: inherit cwd DIR\n");
+    if (argc == 4 && strcmp(argv[1], "exec") == 0)
+        return exec_check(argv[2], argv[3]);
+    if (argc == 7 && strcmp(argv[1], "child") == 0)
+        return child(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5], atol(argv[6]));
+    fprintf(stderr, "usage: inherit cwd DIR | inherit exec DIR SELF\n");
     return 2;
 }
