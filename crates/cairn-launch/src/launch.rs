@@ -1,0 +1,807 @@
+//! Starting a job: the job directory and its coordinator file, the root, one sub-coordinator
+//! process per node, then the processes (the program with the checkpoint library preloaded,
+//! or for a restart the restorer), and waiting for them all.
+//!
+//! What the checkpoint library and the restorer get from here (besides the protocol) is
+//! listed in `docs/coordinator.md`: the variables [`JOB_ENV`] and the restorer's arguments.
+
+use crate::error::{bail, Error, ErrorKind, Result};
+use crate::jobdir::{self, CoordInfo, Token};
+use crate::manifest::{self, Affinity, LaunchRecord};
+use crate::node::NodeArgs;
+use crate::root::{KillFn, LastCheckpoint, Root, RootConfig};
+use crate::{net, node_of, sys, TOKEN_ENV};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The variables every process of a job gets (and the restorer too): where its node's
+/// sub-coordinator listens, the job's token, the job id, the process and node indices, and
+/// the affinity settings. Not recorded in manifests: they differ from run to run.
+pub const JOB_ENV: &[&str] = &[
+    "CAIRN_COORD_ADDR",
+    "CAIRN_COORD_TOKEN",
+    "CAIRN_JOB",
+    "CAIRN_PROC",
+    "CAIRN_NODE",
+    "CAIRN_CKPT_AFFINITY",
+    "CAIRN_CKPT_CPUS",
+];
+
+/// The checkpoint library's file name, and the variable that names another one.
+pub const PRELOAD_NAME: &str = "libcairn-ckpt.so";
+pub const PRELOAD_ENV: &str = "CAIRN_CKPT_PRELOAD";
+/// The restorer's file name, and the variable that names another one.
+pub const RESTORER_NAME: &str = "cairn-restore";
+pub const RESTORER_ENV: &str = "CAIRN_RESTORE";
+
+/// The longest image path the checkpoint library takes, NUL included (`CAIRN_IMG_PATH_MAX`
+/// in `native/ckpt/image.h`); WRITE must never send a longer one.
+pub const IMAGE_PATH_MAX: usize = 512;
+
+/// How long the sub-coordinators have to register with the root.
+const NODES_LIMIT: Duration = Duration::from_secs(40);
+/// How long sub-coordinators get to exit once the root closed their links.
+const SUBS_EXIT: Duration = Duration::from_secs(5);
+
+/// The checkpoint library to preload: `CAIRN_CKPT_PRELOAD`, else `libcairn-ckpt.so` beside
+/// the binary, in `../lib` or one level up (test binaries run from `target/<profile>/deps`),
+/// else where the build of `cairn-ckpt` put it.
+pub fn preload_library() -> Option<PathBuf> {
+    cairn_ckpt::preload_library()
+}
+
+/// The restorer: `CAIRN_RESTORE`, else `cairn-restore`, found as the library is.
+pub fn restorer() -> Option<PathBuf> {
+    cairn_ckpt::restorer()
+}
+
+/// Whether `s` is a plain file name: no directory part, not `.` or `..`.
+pub fn is_plain_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+}
+
+/// The program `cmd` names, as exec would find it: a path if it has a slash, else the first
+/// executable file of that name in `PATH`. The error says which: not found, or not
+/// executable (kind [`ErrorKind::NotFound`] or [`ErrorKind::Usage`]).
+pub fn resolve_command(cmd: &OsStr) -> Result<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    let p = Path::new(cmd);
+    if cmd.as_encoded_bytes().contains(&b'/') {
+        if !p.exists() {
+            bail!(NotFound, "{}: no such file", p.display());
+        }
+        if !executable(p) {
+            bail!(Usage, "{}: not an executable file", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| executable(c))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("{}: command not found", p.display()),
+            )
+        })
+}
+
+/// A CPU list such as `0-3,8,10-11`: sorted, without repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(Vec<usize>);
+
+impl CpuList {
+    pub fn parse(s: &str) -> Result<CpuList> {
+        let bad = || Error::new(ErrorKind::Usage, format!("bad CPU list {s:?} (e.g. 0-3,8)"));
+        let mut v = Vec::new();
+        for part in s.trim().split(',') {
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (a, b),
+                None => (part, part),
+            };
+            let a: usize = a.trim().parse().map_err(|_| bad())?;
+            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            if a > b || b >= 1 << 16 {
+                return Err(bad());
+            }
+            v.extend(a..=b);
+        }
+        v.sort_unstable();
+        v.dedup();
+        Ok(CpuList(v))
+    }
+
+    /// The CPUs this process may run on (`Cpus_allowed_list` of `/proc/self/status`).
+    pub fn allowed() -> Result<CpuList> {
+        let status = std::fs::read_to_string("/proc/self/status")
+            .map_err(|e| Error::io("read /proc/self/status", e))?;
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .ok_or_else(|| {
+                Error::new(ErrorKind::Io, "no Cpus_allowed_list in /proc/self/status")
+            })?;
+        CpuList::parse(list)
+    }
+
+    /// Refuses CPUs this process may not use: the processes could not run there.
+    pub fn check_allowed(&self) -> Result<()> {
+        let allowed = CpuList::allowed()?;
+        let outside: Vec<usize> = self
+            .0
+            .iter()
+            .copied()
+            .filter(|c| !allowed.0.contains(c))
+            .collect();
+        if !outside.is_empty() {
+            bail!(
+                Usage,
+                "--cpus {self}: CPUs {} are not available here (allowed: {allowed})",
+                CpuList(outside)
+            );
+        }
+        Ok(())
+    }
+
+    pub fn cpus(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl fmt::Display for CpuList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::hub::ranges(self.0.iter().copied()))
+    }
+}
+
+/// How to start a sub-coordinator: `program args... <NodeArgs>` (for `cairn`, the binary
+/// itself and `coord-node`).
+#[derive(Debug, Clone)]
+pub struct Helper {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+/// What a job is started with, launch or restart.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The images' root (`--dir`); the job's directory is `<dir>/<job>`.
+    pub dir: PathBuf,
+    pub job: String,
+    /// The address the coordinators listen on.
+    pub bind: IpAddr,
+    /// Forward SIGINT and SIGTERM sent to this process to the job's processes (`cairn
+    /// launch` does; tests that run a job inside the test process do not).
+    pub forward_signals: bool,
+    pub subcoord: Helper,
+}
+
+/// The settings of a job that a restart may change.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub interval: Option<Duration>,
+    pub timeout: Duration,
+    pub keep: usize,
+    pub affinity: Affinity,
+    pub cpus: Option<CpuList>,
+}
+
+/// What a restart changes from the manifest's settings (`None`: keep it). An interval of
+/// zero turns the interval off.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub interval: Option<Duration>,
+    pub timeout: Option<Duration>,
+    pub keep: Option<usize>,
+    pub affinity: Option<Affinity>,
+    pub cpus: Option<CpuList>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub struct JobExit {
+    pub job: String,
+    /// The job's exit code: that of the lowest-numbered process that did not exit with 0
+    /// (128 + the signal for a process killed by one), else 0.
+    pub code: i32,
+    /// Each process's status, by index.
+    pub statuses: Vec<ExitStatus>,
+}
+
+/// `status` as a shell reports it.
+pub fn exit_code(status: &ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Runs `command` as `procs` processes on `nodes` simulated nodes, with `preload` (the
+/// checkpoint library) preloaded, under a new root and sub-coordinators; returns when every
+/// process has exited.
+pub fn launch(
+    o: &Options,
+    s: &Settings,
+    procs: usize,
+    nodes: usize,
+    preload: &Path,
+    command: &[OsString],
+) -> Result<JobExit> {
+    let Some(program) = command.first() else {
+        bail!(Usage, "no command to launch");
+    };
+    resolve_command(program)?;
+    let lib = preload
+        .to_str()
+        .filter(|p| !p.contains([' ', ':']) && preload.is_file())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Usage,
+                format!(
+                    "the checkpoint library {} is not a file whose path can go into LD_PRELOAD \
+                     (no spaces or colons)",
+                    preload.display()
+                ),
+            )
+        })?;
+    let mut ld_preload = OsString::from(lib);
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        ld_preload.push(":");
+        ld_preload.push(old);
+    }
+    let job_dir = o.dir.join(&o.job);
+    if let Some(v) = manifest::versions(&job_dir)?.first() {
+        bail!(
+            Usage,
+            "job {} already has checkpoints in {} (v{} and maybe more): restart it with `cairn \
+             restart --job {}`, or choose another --job",
+            o.job,
+            job_dir.display(),
+            v.version,
+            o.job
+        );
+    }
+    let record = LaunchRecord {
+        command: command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        env: manifest::recorded_env(),
+        affinity: s.affinity,
+        cpus: s.cpus.as_ref().map(|c| c.to_string()),
+        interval_secs: s.interval.map(|i| i.as_secs_f64()),
+        timeout_secs: s.timeout.as_secs_f64(),
+        keep: s.keep,
+        restarts: 0,
+    };
+    let cpus = s.cpus.clone();
+    let spawn = move |_i: usize, _addr: &str, _token: &Token| {
+        let mut c = Command::new(program);
+        c.args(&command[1..]).env("LD_PRELOAD", &ld_preload);
+        if let Some(cpus) = &cpus {
+            sys::confine_on_exec(&mut c, cpus.cpus());
+        }
+        c
+    };
+    run(o, s, procs, nodes, record, 1, None, &spawn)
+}
+
+/// The job `cairn restart` takes: `job` if given, else the job under `dir` whose newest
+/// manifest is the newest (else the newest job directory with any version, so that the
+/// refusal can say what it holds).
+pub fn restart_job(dir: &Path, job: Option<&str>) -> Result<String> {
+    if let Some(j) = job {
+        jobdir::check_job_id(j)?;
+        return Ok(j.to_string());
+    }
+    let jobs = jobdir::job_dirs(dir)?;
+    let newest = |only_complete: bool| {
+        jobs.iter()
+            .filter_map(|(name, path)| {
+                let t = manifest::versions(path)
+                    .ok()?
+                    .iter()
+                    .filter(|v| !only_complete || v.has_manifest)
+                    .filter_map(|v| {
+                        let f = if only_complete {
+                            v.path.join(manifest::MANIFEST)
+                        } else {
+                            v.path.clone()
+                        };
+                        std::fs::metadata(f).ok()?.modified().ok()
+                    })
+                    .max()?;
+                Some((t, name.clone()))
+            })
+            .max()
+            .map(|(_, n)| n)
+    };
+    newest(true)
+        .or_else(|| newest(false))
+        .ok_or_else(|| jobdir::no_such_job(dir, &jobs, "has a checkpoint"))
+}
+
+/// Restarts job `o.job` from `version` (default: its newest complete version) with
+/// `restorer`: the same number of processes on the same number of nodes, each started as
+/// `restorer <image> --coord <addr> --token <hex> --proc <i> --affinity on|off [--cpus LIST]`.
+pub fn restart(
+    o: &Options,
+    version: Option<u64>,
+    ov: &Overrides,
+    restorer: &Path,
+) -> Result<JobExit> {
+    if !restorer.is_file() {
+        bail!(Usage, "the restorer {} is not a file", restorer.display());
+    }
+    let job_dir = o.dir.join(&o.job);
+    let m = manifest::choose(&job_dir, &o.job, version)?;
+    let rec = &m.launch;
+    let s = Settings {
+        interval: match ov.interval {
+            Some(i) if i.is_zero() => None,
+            Some(i) => Some(i),
+            None => rec.interval_secs.map(Duration::from_secs_f64),
+        },
+        timeout: ov
+            .timeout
+            .unwrap_or_else(|| Duration::from_secs_f64(rec.timeout_secs)),
+        keep: ov.keep.unwrap_or(rec.keep),
+        affinity: ov.affinity.unwrap_or(rec.affinity),
+        cpus: ov.cpus.clone(),
+    };
+    let record = LaunchRecord {
+        affinity: s.affinity,
+        cpus: s.cpus.as_ref().map(|c| c.to_string()).or(rec.cpus.clone()),
+        interval_secs: s.interval.map(|i| i.as_secs_f64()),
+        timeout_secs: s.timeout.as_secs_f64(),
+        keep: s.keep,
+        restarts: rec.restarts + 1,
+        ..rec.clone()
+    };
+    let next = manifest::versions(&job_dir)?
+        .last()
+        .map(|v| v.version + 1)
+        .unwrap_or(1)
+        .max(m.version + 1);
+    let vdir = manifest::version_dir(&job_dir, m.version);
+    let images: Vec<PathBuf> = m.procs.iter().map(|p| vdir.join(&p.image)).collect();
+    tracing::info!(
+        "restarting job {} from checkpoint {} ({} processes on {} nodes)",
+        o.job,
+        m.version,
+        m.procs.len(),
+        m.nodes
+    );
+    let affinity = s.affinity;
+    let cpus = s.cpus.clone();
+    let spawn = move |i: usize, addr: &str, token: &Token| {
+        let mut c = Command::new(restorer);
+        c.arg(&images[i])
+            .arg("--coord")
+            .arg(addr)
+            .arg("--token")
+            .arg(token.hex())
+            .arg("--proc")
+            .arg(i.to_string())
+            .arg("--affinity")
+            .arg(affinity.as_str());
+        if let Some(cpus) = &cpus {
+            c.arg("--cpus").arg(cpus.to_string());
+        }
+        c
+    };
+    let last = LastCheckpoint {
+        version: m.version,
+        when: m.created,
+    };
+    run(
+        o,
+        &s,
+        m.procs.len(),
+        m.nodes,
+        record,
+        next,
+        Some(last),
+        &spawn,
+    )
+}
+
+/// The sub-coordinators and the root of a running job; dropping it stops the root, waits for
+/// the sub-coordinators (killing those that do not exit) and removes the coordinator file.
+struct Tree {
+    root: Option<Root>,
+    subs: Vec<Child>,
+    job_dir: PathBuf,
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if let Some(r) = self.root.take() {
+            r.stop();
+        }
+        let deadline = Instant::now() + SUBS_EXIT;
+        for (n, s) in self.subs.iter_mut().enumerate() {
+            loop {
+                match s.try_wait() {
+                    Ok(Some(st)) => {
+                        if !st.success() {
+                            tracing::warn!("the sub-coordinator of node {n} ended with {st}");
+                        }
+                        break;
+                    }
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    _ => {
+                        let _ = s.kill();
+                        let _ = s.wait();
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(self.job_dir.join(jobdir::COORD_FILE));
+    }
+}
+
+/// The job's processes. Reaping and signalling happen under one lock, so a signal never
+/// reaches a pid that was reaped (and maybe reused).
+#[derive(Default)]
+struct Children {
+    slots: Mutex<Vec<(Child, Option<ExitStatus>)>>,
+}
+
+impl Children {
+    fn push(&self, c: Child) {
+        self.slots.lock().expect("children lock").push((c, None));
+    }
+
+    /// Sends `sig` to every process still running; returns how many.
+    fn signal_all(&self, sig: i32) -> usize {
+        let slots = self.slots.lock().expect("children lock");
+        slots
+            .iter()
+            .filter(|(_, st)| st.is_none())
+            .filter(|(c, _)| sys::kill(c.id(), sig).is_ok())
+            .count()
+    }
+
+    /// Reaps what has exited, reporting processes that failed; true when every process has.
+    fn reap(&self) -> bool {
+        let mut slots = self.slots.lock().expect("children lock");
+        for (i, (c, st)) in slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, (_, st))| st.is_none())
+        {
+            match c.try_wait() {
+                Ok(Some(s)) => {
+                    if !s.success() {
+                        tracing::warn!("proc {i} (pid {}) ended: {s}", c.id());
+                    }
+                    *st = Some(s)
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!("wait for pid {}: {e}", c.id());
+                    *st = Some(ExitStatus::from_raw(255 << 8));
+                }
+            }
+        }
+        slots.iter().all(|(_, st)| st.is_some())
+    }
+
+    fn statuses(&self) -> Vec<ExitStatus> {
+        let slots = self.slots.lock().expect("children lock");
+        slots.iter().filter_map(|(_, st)| *st).collect()
+    }
+}
+
+impl Drop for Children {
+    /// Processes still running when the launch gives up (a later process could not be
+    /// started) are killed rather than left behind.
+    fn drop(&mut self) {
+        let slots = self.slots.get_mut().expect("children lock");
+        for (c, st) in slots.iter_mut().filter(|(_, st)| st.is_none()) {
+            let _ = c.kill();
+            *st = c.wait().ok();
+        }
+    }
+}
+
+/// Forwards SIGINT and SIGTERM sent to this process (by `kill`, a batch system...) to the
+/// job's processes. Signals from the terminal are not forwarded: the terminal already
+/// delivered them to the whole foreground process group, the job's processes included.
+struct Forwarder {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Forwarder {
+    fn start(children: Weak<Children>) -> Result<Forwarder> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        use signal_hook::iterator::exfiltrator::WithOrigin;
+        use signal_hook::iterator::SignalsInfo;
+        use signal_hook::low_level::siginfo::Cause;
+        let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::io("install signal handlers", e))?;
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("cairn-signals".into())
+            .spawn(move || {
+                for origin in signals.forever() {
+                    if matches!(origin.cause, Cause::Kernel) {
+                        continue;
+                    }
+                    let Some(ch) = children.upgrade() else { return };
+                    let n = ch.signal_all(origin.signal);
+                    tracing::info!("signal {} forwarded to {n} processes", origin.signal);
+                }
+            })
+            .map_err(|e| Error::io("start the signal thread", e))?;
+        Ok(Forwarder {
+            handle,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// How process `i` is started, given its node's sub-coordinator address and the token.
+type Spawn<'a> = dyn Fn(usize, &str, &Token) -> Command + 'a;
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    o: &Options,
+    s: &Settings,
+    procs: usize,
+    nodes: usize,
+    record: LaunchRecord,
+    first_version: u64,
+    last: Option<LastCheckpoint>,
+    spawn: &Spawn<'_>,
+) -> Result<JobExit> {
+    if procs == 0 || nodes == 0 || nodes > procs {
+        bail!(
+            Usage,
+            "{procs} processes on {nodes} nodes: need 1 <= nodes <= processes"
+        );
+    }
+    if s.keep == 0 || s.timeout.is_zero() {
+        bail!(Usage, "--keep and --timeout must be positive");
+    }
+    if let Some(c) = &s.cpus {
+        c.check_allowed()?;
+    }
+    jobdir::check_job_id(&o.job)?;
+    if !o.dir.is_absolute() || o.dir.to_str().is_none() {
+        bail!(
+            Usage,
+            "the images' directory {} must be an absolute UTF-8 path",
+            o.dir.display()
+        );
+    }
+    let job_dir = o.dir.join(&o.job);
+    let longest = manifest::version_dir(&job_dir, u64::from(u32::MAX))
+        .join(manifest::image_name(procs - 1))
+        .as_os_str()
+        .len();
+    if longest >= IMAGE_PATH_MAX {
+        bail!(
+            Usage,
+            "the images' paths under {} would be too long for the checkpoint library ({longest} \
+             bytes, at most {}): choose a shorter --dir",
+            job_dir.display(),
+            IMAGE_PATH_MAX - 1
+        );
+    }
+    jobdir::create_private_dir(&o.dir)?;
+    jobdir::create_private_dir(&job_dir)?;
+    if let Ok(info) = CoordInfo::read(&job_dir) {
+        if info.is_live() {
+            bail!(
+                Usage,
+                "job {} is already running (its root coordinator is pid {} at {})",
+                o.job,
+                info.pid,
+                info.addr
+            );
+        }
+    }
+    let token = Token::random()?;
+    let children = Arc::new(Children::default());
+    let weak = Arc::downgrade(&children);
+    let kill: KillFn = Arc::new(move |sig| weak.upgrade().map_or(0, |c| c.signal_all(sig)));
+    let root = Root::start(
+        net::listen(o.bind)?,
+        RootConfig {
+            job: o.job.clone(),
+            job_dir: job_dir.clone(),
+            token: token.clone(),
+            procs,
+            nodes,
+            timeout: s.timeout,
+            interval: s.interval,
+            keep: s.keep,
+            launch: record,
+            first_version,
+            last,
+            kill: Some(kill),
+        },
+    )?;
+    let root_addr = root.addr();
+    let mut tree = Tree {
+        root: Some(root),
+        subs: Vec::new(),
+        job_dir: job_dir.clone(),
+    };
+    CoordInfo {
+        job: o.job.clone(),
+        addr: root_addr,
+        token: token.clone(),
+        pid: std::process::id(),
+    }
+    .write(&job_dir)?;
+    for n in 0..nodes {
+        let args = NodeArgs {
+            root: root_addr.to_string(),
+            node: n,
+            nodes,
+            procs,
+            job: o.job.clone(),
+            timeout: s.timeout,
+            bind: o.bind,
+        };
+        let mut c = Command::new(&o.subcoord.program);
+        c.args(&o.subcoord.args)
+            .args(args.to_args())
+            .env(TOKEN_ENV, token.hex())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            // Its own process group: a Ctrl-C at the terminal is for the program, and the
+            // sub-coordinator must outlive it to see the processes out.
+            .process_group(0);
+        let child = c.spawn().map_err(|e| {
+            Error::io(
+                format_args!("start the sub-coordinator {}", o.subcoord.program.display()),
+                e,
+            )
+        })?;
+        tree.subs.push(child);
+    }
+    let subs = &mut tree.subs;
+    let addrs = tree
+        .root
+        .as_ref()
+        .expect("running")
+        .wait_nodes(NODES_LIMIT, || {
+            for (n, c) in subs.iter_mut().enumerate() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    bail!(
+                        Io,
+                        "the sub-coordinator of node {n} exited ({st}) before registering"
+                    );
+                }
+            }
+            Ok(())
+        })?;
+    let _forwarder = if o.forward_signals {
+        Some(Forwarder::start(Arc::downgrade(&children))?)
+    } else {
+        None
+    };
+    for i in 0..procs {
+        let node = node_of(i, procs, nodes);
+        let addr = &addrs[node];
+        let mut c = spawn(i, addr, &token);
+        c.env("CAIRN_COORD_ADDR", addr)
+            .env(TOKEN_ENV, token.hex())
+            .env("CAIRN_JOB", &o.job)
+            .env("CAIRN_PROC", i.to_string())
+            .env("CAIRN_NODE", node.to_string())
+            .env("CAIRN_CKPT_AFFINITY", s.affinity.as_str());
+        match &s.cpus {
+            Some(cpus) => c.env("CAIRN_CKPT_CPUS", cpus.to_string()),
+            None => c.env_remove("CAIRN_CKPT_CPUS"),
+        };
+        // Like mpirun: the first process reads the terminal, the others read nothing.
+        if i > 0 {
+            c.stdin(Stdio::null());
+        }
+        let child = c.spawn().map_err(|e| {
+            Error::io(
+                format_args!("start proc {i} ({})", Path::new(c.get_program()).display()),
+                e,
+            )
+        })?;
+        children.push(child);
+    }
+    tracing::info!(
+        "job {}: {procs} processes on {nodes} nodes, root coordinator at {root_addr}, images in {}",
+        o.job,
+        job_dir.display()
+    );
+    while !children.reap() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let statuses = children.statuses();
+    let code = statuses
+        .iter()
+        .map(exit_code)
+        .find(|&c| c != 0)
+        .unwrap_or(0);
+    drop(tree);
+    Ok(JobExit {
+        job: o.job.clone(),
+        code,
+        statuses,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        let c = CpuList::parse("3,0-1, 8-9,1").unwrap();
+        assert_eq!(c.cpus(), [0, 1, 3, 8, 9]);
+        assert_eq!(c.to_string(), "0-1,3,8-9");
+        for bad in ["", "a", "3-1", "1,,2", "-1", "99999"] {
+            assert!(CpuList::parse(bad).is_err(), "{bad:?}");
+        }
+        let allowed = CpuList::allowed().unwrap();
+        assert!(!allowed.cpus().is_empty());
+        allowed.check_allowed().unwrap();
+        let e = CpuList::parse("4000").unwrap().check_allowed().unwrap_err();
+        assert!(e.message().contains("not available"), "{e}");
+    }
+
+    #[test]
+    fn commands_resolve_like_exec() {
+        assert!(resolve_command(OsStr::new("sh")).unwrap().is_absolute());
+        let e = resolve_command(OsStr::new("no-such-command-cairn")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        assert_eq!(
+            resolve_command(OsStr::new("./no/such")).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            resolve_command(OsStr::new("/etc/passwd"))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Usage
+        );
+    }
+
+    #[test]
+    fn plain_names() {
+        assert!(is_plain_name("proc0.img"));
+        for bad in ["", ".", "..", "a/b", "/x"] {
+            assert!(!is_plain_name(bad));
+        }
+    }
+}

@@ -1,0 +1,747 @@
+//! The sub-coordinator of one (simulated) node: a separate process (`cairn coord-node`) that
+//! the node's processes connect to. It relays SUSPEND, WRITE and RESUME to them and sends the
+//! root one answer per phase for the whole node (seeds/003, section 3.3: a two-level tree, so
+//! the root holds one connection per node rather than one per process).
+//!
+//! Per checkpoint it goes through the same phases as the root (`docs/coordinator.md`); its
+//! own timeout per phase lets it name the processes that did not answer. One thread
+//! (`NodeLoop::run`) owns all state; reader threads hand lines over as `hub::Event`s.
+
+use crate::error::{bail, Error, ErrorKind, Result};
+use crate::hub::{self, deny, ranges, send_or_log, Acceptor, Event};
+use crate::jobdir::{check_job_id, Token};
+use crate::proto::{Conn, Msg, Verb};
+use crate::{manifest, net, procs_of_node, TOKEN_ENV};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The connection id of the link to the root (accepted connections count from 1).
+const ROOT: u64 = 0;
+
+/// A sub-coordinator's command line (after `cairn coord-node`). The token is not on it (any
+/// user can read command lines): it comes in the environment variable [`TOKEN_ENV`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeArgs {
+    /// The root's address.
+    pub root: String,
+    pub node: usize,
+    pub nodes: usize,
+    /// The job's process count.
+    pub procs: usize,
+    pub job: String,
+    pub timeout: Duration,
+    /// The address to listen on (any port).
+    pub bind: IpAddr,
+}
+
+impl NodeArgs {
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            "--root".into(),
+            self.root.clone(),
+            "--node".into(),
+            self.node.to_string(),
+            "--nodes".into(),
+            self.nodes.to_string(),
+            "--procs".into(),
+            self.procs.to_string(),
+            "--job".into(),
+            self.job.clone(),
+            "--timeout".into(),
+            format!("{:.3}", self.timeout.as_secs_f64()),
+            "--bind".into(),
+            self.bind.to_string(),
+        ]
+    }
+
+    pub fn parse(args: &[String]) -> Result<NodeArgs> {
+        let mut map = BTreeMap::new();
+        let mut it = args.iter();
+        while let Some(k) = it.next() {
+            let Some(name) = k.strip_prefix("--") else {
+                bail!(Usage, "coord-node: unexpected argument {k:?}");
+            };
+            let Some(v) = it.next() else {
+                bail!(Usage, "coord-node: {k} needs a value");
+            };
+            map.insert(name.to_string(), v.clone());
+        }
+        let get = |k: &str| {
+            map.get(k)
+                .cloned()
+                .ok_or_else(|| Error::new(ErrorKind::Usage, format!("coord-node: --{k} missing")))
+        };
+        let num = |k: &str| -> Result<usize> {
+            get(k)?
+                .parse()
+                .map_err(|_| Error::new(ErrorKind::Usage, format!("coord-node: bad --{k}")))
+        };
+        let secs: f64 = get("timeout")?
+            .parse()
+            .ok()
+            .filter(|s: &f64| s.is_finite() && *s > 0.0)
+            .ok_or_else(|| Error::new(ErrorKind::Usage, "coord-node: bad --timeout"))?;
+        let a = NodeArgs {
+            root: get("root")?,
+            node: num("node")?,
+            nodes: num("nodes")?,
+            procs: num("procs")?,
+            job: get("job")?,
+            timeout: Duration::from_secs_f64(secs),
+            bind: get("bind")?
+                .parse()
+                .map_err(|_| Error::new(ErrorKind::Usage, "coord-node: bad --bind"))?,
+        };
+        check_job_id(&a.job)?;
+        if a.nodes == 0 || a.node >= a.nodes || a.nodes > a.procs {
+            bail!(
+                Usage,
+                "coord-node: node {} of {} with {} processes",
+                a.node,
+                a.nodes,
+                a.procs
+            );
+        }
+        Ok(a)
+    }
+}
+
+/// The entry point of `cairn coord-node ARGS`: returns the exit code (0 when the root closed
+/// the link, 2 on errors, which are printed).
+pub fn main(args: &[String]) -> i32 {
+    crate::init_logging();
+    let run = || -> Result<()> {
+        let a = NodeArgs::parse(args)?;
+        let token = std::env::var(TOKEN_ENV).map_err(|_| {
+            Error::new(ErrorKind::Usage, format!("coord-node: {TOKEN_ENV} not set"))
+        })?;
+        run(a, Token::from_hex(&token)?)
+    };
+    match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cairn coord-node: error: {e}");
+            2
+        }
+    }
+}
+
+/// Runs a sub-coordinator until the root closes its link.
+pub fn run(a: NodeArgs, token: Token) -> Result<()> {
+    let listener = net::listen(a.bind)?;
+    let my_addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("listener address", e))?;
+    let expected: Vec<usize> = procs_of_node(a.node, a.procs, a.nodes).collect();
+    // The link to the root, staggered by node index like processes are by theirs.
+    let stream = net::connect(&a.root, a.node as u64)?;
+    let mut conn = Conn::new(stream)?;
+    conn.send(
+        &Msg::new(Verb::Subcoord)
+            .arg("token", token.hex())
+            .arg("job", &a.job)
+            .arg("node", a.node)
+            .arg("procs", expected.len())
+            .arg("addr", my_addr)
+            .arg("pid", std::process::id()),
+    )?;
+    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let answer = conn.expect("the root's WELCOME")?;
+    match answer.verb {
+        Verb::Welcome => {}
+        Verb::Denied => bail!(
+            Denied,
+            "node {}: the root refused: {}",
+            a.node,
+            answer.get("why").unwrap_or("no reason given")
+        ),
+        v => bail!(Protocol, "node {}: the root answered {v}", a.node),
+    }
+    conn.set_read_timeout(None)?;
+    let (reader, root_w) = conn.split();
+    let (tx, rx) = channel();
+    hub::spawn_reader(
+        ROOT,
+        reader,
+        format!("node {}: the root", a.node),
+        false,
+        tx.clone(),
+    )
+    .map_err(|e| Error::io("start a reader thread", e))?;
+    let ids = Arc::new(AtomicU64::new(ROOT + 1));
+    let mut acceptor = Acceptor::start(listener, "sub-coordinator", ids, tx)
+        .map_err(|e| Error::io("start accepting", e))?;
+    let mut lp = NodeLoop {
+        procs: expected
+            .iter()
+            .map(|&i| {
+                (
+                    i,
+                    Local {
+                        conn: None,
+                        pid: 0,
+                        host: String::new(),
+                        state: LState::Missing,
+                        suspended_for: None,
+                    },
+                )
+            })
+            .collect(),
+        a,
+        token,
+        root_w,
+        rx,
+        peers: HashMap::new(),
+        phase: None,
+        failed: BTreeSet::new(),
+        writing: BTreeSet::new(),
+        writing_for: 0,
+    };
+    lp.run();
+    acceptor.stop();
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum LState {
+    Missing,
+    Running,
+    Exited(i32),
+    Lost,
+}
+
+struct Local {
+    conn: Option<u64>,
+    pid: u32,
+    host: String,
+    state: LState,
+    /// The checkpoint this process was sent SUSPEND for and not yet RESUME.
+    suspended_for: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Suspend,
+    Write,
+    Resume,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Suspend => "SUSPEND",
+            Kind::Write => "WRITE",
+            Kind::Resume => "RESUME",
+        }
+    }
+}
+
+/// `proc 3 (pid 1234 on host), proc 5 (pid 1236 on host)`, for reports.
+fn describe_all(procs: &BTreeMap<usize, Local>, which: &BTreeSet<usize>) -> String {
+    let names: Vec<String> = which.iter().map(|&i| describe(procs, i)).collect();
+    names.join(", ")
+}
+
+/// `proc 3 (pid 1234 on host)`, for reports.
+fn describe(procs: &BTreeMap<usize, Local>, i: usize) -> String {
+    let p = &procs[&i];
+    if p.pid == 0 {
+        format!("proc {i}")
+    } else {
+        format!("proc {i} (pid {} on {})", p.pid, p.host)
+    }
+}
+
+struct NodePhase {
+    ckpt: u64,
+    kind: Kind,
+    pending: BTreeSet<usize>,
+    deadline: Instant,
+    bytes: u64,
+    /// The node's answer went up (a failure is reported once per phase).
+    reported: bool,
+    /// In RESUME: the processes that were still writing their images when it came.
+    writing: Vec<usize>,
+}
+
+struct NodeLoop {
+    a: NodeArgs,
+    token: Token,
+    root_w: TcpStream,
+    rx: Receiver<Event>,
+    /// Accepted connections: the process index once it said HELLO.
+    peers: HashMap<u64, (usize, TcpStream)>,
+    procs: BTreeMap<usize, Local>,
+    phase: Option<NodePhase>,
+    /// Processes that failed in the current checkpoint: not waited for when resuming.
+    failed: BTreeSet<usize>,
+    /// Processes sent WRITE that have not answered it (and are still connected): they may
+    /// still create files in the version directory.
+    writing: BTreeSet<usize>,
+    writing_for: u64,
+}
+
+impl NodeLoop {
+    fn run(&mut self) {
+        loop {
+            let deadline = self
+                .phase
+                .as_ref()
+                .filter(|p| !p.reported || p.kind == Kind::Resume)
+                .map(|p| p.deadline);
+            let ev = hub::next_event(&self.rx, deadline);
+            match ev {
+                Some(Event::Stop) => break,
+                Some(Event::Opened {
+                    id,
+                    msg,
+                    writer,
+                    peer,
+                }) => self.hello(id, msg, writer, peer),
+                Some(Event::Line { id: ROOT, msg }) => self.on_root_line(msg),
+                Some(Event::Line { id, msg }) => self.on_proc_line(id, msg),
+                Some(Event::Closed { id: ROOT, why }) => {
+                    if let Some(w) = why {
+                        tracing::warn!("node {}: the link to the root ended: {w}", self.a.node);
+                    }
+                    break;
+                }
+                Some(Event::Closed { id, .. }) => self.proc_closed(id),
+                None => {}
+            }
+            if self.phase.as_ref().is_some_and(|p| {
+                Instant::now() >= p.deadline && (!p.reported || p.kind == Kind::Resume)
+            }) {
+                self.deadline_passed();
+            }
+        }
+        for (_, (_, w)) in self.peers.drain() {
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn up(&mut self, msg: Msg) {
+        send_or_log(&mut self.root_w, &msg, "the root");
+    }
+
+    // ---- processes -----------------------------------------------------------------------
+
+    fn hello(&mut self, id: u64, msg: Msg, writer: TcpStream, peer: SocketAddr) {
+        let who = format!("node {}: {} from {peer}", self.a.node, msg.verb);
+        if msg.verb != Verb::Hello {
+            return deny(writer, &format!("expected HELLO, got {}", msg.verb), who);
+        }
+        let i = match self.check_hello(&msg) {
+            Ok(i) => i,
+            Err(why) => return deny(writer, &why, who),
+        };
+        let p = self.procs.get_mut(&i).expect("checked");
+        p.conn = Some(id);
+        p.pid = msg.num("pid").unwrap_or(0);
+        p.host = msg.get("host").unwrap_or("").to_string();
+        p.state = LState::Running;
+        p.suspended_for = None;
+        let mut w = writer;
+        send_or_log(&mut w, &Msg::new(Verb::Welcome).arg("proc", i), &who);
+        self.peers.insert(id, (i, w));
+        let joined = Msg::new(Verb::Joined)
+            .arg("proc", i)
+            .arg("pid", self.procs[&i].pid)
+            .arg("host", &self.procs[&i].host)
+            .arg("node", self.a.node)
+            .arg("restarted", msg.get("restarted").unwrap_or("0"));
+        self.up(joined);
+    }
+
+    fn check_hello(&self, msg: &Msg) -> Result<usize, String> {
+        if !msg.get("token").is_some_and(|t| self.token.matches(t)) {
+            return Err("wrong token".into());
+        }
+        match msg.get("job") {
+            Some(j) if j == self.a.job => {}
+            j => {
+                return Err(format!(
+                    "job mismatch: this is job {}, not {}",
+                    self.a.job,
+                    j.unwrap_or("(none)")
+                ))
+            }
+        }
+        let i: usize = msg.num("proc").map_err(|e| e.to_string())?;
+        if i >= self.a.procs {
+            return Err(format!(
+                "no proc {i}: the job has {} processes",
+                self.a.procs
+            ));
+        }
+        let Some(p) = self.procs.get(&i) else {
+            return Err(format!(
+                "proc {i} belongs to node {}, not node {}",
+                crate::node_of(i, self.a.procs, self.a.nodes),
+                self.a.node
+            ));
+        };
+        if let Some(n) = msg.get("node").and_then(|n| n.parse::<usize>().ok()) {
+            if n != self.a.node {
+                return Err(format!("this is node {}, not node {n}", self.a.node));
+            }
+        }
+        match p.state {
+            LState::Missing => Ok(i),
+            LState::Running => Err(format!("proc {i} is already connected")),
+            LState::Exited(_) | LState::Lost => Err(format!("proc {i} has already ended")),
+        }
+    }
+
+    fn on_proc_line(&mut self, id: u64, msg: Msg) {
+        let Some(&(i, _)) = self.peers.get(&id) else {
+            return;
+        };
+        match msg.verb {
+            Verb::Suspended | Verb::Written | Verb::Failed | Verb::Resumed => {
+                self.proc_answer(i, &msg)
+            }
+            Verb::Bye => {
+                let status = msg.num::<i32>("status").unwrap_or(-1);
+                self.procs.get_mut(&i).expect("known").state = LState::Exited(status);
+                self.up(Msg::new(Verb::Left).arg("proc", i).arg("status", status));
+                self.proc_gone(i, &format!("exited with status {status}"));
+            }
+            Verb::Checkpoint => self.up(Msg::new(Verb::Checkpoint).arg("proc", i)),
+            v => {
+                tracing::warn!(
+                    "node {}: proc {i} sent {v}, which a process never sends; closing its connection",
+                    self.a.node
+                );
+                if let Some((_, w)) = self.peers.get(&id) {
+                    let _ = w.shutdown(Shutdown::Both);
+                }
+            }
+        }
+    }
+
+    fn proc_closed(&mut self, id: u64) {
+        let Some((i, w)) = self.peers.remove(&id) else {
+            return;
+        };
+        let _ = w.shutdown(Shutdown::Both);
+        self.writing.remove(&i);
+        let p = self.procs.get_mut(&i).expect("known");
+        p.conn = None;
+        if p.state == LState::Running {
+            p.state = LState::Lost;
+            // Only a checkpoint in progress makes this news here (it fails, with a report);
+            // otherwise the launcher, the processes' parent, reports how they ended.
+            tracing::debug!(
+                "node {}: {}: connection closed without BYE",
+                self.a.node,
+                describe(&self.procs, i)
+            );
+            self.up(Msg::new(Verb::Left).arg("proc", i).arg("lost", 1));
+            self.proc_gone(i, "lost its connection (the process died?)");
+        }
+    }
+
+    /// A process ended: fails the phase it was expected to answer.
+    fn proc_gone(&mut self, i: usize, how: &str) {
+        let Some(ph) = self.phase.as_mut() else {
+            return;
+        };
+        if !ph.pending.remove(&i) {
+            return;
+        }
+        self.failed.insert(i);
+        match ph.kind {
+            Kind::Resume => {
+                if ph.pending.is_empty() {
+                    self.phase_complete();
+                }
+            }
+            k => {
+                let why = format!("{} {how} during {}", describe(&self.procs, i), k.name());
+                self.report_failure(&[i], why);
+            }
+        }
+    }
+
+    fn proc_answer(&mut self, i: usize, msg: &Msg) {
+        let v = msg.num::<u64>("ckpt").ok();
+        if matches!(msg.verb, Verb::Written | Verb::Failed) && v == Some(self.writing_for) {
+            self.writing.remove(&i);
+        }
+        let Some(ph) = self.phase.as_mut().filter(|p| Some(p.ckpt) == v) else {
+            tracing::debug!("node {}: proc {i}: {msg} for no current phase", self.a.node);
+            return;
+        };
+        let fits = matches!(
+            (msg.verb, ph.kind),
+            (Verb::Suspended, Kind::Suspend)
+                | (Verb::Written | Verb::Failed, Kind::Write)
+                | (Verb::Failed, Kind::Suspend)
+                | (Verb::Resumed, Kind::Resume)
+        );
+        if !fits || !ph.pending.contains(&i) {
+            tracing::debug!("node {}: proc {i}: {msg} out of turn; ignored", self.a.node);
+            return;
+        }
+        if msg.verb == Verb::Failed {
+            ph.pending.remove(&i);
+            self.failed.insert(i);
+            let why = format!(
+                "{} failed to {}: {}",
+                describe(&self.procs, i),
+                if ph.kind == Kind::Write {
+                    "write its image"
+                } else {
+                    "suspend"
+                },
+                msg.get("why").unwrap_or("no reason given")
+            );
+            return self.report_failure(&[i], why);
+        }
+        if msg.verb == Verb::Written {
+            match msg.num::<u64>("bytes") {
+                Ok(b) => ph.bytes += b,
+                Err(e) => {
+                    ph.pending.remove(&i);
+                    self.failed.insert(i);
+                    let why = format!("{}: {e}", describe(&self.procs, i));
+                    return self.report_failure(&[i], why);
+                }
+            }
+        }
+        ph.pending.remove(&i);
+        if ph.pending.is_empty() {
+            self.phase_complete();
+        }
+    }
+
+    // ---- the root ------------------------------------------------------------------------
+
+    fn on_root_line(&mut self, msg: Msg) {
+        let v = match msg.num::<u64>("ckpt") {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("node {}: from the root: {msg}: {e}", self.a.node);
+                return;
+            }
+        };
+        match msg.verb {
+            Verb::Suspend => self.suspend(v),
+            Verb::Write => match msg.req("dir") {
+                Ok(dir) => {
+                    let dir = dir.to_string();
+                    self.write(v, &dir)
+                }
+                Err(e) => tracing::warn!("node {}: {e}", self.a.node),
+            },
+            Verb::Resume => self.resume(v, msg.get("ok") == Some("1")),
+            other => tracing::warn!(
+                "node {}: the root sent {other}, which it never sends; ignored",
+                self.a.node
+            ),
+        }
+    }
+
+    fn new_phase(&mut self, ckpt: u64, kind: Kind, pending: BTreeSet<usize>) {
+        self.phase = Some(NodePhase {
+            ckpt,
+            kind,
+            pending,
+            deadline: Instant::now() + self.a.timeout,
+            bytes: 0,
+            reported: false,
+            writing: Vec::new(),
+        });
+    }
+
+    fn suspend(&mut self, v: u64) {
+        self.failed.clear();
+        let absent: Vec<usize> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.state != LState::Running)
+            .map(|(&i, _)| i)
+            .collect();
+        self.new_phase(v, Kind::Suspend, BTreeSet::new());
+        if !absent.is_empty() {
+            // Nobody is suspended: the root will answer with RESUME ok=0, which then
+            // concerns no process here.
+            let why = absent
+                .iter()
+                .map(|&i| {
+                    let how = match self.procs[&i].state {
+                        LState::Missing => "has not registered".to_string(),
+                        LState::Exited(s) => format!("has exited with status {s}"),
+                        _ => "has lost its connection".to_string(),
+                    };
+                    format!("{} {how}", describe(&self.procs, i))
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.failed.extend(&absent);
+            return self.report_failure(&absent, why);
+        }
+        let msg = Msg::new(Verb::Suspend).arg("ckpt", v);
+        let all: Vec<usize> = self.procs.keys().copied().collect();
+        for &i in &all {
+            self.procs.get_mut(&i).expect("known").suspended_for = Some(v);
+            self.send_proc(i, &msg);
+        }
+        self.new_phase(v, Kind::Suspend, all.into_iter().collect());
+    }
+
+    fn write(&mut self, v: u64, dir: &str) {
+        let all: BTreeSet<usize> = self.procs.keys().copied().collect();
+        self.writing = all.clone();
+        self.writing_for = v;
+        self.new_phase(v, Kind::Write, all.clone());
+        for i in all {
+            let path = format!("{dir}/{}", manifest::image_name(i));
+            self.send_proc(i, &Msg::new(Verb::Write).arg("ckpt", v).arg("path", path));
+        }
+    }
+
+    fn resume(&mut self, v: u64, ok: bool) {
+        // A checkpoint aborted while processes here had not answered its phase yet: they are
+        // hung or slow. They get RESUME too, but are not waited for.
+        if let Some(ph) = self
+            .phase
+            .take()
+            .filter(|p| p.ckpt == v && p.kind != Kind::Resume)
+        {
+            if !ph.pending.is_empty() {
+                tracing::warn!(
+                    "node {}: checkpoint {v} aborted before {} answered {}",
+                    self.a.node,
+                    describe_all(&self.procs, &ph.pending),
+                    ph.kind.name()
+                );
+            }
+            self.failed.extend(ph.pending);
+        }
+        let msg = Msg::new(Verb::Resume)
+            .arg("ckpt", v)
+            .arg("ok", u8::from(ok));
+        let mut wait = BTreeSet::new();
+        let targets: Vec<usize> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.suspended_for == Some(v) && p.conn.is_some())
+            .map(|(&i, _)| i)
+            .collect();
+        for i in targets {
+            self.procs.get_mut(&i).expect("known").suspended_for = None;
+            self.send_proc(i, &msg);
+            if !self.failed.contains(&i) {
+                wait.insert(i);
+            }
+        }
+        self.new_phase(v, Kind::Resume, wait);
+        let writing = std::mem::take(&mut self.writing);
+        let ph = self.phase.as_mut().expect("just set");
+        ph.writing = writing
+            .into_iter()
+            .filter(|i| self.procs[i].conn.is_some())
+            .collect();
+        if self.phase.as_ref().is_some_and(|p| p.pending.is_empty()) {
+            self.phase_complete();
+        }
+    }
+
+    fn send_proc(&mut self, i: usize, msg: &Msg) {
+        let Some(id) = self.procs[&i].conn else {
+            return;
+        };
+        if let Some((_, w)) = self.peers.get_mut(&id) {
+            send_or_log(w, msg, format_args!("proc {i}"));
+        }
+    }
+
+    /// Every process answered the phase.
+    fn phase_complete(&mut self) {
+        let Some(ph) = self.phase.as_mut() else {
+            return;
+        };
+        if ph.reported {
+            return;
+        }
+        ph.reported = true;
+        let count = self.procs.len();
+        let msg = match ph.kind {
+            Kind::Suspend => Msg::new(Verb::Suspended)
+                .arg("ckpt", ph.ckpt)
+                .arg("count", count),
+            Kind::Write => Msg::new(Verb::Written)
+                .arg("ckpt", ph.ckpt)
+                .arg("bytes", ph.bytes)
+                .arg("count", count),
+            Kind::Resume => {
+                let mut m = Msg::new(Verb::Resumed)
+                    .arg("ckpt", ph.ckpt)
+                    .arg("count", count - ph.pending.len());
+                if !ph.pending.is_empty() {
+                    m = m.arg("missing", ranges(ph.pending.iter().copied()));
+                }
+                if !ph.writing.is_empty() {
+                    m = m.arg("writing", ranges(ph.writing.iter().copied()));
+                }
+                self.phase = None;
+                m
+            }
+        };
+        self.up(msg);
+    }
+
+    /// Sends the phase's FAILED up, once.
+    fn report_failure(&mut self, procs: &[usize], why: String) {
+        let Some(ph) = self.phase.as_mut() else {
+            return;
+        };
+        if ph.reported || ph.kind == Kind::Resume {
+            return;
+        }
+        ph.reported = true;
+        let msg = Msg::new(Verb::Failed)
+            .arg("ckpt", ph.ckpt)
+            .arg("procs", ranges(procs.iter().copied()))
+            .arg("why", why);
+        self.up(msg);
+    }
+
+    fn deadline_passed(&mut self) {
+        let Some(ph) = self.phase.as_mut() else {
+            return;
+        };
+        if ph.kind == Kind::Resume {
+            // Those still pending are named in RESUMED's missing=.
+            tracing::warn!(
+                "node {}: {} did not confirm RESUME within {:.0} s",
+                self.a.node,
+                describe_all(&self.procs, &ph.pending),
+                self.a.timeout.as_secs_f64()
+            );
+            return self.phase_complete();
+        }
+        let late: Vec<usize> = ph.pending.iter().copied().collect();
+        let kind = ph.kind;
+        self.failed.extend(&late);
+        let why = late
+            .iter()
+            .map(|&i| {
+                format!(
+                    "{} did not answer {} within {:.0} s",
+                    describe(&self.procs, i),
+                    kind.name(),
+                    self.a.timeout.as_secs_f64()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        self.report_failure(&late, why);
+    }
+}

@@ -1,0 +1,1016 @@
+//! The root coordinator: the sub-coordinators of the job's nodes and the clients connect to
+//! it; it runs every checkpoint as a sequence of global barriers and publishes the manifest.
+//!
+//! One thread (`RootLoop::run`) owns all state and performs every transition of a
+//! checkpoint (the state machine is drawn in `docs/coordinator.md`):
+//!
+//! ```text
+//!  IDLE -request-> REGISTER -all joined-> SUSPEND -all SUSPENDED-> WRITE -all WRITTEN-> RESUME ok=1
+//!                     |                      |                       |   + manifest      |
+//!                     | gone, timeout        | failed, timeout, lost | failed, timeout,  | all RESUMED
+//!                     v                      v                       v lost              v
+//!                 DONE ok=0 <-all RESUMED- RESUME ok=0 <-------------+               DONE ok=1
+//! ```
+//!
+//! Readers and the accept thread only parse lines and hand them over as `hub::Event`s.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::hub::{self, deny, named, send_or_log, Acceptor, Event};
+use crate::jobdir::Token;
+use crate::manifest::{self, LaunchRecord, Manifest, ProcImage};
+use crate::proto::{Msg, Verb};
+use crate::{node_of, procs_of_node};
+use std::collections::{BTreeSet, HashMap};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How much longer than the phase timeout the root waits for a node's answer: a node reports
+/// its own processes' timeouts by name when the phase timeout expires, and that report should
+/// arrive before the root gives up on the node as a whole.
+pub const NODE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Signals the job's processes (the launcher owns them): returns how many were signalled.
+pub type KillFn = Arc<dyn Fn(i32) -> usize + Send + Sync>;
+
+/// What the root needs to know about the job.
+pub struct RootConfig {
+    pub job: String,
+    /// `<dir>/<job>`, absolute.
+    pub job_dir: PathBuf,
+    pub token: Token,
+    pub procs: usize,
+    pub nodes: usize,
+    /// The timeout of each phase.
+    pub timeout: Duration,
+    /// Checkpoint this long after the previous one ended (or after the start).
+    pub interval: Option<Duration>,
+    /// How many complete versions to keep.
+    pub keep: usize,
+    /// Recorded in every manifest.
+    pub launch: LaunchRecord,
+    /// The number of the first checkpoint this root takes.
+    pub first_version: u64,
+    /// The newest complete checkpoint when the root starts (the one a restart came from).
+    pub last: Option<LastCheckpoint>,
+    /// Carries out `CLIENT cmd=kill`.
+    pub kill: Option<KillFn>,
+}
+
+/// The newest complete checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCheckpoint {
+    pub version: u64,
+    /// Seconds since the Unix epoch.
+    pub when: u64,
+}
+
+/// What the launcher waits on: the sub-coordinators' addresses, filled in as they register.
+#[derive(Default)]
+struct Shared {
+    node_addrs: Vec<Option<String>>,
+    stopped: bool,
+}
+
+/// A running root coordinator.
+pub struct Root {
+    addr: SocketAddr,
+    tx: Sender<Event>,
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+    acceptor: Acceptor,
+}
+
+impl Root {
+    /// Starts accepting on `listener` and running the state machine.
+    pub fn start(listener: TcpListener, cfg: RootConfig) -> Result<Root> {
+        let (tx, rx) = channel();
+        let shared = Arc::new((
+            Mutex::new(Shared {
+                node_addrs: vec![None; cfg.nodes],
+                stopped: false,
+            }),
+            Condvar::new(),
+        ));
+        let ids = Arc::new(AtomicU64::new(1));
+        let acceptor = Acceptor::start(listener, "root coordinator", ids, tx.clone())
+            .map_err(|e| Error::io("start the root coordinator", e))?;
+        let addr = acceptor.addr();
+        let mut lp = RootLoop::new(cfg, rx, shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("cairn-root".into())
+            .spawn(move || lp.run())
+            .map_err(|e| Error::io("start the root coordinator", e))?;
+        Ok(Root {
+            addr,
+            tx,
+            shared,
+            thread: Some(thread),
+            acceptor,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits until every node's sub-coordinator has registered and returns their addresses,
+    /// by node. `check` is called every 100 ms and may give up early (a sub-coordinator that
+    /// exited, say).
+    pub fn wait_nodes(
+        &self,
+        limit: Duration,
+        mut check: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<String>> {
+        let deadline = Instant::now() + limit;
+        let (lock, cv) = &*self.shared;
+        let mut g = lock.lock().expect("root state lock");
+        loop {
+            if g.node_addrs.iter().all(Option::is_some) {
+                return Ok(g.node_addrs.iter().flatten().cloned().collect());
+            }
+            if g.stopped {
+                return Err(Error::new(ErrorKind::Io, "the root coordinator stopped"));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<usize> = (0..g.node_addrs.len())
+                    .filter(|&n| g.node_addrs[n].is_none())
+                    .collect();
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "sub-coordinators did not register within {1:.0} s: {0}",
+                        named("node", missing),
+                        limit.as_secs_f64()
+                    ),
+                ));
+            }
+            let wait = (deadline - now).min(Duration::from_millis(100));
+            g = cv.wait_timeout(g, wait).expect("root state lock").0;
+            drop(g);
+            check()?;
+            g = lock.lock().expect("root state lock");
+        }
+    }
+
+    /// Stops the coordinator: clients waiting for a checkpoint are told the job ended, every
+    /// connection is closed (sub-coordinators exit when their link to the root closes).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.tx.send(Event::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.acceptor.stop();
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A process as the root sees it.
+#[derive(Debug, Clone, PartialEq)]
+enum ProcState {
+    /// Not registered yet.
+    Missing,
+    Running,
+    Exited(i32),
+    /// Its connection closed without BYE (a crash), or its node's link was lost.
+    Lost,
+}
+
+struct ProcSlot {
+    node: usize,
+    state: ProcState,
+    pid: u32,
+    host: String,
+    restarted: bool,
+}
+
+struct NodeSlot {
+    conn: Option<u64>,
+    addr: Option<String>,
+    pid: u32,
+    procs: Vec<usize>,
+    lost: bool,
+}
+
+enum Role {
+    Node(usize),
+    Client,
+}
+
+struct Peer {
+    role: Role,
+    writer: TcpStream,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Register,
+    Suspend,
+    Write,
+    Resume { ok: bool },
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Register => "registration",
+            Phase::Suspend => "SUSPEND",
+            Phase::Write => "WRITE",
+            Phase::Resume { .. } => "RESUME",
+        }
+    }
+}
+
+/// The checkpoint in progress.
+struct Ckpt {
+    version: u64,
+    phase: Phase,
+    started: Instant,
+    deadline: Instant,
+    /// Nodes whose answer to the current phase is awaited.
+    pending: BTreeSet<usize>,
+    /// Per node, the bytes its processes wrote.
+    bytes: Vec<Option<u64>>,
+    failures: Vec<String>,
+    /// Clients waiting for its DONE.
+    clients: Vec<u64>,
+    dir_created: bool,
+    /// Some process may still write into the version directory (it had not answered
+    /// WRITE when the checkpoint was aborted, or its node was lost): a failed checkpoint's
+    /// directory is then left for [`manifest::prune`] rather than deleted under it.
+    writers: Vec<String>,
+    total_bytes: u64,
+}
+
+struct RootLoop {
+    cfg: RootConfig,
+    rx: Receiver<Event>,
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+    peers: HashMap<u64, Peer>,
+    nodes: Vec<NodeSlot>,
+    procs: Vec<ProcSlot>,
+    ckpt: Option<Ckpt>,
+    /// Requests that came too late to join the running checkpoint: another one follows it.
+    queued: Option<Vec<u64>>,
+    next_version: u64,
+    last: Option<LastCheckpoint>,
+    next_interval: Option<Instant>,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+impl RootLoop {
+    fn new(cfg: RootConfig, rx: Receiver<Event>, shared: Arc<(Mutex<Shared>, Condvar)>) -> Self {
+        let nodes = (0..cfg.nodes)
+            .map(|n| NodeSlot {
+                conn: None,
+                addr: None,
+                pid: 0,
+                procs: procs_of_node(n, cfg.procs, cfg.nodes).collect(),
+                lost: false,
+            })
+            .collect();
+        let procs = (0..cfg.procs)
+            .map(|i| ProcSlot {
+                node: node_of(i, cfg.procs, cfg.nodes),
+                state: ProcState::Missing,
+                pid: 0,
+                host: String::new(),
+                restarted: false,
+            })
+            .collect();
+        RootLoop {
+            next_version: cfg.first_version,
+            last: cfg.last,
+            next_interval: cfg.interval.map(|i| Instant::now() + i),
+            cfg,
+            rx,
+            shared,
+            peers: HashMap::new(),
+            nodes,
+            procs,
+            ckpt: None,
+            queued: None,
+        }
+    }
+
+    fn run(&mut self) {
+        loop {
+            let wake = [self.ckpt.as_ref().map(|c| c.deadline), self.next_interval]
+                .into_iter()
+                .flatten()
+                .min();
+            let ev = hub::next_event(&self.rx, wake);
+            match ev {
+                Some(Event::Stop) => break,
+                Some(Event::Opened {
+                    id,
+                    msg,
+                    writer,
+                    peer,
+                }) => self.opened(id, msg, writer, peer),
+                Some(Event::Line { id, msg }) => self.line(id, msg),
+                Some(Event::Closed { id, why }) => self.closed(id, why),
+                None => {}
+            }
+            self.timers();
+        }
+        self.stop();
+    }
+
+    /// Deadlines and the interval.
+    fn timers(&mut self) {
+        let now = Instant::now();
+        if self.ckpt.as_ref().is_some_and(|c| now >= c.deadline) {
+            self.deadline_passed();
+        }
+        if self.next_interval.is_some_and(|t| now >= t) {
+            self.next_interval = None;
+            if self.ckpt.is_none() {
+                self.request(None, "the interval".into());
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(c) = self.ckpt.take() {
+            let done = Msg::new(Verb::Done)
+                .arg("ckpt", c.version)
+                .arg("ok", 0)
+                .arg("why", "the job ended during the checkpoint");
+            for id in c.clients.iter().chain(self.queued.iter().flatten()) {
+                if let Some(p) = self.peers.get_mut(id) {
+                    send_or_log(&mut p.writer, &done, "client");
+                }
+            }
+        }
+        for (_, p) in self.peers.drain() {
+            let _ = p.writer.shutdown(Shutdown::Both);
+        }
+        let (lock, cv) = &*self.shared;
+        lock.lock().expect("root state lock").stopped = true;
+        cv.notify_all();
+    }
+
+    // ---- connections ---------------------------------------------------------------------
+
+    fn opened(&mut self, id: u64, msg: Msg, writer: TcpStream, peer: SocketAddr) {
+        let who = format!("root coordinator: {} from {peer}", msg.verb);
+        match msg.verb {
+            Verb::Client => self.client(id, &msg, writer, &who),
+            Verb::Subcoord => match self.check_node(&msg) {
+                Ok(n) => {
+                    let addr = msg.get("addr").unwrap_or("").to_string();
+                    let slot = &mut self.nodes[n];
+                    slot.conn = Some(id);
+                    slot.addr = Some(addr.clone());
+                    slot.pid = msg.num("pid").unwrap_or(0);
+                    slot.lost = false;
+                    let mut peer = Peer {
+                        role: Role::Node(n),
+                        writer,
+                    };
+                    send_or_log(
+                        &mut peer.writer,
+                        &Msg::new(Verb::Welcome).arg("node", n),
+                        "sub-coordinator",
+                    );
+                    self.peers.insert(id, peer);
+                    tracing::debug!("node {n}: sub-coordinator at {addr} registered");
+                    let (lock, cv) = &*self.shared;
+                    lock.lock().expect("root state lock").node_addrs[n] = Some(addr);
+                    cv.notify_all();
+                }
+                Err(why) => deny(writer, &why, who),
+            },
+            Verb::Hello => deny(
+                writer,
+                "this is the root coordinator: processes connect to their node's \
+                 sub-coordinator (CAIRN_COORD_ADDR)",
+                who,
+            ),
+            _ => deny(writer, &format!("unexpected first line {}", msg.verb), who),
+        }
+    }
+
+    fn check_node(&self, msg: &Msg) -> Result<usize, String> {
+        if !msg.get("token").is_some_and(|t| self.cfg.token.matches(t)) {
+            return Err("wrong token".into());
+        }
+        if let Some(j) = msg.get("job").filter(|j| *j != self.cfg.job) {
+            return Err(format!(
+                "job mismatch: this is job {}, not {j}",
+                self.cfg.job
+            ));
+        }
+        let n: usize = msg.num("node").map_err(|e| e.to_string())?;
+        let Some(slot) = self.nodes.get(n) else {
+            return Err(format!("no node {n}: the job has {} nodes", self.cfg.nodes));
+        };
+        if slot.conn.is_some() {
+            return Err(format!("node {n} already has a sub-coordinator"));
+        }
+        let procs: usize = msg.num("procs").map_err(|e| e.to_string())?;
+        if procs != slot.procs.len() {
+            return Err(format!(
+                "node {n} has {} processes, not {procs}",
+                slot.procs.len()
+            ));
+        }
+        Ok(n)
+    }
+
+    fn client(&mut self, id: u64, msg: &Msg, mut writer: TcpStream, who: &str) {
+        if !msg.get("token").is_some_and(|t| self.cfg.token.matches(t)) {
+            return deny(writer, "wrong token", who);
+        }
+        match msg.get("cmd") {
+            Some("status") => {
+                for line in self.status() {
+                    send_or_log(&mut writer, &line, "client");
+                }
+                let _ = writer.shutdown(Shutdown::Both);
+            }
+            Some("checkpoint") => {
+                self.peers.insert(
+                    id,
+                    Peer {
+                        role: Role::Client,
+                        writer,
+                    },
+                );
+                self.request(Some(id), "a client".into());
+            }
+            Some("kill") => {
+                let sig = msg.num::<i32>("signal").unwrap_or(libc::SIGKILL);
+                let n = self.cfg.kill.as_ref().map(|k| k(sig)).unwrap_or(0);
+                tracing::info!("job {}: signal {sig} sent to {n} processes", self.cfg.job);
+                let done = Msg::new(Verb::Done).arg("ok", 1).arg("killed", n);
+                send_or_log(&mut writer, &done, "client");
+                let _ = writer.shutdown(Shutdown::Both);
+            }
+            other => deny(
+                writer,
+                &format!("unknown command {:?}", other.unwrap_or("")),
+                who,
+            ),
+        }
+    }
+
+    fn status(&self) -> Vec<Msg> {
+        let mut out = vec![Msg::new(Verb::Job)
+            .arg("job", &self.cfg.job)
+            .arg("procs", self.cfg.procs)
+            .arg("nodes", self.cfg.nodes)
+            .arg(
+                "state",
+                match &self.ckpt {
+                    Some(c) => format!("checkpointing:{}", c.phase.name()),
+                    None => "idle".into(),
+                },
+            )
+            .arg("ckpt", self.ckpt.as_ref().map(|c| c.version).unwrap_or(0))];
+        for (i, p) in self.procs.iter().enumerate() {
+            let (state, status) = match p.state {
+                ProcState::Missing => ("missing", None),
+                ProcState::Running => ("running", None),
+                ProcState::Exited(s) => ("exited", Some(s)),
+                ProcState::Lost => ("lost", None),
+            };
+            let mut m = Msg::new(Verb::Proc)
+                .arg("proc", i)
+                .arg("pid", p.pid)
+                .arg("node", p.node)
+                .arg("host", if p.host.is_empty() { "-" } else { &p.host })
+                .arg("state", state)
+                .arg("restarted", u8::from(p.restarted));
+            if let Some(s) = status {
+                m = m.arg("status", s);
+            }
+            out.push(m);
+        }
+        for (n, s) in self.nodes.iter().enumerate() {
+            let joined = s
+                .procs
+                .iter()
+                .filter(|&&i| self.procs[i].state == ProcState::Running)
+                .count();
+            out.push(
+                Msg::new(Verb::Node)
+                    .arg("node", n)
+                    .arg("procs", s.procs.len())
+                    .arg("running", joined)
+                    .arg("subcoord", s.addr.as_deref().unwrap_or("-"))
+                    .arg("pid", s.pid)
+                    .arg(
+                        "state",
+                        match (s.conn, s.lost) {
+                            (Some(_), _) => "connected",
+                            (None, true) => "lost",
+                            (None, false) => "waiting",
+                        },
+                    ),
+            );
+        }
+        out.push(match self.last {
+            Some(l) => Msg::new(Verb::Last)
+                .arg("ckpt", l.version)
+                .arg("when", l.when)
+                .arg(
+                    "dir",
+                    manifest::version_dir(&self.cfg.job_dir, l.version).display(),
+                ),
+            None => Msg::new(Verb::Last).arg("ckpt", "none"),
+        });
+        out.push(Msg::new(Verb::End));
+        out
+    }
+
+    fn closed(&mut self, id: u64, why: Option<String>) {
+        let Some(peer) = self.peers.remove(&id) else {
+            return;
+        };
+        let _ = peer.writer.shutdown(Shutdown::Both);
+        match peer.role {
+            Role::Client => {
+                if let Some(c) = &mut self.ckpt {
+                    c.clients.retain(|&x| x != id);
+                }
+                if let Some(q) = &mut self.queued {
+                    q.retain(|&x| x != id);
+                }
+            }
+            Role::Node(n) => {
+                let slot = &mut self.nodes[n];
+                slot.conn = None;
+                slot.lost = true;
+                let procs = slot.procs.clone();
+                for &i in &procs {
+                    if matches!(self.procs[i].state, ProcState::Running | ProcState::Missing) {
+                        self.procs[i].state = ProcState::Lost;
+                    }
+                }
+                let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
+                let report = format!(
+                    "node {n}: the sub-coordinator's connection was lost{why} ({})",
+                    named("proc", procs)
+                );
+                if let Some(c) = self.ckpt.as_mut().filter(|c| c.dir_created) {
+                    c.writers.push(format!("node {n} (lost)"));
+                }
+                match self.ckpt.as_ref().map(|c| c.phase) {
+                    Some(Phase::Resume { .. }) => {
+                        tracing::warn!("{report}");
+                        self.answered(n);
+                    }
+                    Some(_) => self.fail(report),
+                    None => tracing::warn!("{report}"),
+                }
+            }
+        }
+    }
+
+    // ---- lines from sub-coordinators ------------------------------------------------------
+
+    fn line(&mut self, id: u64, msg: Msg) {
+        let Some(peer) = self.peers.get(&id) else {
+            return;
+        };
+        let Role::Node(n) = peer.role else {
+            tracing::debug!("root coordinator: client sent {}; ignored", msg.verb);
+            return;
+        };
+        if let Err(e) = self.node_line(n, &msg) {
+            tracing::warn!("node {n}: {msg}: {e}");
+        }
+    }
+
+    fn node_line(&mut self, n: usize, msg: &Msg) -> Result<()> {
+        match msg.verb {
+            Verb::Joined | Verb::Left => {
+                let i: usize = msg.num("proc")?;
+                let Some(p) = self.procs.get_mut(i).filter(|p| p.node == n) else {
+                    return Err(Error::new(
+                        ErrorKind::Protocol,
+                        "not a process of this node",
+                    ));
+                };
+                if msg.verb == Verb::Joined {
+                    p.state = ProcState::Running;
+                    p.pid = msg.num("pid")?;
+                    p.host = msg.get("host").unwrap_or("").to_string();
+                    p.restarted = msg.get("restarted") == Some("1");
+                } else {
+                    p.state = match msg.get("status").and_then(|s| s.parse().ok()) {
+                        Some(s) => ProcState::Exited(s),
+                        None => ProcState::Lost,
+                    };
+                }
+                if self
+                    .ckpt
+                    .as_ref()
+                    .is_some_and(|c| c.phase == Phase::Register)
+                {
+                    self.check_registered();
+                }
+            }
+            Verb::Checkpoint => {
+                let who = msg.get("proc").unwrap_or("?");
+                self.request(None, format!("proc {who}"));
+            }
+            Verb::Suspended | Verb::Written | Verb::Failed | Verb::Resumed => {
+                self.phase_answer(n, msg)?;
+            }
+            v => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("{v} is not something a sub-coordinator sends"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn phase_answer(&mut self, n: usize, msg: &Msg) -> Result<()> {
+        let v: u64 = msg.num("ckpt")?;
+        let Some(c) = self.ckpt.as_mut().filter(|c| c.version == v) else {
+            tracing::debug!("node {n}: {msg} for no running checkpoint; ignored");
+            return Ok(());
+        };
+        let expected = self.nodes[n].procs.len();
+        match (msg.verb, c.phase) {
+            (Verb::Failed, Phase::Suspend | Phase::Write) => {
+                let why = msg.get("why").unwrap_or("no reason given");
+                self.fail(format!("node {n}: {why}"));
+            }
+            (Verb::Suspended, Phase::Suspend) | (Verb::Written, Phase::Write) => {
+                let count: usize = msg.num("count")?;
+                if count != expected {
+                    self.fail(format!(
+                        "node {n} answered {} for {count} processes, not {expected}",
+                        msg.verb
+                    ));
+                    return Ok(());
+                }
+                if msg.verb == Verb::Written {
+                    c.bytes[n] = Some(msg.num("bytes")?);
+                }
+                self.answered(n);
+            }
+            (Verb::Resumed, Phase::Resume { .. }) => {
+                if let Some(w) = msg.get("writing") {
+                    c.writers.push(format!("node {n}: procs {w}"));
+                }
+                if let Some(m) = msg.get("missing") {
+                    tracing::warn!(
+                        "checkpoint {v}: node {n}: procs {m} did not confirm RESUME within {:.0} s",
+                        self.cfg.timeout.as_secs_f64()
+                    );
+                }
+                self.answered(n);
+            }
+            _ => tracing::debug!("node {n}: {msg} in phase {}; ignored", c.phase.name()),
+        }
+        Ok(())
+    }
+
+    // ---- the checkpoint state machine ----------------------------------------------------
+
+    /// A checkpoint was asked for. A request joins the running checkpoint while it has not
+    /// written anything yet; later ones get a new checkpoint after it.
+    fn request(&mut self, client: Option<u64>, by: String) {
+        match &mut self.ckpt {
+            Some(c) if matches!(c.phase, Phase::Register | Phase::Suspend) => {
+                c.clients.extend(client);
+            }
+            Some(_) => self.queued.get_or_insert_with(Vec::new).extend(client),
+            None => self.begin(client.into_iter().collect(), by),
+        }
+    }
+
+    fn begin(&mut self, clients: Vec<u64>, by: String) {
+        let version = self.next_version;
+        self.next_version += 1;
+        self.next_interval = None;
+        tracing::info!(
+            "checkpoint {version} of job {}: requested by {by}",
+            self.cfg.job
+        );
+        let now = Instant::now();
+        self.ckpt = Some(Ckpt {
+            version,
+            phase: Phase::Register,
+            started: now,
+            deadline: now + self.cfg.timeout,
+            pending: BTreeSet::new(),
+            bytes: vec![None; self.cfg.nodes],
+            failures: Vec::new(),
+            clients,
+            dir_created: false,
+            writers: Vec::new(),
+            total_bytes: 0,
+        });
+        self.check_registered();
+    }
+
+    /// In REGISTER: goes on once every process has joined; fails at once if one is gone.
+    fn check_registered(&mut self) {
+        let gone: Vec<String> = self
+            .procs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p.state {
+                ProcState::Exited(s) => Some(format!("proc {i} exited with status {s}")),
+                ProcState::Lost => Some(format!(
+                    "proc {i} (node {}) is gone (its connection was lost)",
+                    p.node
+                )),
+                _ => None,
+            })
+            .collect();
+        if !gone.is_empty() {
+            return self.fail(gone.join("; "));
+        }
+        if self.procs.iter().all(|p| p.state == ProcState::Running) {
+            self.start_phase(Phase::Suspend);
+        }
+    }
+
+    /// Sends the phase's command to every node and waits for all of them.
+    fn start_phase(&mut self, phase: Phase) {
+        let c = self.ckpt.as_mut().expect("a checkpoint runs");
+        let v = c.version;
+        let msg = match phase {
+            Phase::Suspend => Msg::new(Verb::Suspend).arg("ckpt", v),
+            Phase::Write => {
+                let dir = manifest::version_dir(&self.cfg.job_dir, v);
+                if let Err(e) = crate::jobdir::create_private_dir(&dir) {
+                    return self.fail(format!("cannot create the version directory: {e}"));
+                }
+                c.dir_created = true;
+                Msg::new(Verb::Write)
+                    .arg("ckpt", v)
+                    .arg("dir", dir.display())
+            }
+            Phase::Resume { ok } => Msg::new(Verb::Resume)
+                .arg("ckpt", v)
+                .arg("ok", u8::from(ok)),
+            Phase::Register => unreachable!("registration sends nothing"),
+        };
+        c.phase = phase;
+        c.deadline = Instant::now() + self.cfg.timeout + NODE_MARGIN;
+        c.pending = (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].conn.is_some())
+            .collect();
+        let secs = c.started.elapsed().as_secs_f64();
+        let progress = Msg::new(Verb::Progress)
+            .arg("ckpt", v)
+            .arg("phase", phase.name())
+            .arg("secs", format!("{secs:.3}"));
+        for id in c.clients.clone() {
+            if let Some(p) = self.peers.get_mut(&id) {
+                send_or_log(&mut p.writer, &progress, "client");
+            }
+        }
+        let mut unreachable = Vec::new();
+        for n in 0..self.nodes.len() {
+            let Some(conn) = self.nodes[n].conn else {
+                unreachable.push(n);
+                continue;
+            };
+            let w = &mut self.peers.get_mut(&conn).expect("a node's peer").writer;
+            if let Err(e) = crate::proto::send(w, &msg) {
+                tracing::warn!("node {n}: {e}");
+                // Its reader will see the connection end and report it.
+            }
+        }
+        if !unreachable.is_empty() && !matches!(phase, Phase::Resume { .. }) {
+            return self.fail(format!(
+                "no sub-coordinator is connected for {}",
+                named("node", unreachable)
+            ));
+        }
+        if self.ckpt.as_ref().is_some_and(|c| c.pending.is_empty()) {
+            self.phase_done();
+        }
+    }
+
+    /// Node `n` answered the current phase.
+    fn answered(&mut self, n: usize) {
+        let Some(c) = self.ckpt.as_mut() else { return };
+        if c.pending.remove(&n) && c.pending.is_empty() {
+            self.phase_done();
+        }
+    }
+
+    fn phase_done(&mut self) {
+        let phase = self.ckpt.as_ref().expect("a checkpoint runs").phase;
+        match phase {
+            Phase::Register => {}
+            Phase::Suspend => self.start_phase(Phase::Write),
+            Phase::Write => match self.publish() {
+                Ok(()) => self.start_phase(Phase::Resume { ok: true }),
+                Err(why) => self.fail(why),
+            },
+            Phase::Resume { ok } => self.finish(ok),
+        }
+    }
+
+    /// Every image is written: checks them against what the nodes reported and writes the
+    /// manifest. From here on the checkpoint is complete, whatever happens next.
+    fn publish(&mut self) -> Result<(), String> {
+        let c = self.ckpt.as_ref().expect("a checkpoint runs");
+        let dir = manifest::version_dir(&self.cfg.job_dir, c.version);
+        let mut procs = Vec::with_capacity(self.procs.len());
+        let mut per_node = vec![0u64; self.nodes.len()];
+        for (i, p) in self.procs.iter().enumerate() {
+            let image = manifest::image_name(i);
+            let bytes = std::fs::symlink_metadata(dir.join(&image))
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .ok_or_else(|| {
+                    format!(
+                        "proc {i} (node {}) reported its image written, but {} is not there",
+                        p.node,
+                        dir.join(&image).display()
+                    )
+                })?;
+            per_node[p.node] += bytes;
+            procs.push(ProcImage {
+                proc: i,
+                node: p.node,
+                host: p.host.clone(),
+                pid: p.pid,
+                image,
+                bytes,
+            });
+        }
+        for (n, (&on_disk, reported)) in per_node.iter().zip(&c.bytes).enumerate() {
+            if Some(on_disk) != *reported {
+                return Err(format!(
+                    "node {n} reported {} bytes written, but its images hold {on_disk}",
+                    reported.unwrap_or(0)
+                ));
+            }
+        }
+        let m = Manifest {
+            format: manifest::FORMAT,
+            job: self.cfg.job.clone(),
+            version: c.version,
+            created: now_unix(),
+            nodes: self.cfg.nodes,
+            bytes: per_node.iter().sum(),
+            procs,
+            launch: self.cfg.launch.clone(),
+        };
+        m.publish(&self.cfg.job_dir)
+            .map_err(|e| format!("cannot write the manifest: {e}"))?;
+        self.last = Some(LastCheckpoint {
+            version: m.version,
+            when: m.created,
+        });
+        self.ckpt.as_mut().expect("a checkpoint runs").total_bytes = m.bytes;
+        Ok(())
+    }
+
+    /// The checkpoint failed: record why and undo it (RESUME ok=0) unless nothing was sent
+    /// yet. A failure once the manifest is written changes nothing: the checkpoint is
+    /// complete.
+    fn fail(&mut self, why: String) {
+        let Some(c) = self.ckpt.as_mut() else { return };
+        match c.phase {
+            Phase::Resume { .. } => {
+                tracing::warn!("checkpoint {}: while resuming: {why}", c.version);
+            }
+            Phase::Register => {
+                c.failures.push(why);
+                self.finish(false);
+            }
+            Phase::Suspend | Phase::Write => {
+                c.failures.push(why);
+                self.start_phase(Phase::Resume { ok: false });
+            }
+        }
+    }
+
+    fn deadline_passed(&mut self) {
+        let Some(c) = self.ckpt.as_mut() else { return };
+        let t = self.cfg.timeout.as_secs_f64();
+        match c.phase {
+            Phase::Register => {
+                let missing: Vec<usize> = (0..self.procs.len())
+                    .filter(|&i| self.procs[i].state == ProcState::Missing)
+                    .collect();
+                let nodes: BTreeSet<usize> = missing.iter().map(|&i| self.procs[i].node).collect();
+                self.fail(format!(
+                    "{} ({}) did not register within {t:.0} s",
+                    named("proc", missing),
+                    named("node", nodes)
+                ));
+            }
+            Phase::Suspend | Phase::Write => {
+                let phase = c.phase.name();
+                let report: Vec<String> = c
+                    .pending
+                    .iter()
+                    .map(|&n| {
+                        format!(
+                            "node {n} ({}) did not answer {phase} within {:.0} s",
+                            named("proc", self.nodes[n].procs.iter().copied()),
+                            (self.cfg.timeout + NODE_MARGIN).as_secs_f64()
+                        )
+                    })
+                    .collect();
+                self.fail(report.join("; "));
+            }
+            Phase::Resume { ok } => {
+                tracing::warn!(
+                    "checkpoint {}: {} did not confirm RESUME within {t:.0} s",
+                    c.version,
+                    named("node", c.pending.iter().copied())
+                );
+                self.finish(ok);
+            }
+        }
+    }
+
+    fn finish(&mut self, ok: bool) {
+        let Some(c) = self.ckpt.take() else { return };
+        let secs = c.started.elapsed().as_secs_f64();
+        let dir = manifest::version_dir(&self.cfg.job_dir, c.version);
+        let done = if ok {
+            tracing::info!(
+                "checkpoint {} of job {} complete: {} bytes from {} processes in {secs:.2} s ({})",
+                c.version,
+                self.cfg.job,
+                c.total_bytes,
+                self.procs.len(),
+                dir.display()
+            );
+            let removed = manifest::prune(&self.cfg.job_dir, self.cfg.keep, c.version);
+            if !removed.is_empty() {
+                let removed = removed.iter().map(|&v| v as usize);
+                tracing::info!("deleted old checkpoints: {}", named("version", removed));
+            }
+            Msg::new(Verb::Done)
+                .arg("ckpt", c.version)
+                .arg("ok", 1)
+                .arg("dir", dir.display())
+                .arg("bytes", c.total_bytes)
+                .arg("secs", format!("{secs:.3}"))
+        } else {
+            let why = c.failures.join("; ");
+            tracing::warn!(
+                "checkpoint {} of job {} failed after {secs:.2} s: {why}",
+                c.version,
+                self.cfg.job
+            );
+            if c.dir_created && c.writers.is_empty() {
+                if let Err(e) = manifest::remove_version(&self.cfg.job_dir, c.version) {
+                    tracing::debug!("{e}");
+                }
+            } else if c.dir_created {
+                tracing::info!(
+                    "checkpoint {}: {} is left for later deletion: {} may still be writing",
+                    c.version,
+                    dir.display(),
+                    c.writers.join(", ")
+                );
+            }
+            Msg::new(Verb::Done)
+                .arg("ckpt", c.version)
+                .arg("ok", 0)
+                .arg("why", why)
+        };
+        for id in &c.clients {
+            if let Some(mut p) = self.peers.remove(id) {
+                send_or_log(&mut p.writer, &done, "client");
+                let _ = p.writer.shutdown(Shutdown::Both);
+            }
+        }
+        self.next_interval = self.cfg.interval.map(|i| Instant::now() + i);
+        if let Some(q) = self.queued.take() {
+            self.begin(q, "requests made during the previous checkpoint".into());
+        }
+    }
+}
