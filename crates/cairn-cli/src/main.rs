@@ -12,13 +12,16 @@
 //! damaged local part, `demo` ended with different results), 2 usage, configuration or other
 //! errors that kept the command from doing its job. `fs` (`fs.rs`) works on the job's
 //! shared-memory stores through `cairn_shm` directly, as they hold programs' files rather
-//! than checkpoints; `fs run` replaces itself with the command it runs.
+//! than checkpoints; `fs run` replaces itself with the command it runs. `launch`, `restart`,
+//! `checkpoint` and `status` (`launch.rs`) run unmodified programs under the checkpoint
+//! coordinator of `cairn_launch`; they have exit codes of their own (see their help).
 #![forbid(unsafe_code)]
 
 mod demo;
 mod flush;
 mod fs;
 mod interval;
+mod launch;
 mod rebuild;
 mod show;
 
@@ -69,11 +72,13 @@ Exit codes:
     name = "cairn",
     version,
     about = "List, inspect, verify, rebuild and flush Cairn checkpoints, run the kill-and-restart \
-demo, work out how often to checkpoint, and run programs on the in-memory file system",
+demo, work out how often to checkpoint, run programs on the in-memory file system, and run \
+unmodified programs under transparent checkpointing",
     long_about = "List, inspect and verify the checkpoints Cairn has stored, rebuild what a \
 lost node took with it, flush checkpoints to the global tier on demand, run the \
 kill-and-restart demo, work out how often to checkpoint \
-(interval), and run programs with their files in shared memory (fs).\n\nThe tiers come from the same configuration the library reads: built-in \
+(interval), run programs with their files in shared memory (fs), and run unmodified programs \
+under the checkpoint coordinator (launch, checkpoint, status, restart).\n\nThe tiers come from the same configuration the library reads: built-in \
 defaults, then the TOML file given with --config (else the one named by CAIRN_CONFIG), then \
 CAIRN_<SECTION>_<KEY> environment variables (e.g. CAIRN_TIERS_LOCAL), then --local and \
 --global. list, inspect and verify never create or change anything. rebuild is collective and \
@@ -173,6 +178,21 @@ uninterrupted one; 1 if it differs; 2 if the demo could not run."
     /// shared-memory store, list them, show the space, drain them to a directory, wipe the store
     #[command(after_help = fs::HELP)]
     Fs(fs::FsArgs),
+    /// Run an unmodified program as N processes under the checkpoint coordinator, with the
+    /// checkpoint library preloaded; checkpoint it every --interval or on request
+    #[command(after_help = launch::LAUNCH_HELP)]
+    Launch(launch::LaunchArgs),
+    /// Checkpoint every process of a running job now
+    #[command(after_help = launch::CHECKPOINT_HELP)]
+    Checkpoint(launch::JobArgs),
+    /// Show a running job's processes, nodes and last checkpoint
+    Status(launch::StatusArgs),
+    /// Bring a job back from its newest complete checkpoint (or VERSION)
+    #[command(after_help = launch::RESTART_HELP)]
+    Restart(launch::RestartArgs),
+    /// A node's sub-coordinator (started by launch and restart)
+    #[command(hide = true)]
+    CoordNode(launch::CoordNodeArgs),
 }
 
 /// An error that means "the check said no" rather than "could not check".
@@ -199,6 +219,15 @@ fn main() -> ExitCode {
     // Its own exit codes: `fs run` exits as the command it runs.
     if let Cmd::Fs(args) = &cli.cmd {
         return ExitCode::from(fs::main(&cli.global, args));
+    }
+    // The job's exit code, or their own (see their help).
+    match &cli.cmd {
+        Cmd::Launch(a) => return ExitCode::from(launch::launch(&cli.global, a)),
+        Cmd::Restart(a) => return ExitCode::from(launch::restart(&cli.global, a)),
+        Cmd::Checkpoint(a) => return ExitCode::from(launch::checkpoint(&cli.global, a)),
+        Cmd::Status(a) => return ExitCode::from(launch::status(&cli.global, a)),
+        Cmd::CoordNode(a) => return ExitCode::from(launch::coord_node(a)),
+        _ => {}
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -282,7 +311,14 @@ fn run(cli: Cli) -> Result<()> {
                 Err(CheckFailed.into())
             }
         }
-        Cmd::Rebuild { .. } | Cmd::Flush(_) | Cmd::Fs(_) => unreachable!("handled in main"),
+        Cmd::Rebuild { .. }
+        | Cmd::Flush(_)
+        | Cmd::Fs(_)
+        | Cmd::Launch(_)
+        | Cmd::Restart(_)
+        | Cmd::Checkpoint(_)
+        | Cmd::Status(_)
+        | Cmd::CoordNode(_) => unreachable!("handled in main"),
         Cmd::Demo(args) => {
             no_tier_options(
                 &cli.global,

@@ -1,0 +1,415 @@
+//! `cairn launch`, `checkpoint`, `status` and `restart`, and the hidden `coord-node` (a
+//! node's sub-coordinator, started by launch and restart): front ends of `cairn_launch`,
+//! where the coordinator, the protocol and the on-disk formats live (`docs/coordinator.md`).
+
+use crate::GlobalOpts;
+use cairn_core::model::{format_duration, parse_duration};
+use cairn_launch::launch::{self as job, Overrides, Settings};
+use cairn_launch::proto::Msg;
+use cairn_launch::{jobdir, Affinity, Client, CpuList, ErrorKind, Helper, Options};
+use clap::Args;
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `cairn launch` / `restart` could not do their job (GNU `timeout` and `env` use 125 too).
+const LAUNCH_FAILED: u8 = 125;
+const NOT_EXECUTABLE: u8 = 126;
+const NOT_FOUND: u8 = 127;
+
+pub(crate) const LAUNCH_HELP: &str = "\
+Runs N copies of an unmodified, dynamically linked program with the checkpoint library
+libcairn-ckpt.so preloaded (found beside the cairn binary, in ../lib, or named by
+CAIRN_CKPT_PRELOAD), under a root coordinator (in this process, which stays in the
+foreground) and one sub-coordinator per simulated node. Process i runs on node i*K/N.
+Checkpoints are taken every --interval, on `cairn checkpoint`, or when a process asks (the
+checkpoint signal); each is <dir>/<job>/v<N>/ with one image per process and a
+manifest.json that makes it complete. `cairn restart` brings the job back from the newest
+complete one. SIGINT and SIGTERM sent to cairn are forwarded to the processes.
+
+Exit codes:
+  the job's: that of the lowest-numbered process that exited non-zero (128 + the signal
+  for one killed by a signal), else 0
+  125  cairn itself failed (bad options, no checkpoint library, a coordinator could not
+       start, restart found no complete checkpoint)
+  126  the command is not executable
+  127  the command was not found";
+
+pub(crate) const RESTART_HELP: &str = "\
+Restarts the job (--job, else the one in DIR with the newest complete checkpoint) from
+VERSION, else from its newest complete version whose images are all there: a version is
+complete only with its manifest.json. The same number of processes and simulated nodes as
+launched, each started as `cairn-restore IMAGE --coord ADDR --token HEX --proc I --affinity
+on|off [--cpus LIST]` (found beside the cairn binary, in ../lib, or named by CAIRN_RESTORE),
+under a new root coordinator and sub-coordinators; then as launch: foreground, interval,
+signals forwarded. Settings not given are the launch's.
+
+Exit codes: as launch's; 125 also when no complete checkpoint exists (the message says
+what was found).";
+
+pub(crate) const CHECKPOINT_HELP: &str = "\
+Asks the job's root coordinator (found through <dir>/<job>/coord) for a checkpoint of every
+process and waits for it. Progress goes to standard error; the version and its directory to
+standard output.
+
+Exit codes:
+  0  the checkpoint is complete (its manifest is written)
+  1  the checkpoint failed: the report names the processes and nodes that failed or did
+     not answer, and why; no manifest was written and the processes went on
+  2  no running job, or the coordinator could not be reached";
+
+/// Where the job is: its images' directory and its id.
+#[derive(Args, Debug)]
+pub(crate) struct JobArgs {
+    /// The images' directory (the job's are in DIR/JOB)
+    #[arg(long, value_name = "DIR", default_value = "cairn-images")]
+    dir: PathBuf,
+    /// The job id; default: for launch a new one (printed), otherwise the only or newest job
+    /// in DIR
+    #[arg(long, value_name = "ID")]
+    job: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct LaunchArgs {
+    #[command(flatten)]
+    at: JobArgs,
+    /// Number of processes
+    #[arg(short = 'n', long = "procs", value_name = "N", default_value_t = 1)]
+    procs: usize,
+    /// Number of simulated nodes (one sub-coordinator each)
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    sim_nodes: usize,
+    /// Checkpoint this long after the previous checkpoint ended (e.g. 10m; 0: never)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    interval: Option<f64>,
+    /// Timeout of each checkpoint phase (suspend, write, resume)
+    #[arg(long, value_name = "DURATION", default_value = "60", value_parser = parse_duration)]
+    timeout: f64,
+    /// How many complete checkpoints to keep
+    #[arg(long, value_name = "K", default_value_t = 2)]
+    keep: usize,
+    /// Restore threads' CPU masks and pages' NUMA nodes on restart
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    affinity: String,
+    /// Run the processes on these CPUs only (e.g. 0-3,8)
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+    /// The address the coordinators listen on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// The program and its arguments, after --
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    at: JobArgs,
+    /// Print JSON: {"job": {...}, "procs": [...], "nodes": [...], "last": {...}}
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RestartArgs {
+    #[command(flatten)]
+    at: JobArgs,
+    /// The version to restart from; default: the newest complete one
+    version: Option<u64>,
+    /// Map the saved CPU masks onto these CPUs (e.g. 0-3)
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+    /// Restore CPU masks and NUMA placement; default: as launched
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    affinity: Option<String>,
+    /// Checkpoint interval from now on (0: none); default: as launched
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    interval: Option<f64>,
+    /// Timeout of each checkpoint phase; default: as launched
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<f64>,
+    /// How many complete checkpoints to keep; default: as launched
+    #[arg(long, value_name = "K")]
+    keep: Option<usize>,
+    /// The address the coordinators listen on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    bind: IpAddr,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CoordNodeArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+fn fail(code: u8, e: impl std::fmt::Display) -> u8 {
+    eprintln!("cairn: error: {e}");
+    code
+}
+
+fn absolute(dir: &Path) -> std::io::Result<PathBuf> {
+    std::path::absolute(dir)
+}
+
+/// How `cairn` starts a sub-coordinator: itself, `coord-node`.
+fn subcoord() -> std::io::Result<Helper> {
+    Ok(Helper {
+        program: std::env::current_exe()?,
+        args: vec!["coord-node".into()],
+    })
+}
+
+fn affinity(s: &str) -> Affinity {
+    Affinity::parse(s).expect("clap checked on|off")
+}
+
+fn duration(secs: f64) -> Duration {
+    Duration::from_secs_f64(secs)
+}
+
+/// `cairn launch`.
+pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
+    if let Err(e) = crate::no_tier_options(g, "launch") {
+        return fail(LAUNCH_FAILED, e);
+    }
+    cairn_launch::init_logging();
+    match job::resolve_command(&a.command[0]) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => return fail(NOT_FOUND, e),
+        Err(e) => return fail(NOT_EXECUTABLE, e),
+    }
+    let run = || -> Result<job::JobExit, String> {
+        let lib = job::preload_library().ok_or_else(|| {
+            format!(
+                "the checkpoint library {} was not found beside {} or in ../lib: build it \
+                 (cargo build puts it in target/<profile>/) or name it with {}",
+                job::PRELOAD_NAME,
+                std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "the cairn binary".into()),
+                job::PRELOAD_ENV
+            )
+        })?;
+        let cpus = a
+            .cpus
+            .as_deref()
+            .map(CpuList::parse)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let id = match &a.at.job {
+            Some(j) => j.clone(),
+            None => jobdir::new_job_id().map_err(|e| e.to_string())?,
+        };
+        let o = Options {
+            dir: absolute(&a.at.dir).map_err(|e| e.to_string())?,
+            job: id,
+            bind: a.bind,
+            forward_signals: true,
+            subcoord: subcoord().map_err(|e| e.to_string())?,
+        };
+        eprintln!(
+            "cairn: job {} (images in {})",
+            o.job,
+            o.dir.join(&o.job).display()
+        );
+        let s = Settings {
+            interval: a.interval.filter(|&i| i > 0.0).map(duration),
+            timeout: duration(a.timeout),
+            keep: a.keep,
+            affinity: affinity(&a.affinity),
+            cpus,
+        };
+        cairn_launch::launch(&o, &s, a.procs, a.sim_nodes, &lib, &a.command)
+            .map_err(|e| e.to_string())
+    };
+    match run() {
+        Ok(exit) => u8::try_from(exit.code).unwrap_or(255),
+        Err(e) => fail(LAUNCH_FAILED, e),
+    }
+}
+
+/// `cairn restart`.
+pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
+    if let Err(e) = crate::no_tier_options(g, "restart") {
+        return fail(LAUNCH_FAILED, e);
+    }
+    cairn_launch::init_logging();
+    let run = || -> Result<job::JobExit, String> {
+        let dir = absolute(&a.at.dir).map_err(|e| e.to_string())?;
+        let restorer = job::restorer().ok_or_else(|| {
+            format!(
+                "the restorer {} was not found beside the cairn binary or in ../lib: build it \
+                 or name it with {}",
+                job::RESTORER_NAME,
+                job::RESTORER_ENV
+            )
+        })?;
+        let id = job::restart_job(&dir, a.at.job.as_deref()).map_err(|e| e.to_string())?;
+        let ov = Overrides {
+            interval: a.interval.map(duration),
+            timeout: a.timeout.map(duration),
+            keep: a.keep,
+            affinity: a.affinity.as_deref().map(affinity),
+            cpus: a
+                .cpus
+                .as_deref()
+                .map(CpuList::parse)
+                .transpose()
+                .map_err(|e| e.to_string())?,
+        };
+        let o = Options {
+            dir,
+            job: id,
+            bind: a.bind,
+            forward_signals: true,
+            subcoord: subcoord().map_err(|e| e.to_string())?,
+        };
+        eprintln!("cairn: restarting job {}", o.job);
+        cairn_launch::restart(&o, a.version, &ov, &restorer).map_err(|e| e.to_string())
+    };
+    match run() {
+        Ok(exit) => u8::try_from(exit.code).unwrap_or(255),
+        Err(e) => fail(LAUNCH_FAILED, e),
+    }
+}
+
+fn client(g: &GlobalOpts, at: &JobArgs, what: &str) -> Result<Client, String> {
+    crate::no_tier_options(g, what).map_err(|e| e.to_string())?;
+    let dir = absolute(&at.dir).map_err(|e| e.to_string())?;
+    let (_, job_dir) =
+        jobdir::find_running_job(&dir, at.job.as_deref()).map_err(|e| e.to_string())?;
+    Client::new(&job_dir).map_err(|e| e.to_string())
+}
+
+/// `cairn checkpoint`.
+pub(crate) fn checkpoint(g: &GlobalOpts, at: &JobArgs) -> u8 {
+    let c = match client(g, at, "checkpoint") {
+        Ok(c) => c,
+        Err(e) => return fail(2, e),
+    };
+    let progress = |m: &Msg| {
+        eprintln!(
+            "cairn: checkpoint {}: {} ({} s)",
+            m.get("ckpt").unwrap_or("?"),
+            m.get("phase").unwrap_or("?"),
+            m.get("secs").unwrap_or("?")
+        )
+    };
+    match c.checkpoint(progress) {
+        Ok(d) => {
+            println!(
+                "checkpoint {} of job {} complete: {} bytes in {:.2} s, {}",
+                d.version,
+                c.job(),
+                d.bytes,
+                d.secs,
+                d.dir
+            );
+            0
+        }
+        Err(e) if e.kind() == ErrorKind::CheckpointFailed => fail(1, e),
+        Err(e) => fail(2, e),
+    }
+}
+
+/// `cairn status`.
+pub(crate) fn status(g: &GlobalOpts, a: &StatusArgs) -> u8 {
+    let s = match client(g, &a.at, "status").and_then(|c| c.status().map_err(|e| e.to_string())) {
+        Ok(s) => s,
+        Err(e) => return fail(2, e),
+    };
+    if a.json {
+        let obj = |m: &Msg| {
+            serde_json::Value::Object(
+                m.fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                    .collect(),
+            )
+        };
+        let v = serde_json::json!({
+            "job": obj(&s.job),
+            "procs": s.procs.iter().map(obj).collect::<Vec<_>>(),
+            "nodes": s.nodes.iter().map(obj).collect::<Vec<_>>(),
+            "last": obj(&s.last),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
+        return 0;
+    }
+    print!("{}", render_status(&s));
+    0
+}
+
+fn render_status(s: &cairn_launch::Status) -> String {
+    let f = |m: &Msg, k: &str| m.get(k).unwrap_or("-").to_string();
+    let mut out = format!(
+        "job {}: {} processes on {} nodes, {}\n",
+        f(&s.job, "job"),
+        f(&s.job, "procs"),
+        f(&s.job, "nodes"),
+        f(&s.job, "state").replace("checkpointing:", "checkpointing, phase ")
+    );
+    match s.last.num::<u64>("when") {
+        Ok(when) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(when);
+            out.push_str(&format!(
+                "last checkpoint: {}, {} ago, in {}\n",
+                f(&s.last, "ckpt"),
+                format_duration(now.saturating_sub(when) as f64),
+                f(&s.last, "dir")
+            ));
+        }
+        Err(_) => out.push_str("last checkpoint: none yet\n"),
+    }
+    let mut rows = vec![["proc", "node", "pid", "host", "state"]
+        .map(String::from)
+        .to_vec()];
+    for p in &s.procs {
+        let mut state = f(p, "state");
+        if let Some(st) = p.get("status") {
+            state.push_str(&format!(" ({st})"));
+        }
+        if p.get("restarted") == Some("1") {
+            state.push_str(", restarted");
+        }
+        rows.push(vec![
+            f(p, "proc"),
+            f(p, "node"),
+            f(p, "pid"),
+            f(p, "host"),
+            state,
+        ]);
+    }
+    out.push_str(&crate::show::table(&rows));
+    let mut rows = vec![[
+        "node",
+        "procs",
+        "running",
+        "sub-coordinator",
+        "pid",
+        "state",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for n in &s.nodes {
+        rows.push(
+            ["node", "procs", "running", "subcoord", "pid", "state"]
+                .iter()
+                .map(|k| f(n, k))
+                .collect(),
+        );
+    }
+    out.push_str(&crate::show::table(&rows));
+    out
+}
+
+/// `cairn coord-node` (hidden): a node's sub-coordinator.
+pub(crate) fn coord_node(a: &CoordNodeArgs) -> u8 {
+    u8::try_from(cairn_launch::node::main(&a.args)).unwrap_or(2)
+}
