@@ -1110,6 +1110,9 @@ static int connect_coord(int restarted)
     const char *port = colon + 1;
     /* Staggered back-off: first retry after (proc mod 64) ms, doubling up to 1 s, 30 s in all. */
     long delay_ms = 1 + S.proc % 64, waited = 0;
+    /* Thousands of processes start together: spread even the first attempt. */
+    struct timespec first = {0, (long)(S.proc % 64) * 1000000};
+    nanosleep(&first, NULL);
     for (;;) {
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
         if (getaddrinfo(host, port, &hints, &ai) == 0) {

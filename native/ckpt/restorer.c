@@ -4,6 +4,8 @@
 **     cairn-restore IMAGE [--coord HOST:PORT] [--token HEX] [--proc N]
 **                         [--cpus LIST] [--affinity on|off]
 **
+** The token may come from CAIRN_COORD_TOKEN in the environment instead (ps shows arguments).
+**
 ** It is freestanding: no libc, raw system calls only, linked (static, not PIE) at
 ** CAIRN_IMG_HOLE_START, the area every checkpointed process keeps free, so nothing it
 ** restores can land on it. A test checks the binary has no undefined symbols.
@@ -687,6 +689,12 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     const char *v;
     scopy(coord, (v = arg_value(argv, argc, "--coord")) ? v : "", sizeof coord);
     scopy(token, (v = arg_value(argv, argc, "--token")) ? v : "", sizeof token);
+    if (!token[0]) {
+        /* Better than --token, which ps shows: CAIRN_COORD_TOKEN in the environment. */
+        for (char **e = argv + argc + 1; *e; e++)
+            if (sprefix(*e, "CAIRN_COORD_TOKEN="))
+                scopy(token, *e + 18, sizeof token);
+    }
     scopy(proc, (v = arg_value(argv, argc, "--proc")) ? v : "", sizeof proc);
     scopy(cpus, (v = arg_value(argv, argc, "--cpus")) ? v : "", sizeof cpus);
     scopy(aff, (v = arg_value(argv, argc, "--affinity")) ? v : "on", sizeof aff);

@@ -19,6 +19,8 @@ pub const IMAGE_VERSION: u32 = 1;
 /// Where every checkpointed process keeps an area free for the restorer.
 pub const HOLE_START: u64 = 0x3f00_0000_0000;
 pub const HOLE_LEN: u64 = 64 << 20;
+/// Longest path an image records or is written at (`CAIRN_IMG_PATH_MAX`, with its NUL).
+pub const IMAGE_PATH_MAX: usize = 512;
 
 /// `struct cairn_img_header` (native/ckpt/image.h).
 #[repr(C)]

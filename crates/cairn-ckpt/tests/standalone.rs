@@ -164,7 +164,7 @@ fn image_header_layout_matches_c() {
 #include <stddef.h>
 #include <stdio.h>
 int main(void) {
-    printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu\n", sizeof(struct cairn_img_header),
+    printf("%d %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", CAIRN_IMG_PATH_MAX, sizeof(struct cairn_img_header),
         offsetof(struct cairn_img_header, file_size), offsetof(struct cairn_img_header, kernel_release),
         offsetof(struct cairn_img_header, cpuid1_ecx), offsetof(struct cairn_img_header, xcr0),
         offsetof(struct cairn_img_header, pid), offsetof(struct cairn_img_header, hole_start),
@@ -187,7 +187,8 @@ int main(void) {
     use cairn_ckpt::ImageHeader as H;
     use std::mem::{offset_of, size_of};
     let rust = format!(
-        "{} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {}\n",
+        cairn_ckpt::IMAGE_PATH_MAX,
         size_of::<H>(),
         offset_of!(H, file_size),
         offset_of!(H, kernel_release),

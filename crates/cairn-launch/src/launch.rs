@@ -43,8 +43,9 @@ pub const RESTORER_NAME: &str = "cairn-restore";
 pub const RESTORER_ENV: &str = "CAIRN_RESTORE";
 
 /// The longest image path the checkpoint library takes, NUL included (`CAIRN_IMG_PATH_MAX`
-/// in `native/ckpt/image.h`); WRITE must never send a longer one.
-pub const IMAGE_PATH_MAX: usize = 512;
+/// in `native/ckpt/image.h`, checked against it by cairn-ckpt's tests); WRITE must never
+/// send a longer one.
+pub const IMAGE_PATH_MAX: usize = cairn_ckpt::IMAGE_PATH_MAX;
 
 /// How long the sub-coordinators have to register with the root.
 const NODES_LIMIT: Duration = Duration::from_secs(40);
