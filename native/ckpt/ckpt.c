@@ -268,9 +268,10 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
     if (S.coord[0] == 0 && S.standalone_dir[0] == 0)
         return; /* not under cairn launch: stay out of the way */
     /* Processes this one starts are not part of the job: they get neither the library nor
-     * its settings (they would register with the coordinator as this process). */
-    static const char *const ours[] = {"CAIRN_COORD_ADDR", "CAIRN_COORD_TOKEN", "CAIRN_PROC", "CAIRN_NODE",
-                                       "CAIRN_CKPT_DIR", "CAIRN_CKPT_AFFINITY", "CAIRN_CKPT_SIGNAL"};
+     * the settings that would make them register with the coordinator as this process.
+     * CAIRN_JOB, CAIRN_PROC and CAIRN_NODE stay, for the program to read. */
+    static const char *const ours[] = {"CAIRN_COORD_ADDR", "CAIRN_COORD_TOKEN", "CAIRN_CKPT_DIR",
+                                       "CAIRN_CKPT_AFFINITY", "CAIRN_CKPT_SIGNAL"};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
         unsetenv(ours[i]);
     const char *pre = getenv("LD_PRELOAD");

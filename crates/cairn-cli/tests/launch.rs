@@ -416,3 +416,101 @@ fn real_library_checkpoint_kill_and_restart() {
         );
     }
 }
+
+#[test]
+fn real_library_eight_processes_on_two_nodes_restart_together() {
+    let Some(_) = real_lib() else { return };
+    let Some(_) = built("cairn-restore") else {
+        eprintln!("skipped: cairn-restore is not built beside the cairn binary yet");
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("imgs");
+    let counter = t.path().join("counter");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../native/ckpt/tests/counter.c");
+    assert!(Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&counter)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    // 8 processes, each counting 600 steps of 5 ms into <t>/out.<proc> and checking its own
+    // state; 2 simulated nodes, so 2 sub-coordinators.
+    let mut job = cairn()
+        .args([
+            "launch",
+            "--job",
+            "e8",
+            "-n",
+            "8",
+            "--sim-nodes",
+            "2",
+            "--dir",
+        ])
+        .arg(&dir)
+        .arg("--")
+        .arg(&counter)
+        .args(["600", "5000"])
+        .arg(t.path())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = wait_for("8 processes to register", 30, || {
+        let s = status(&dir);
+        let procs = s["procs"].as_array()?;
+        (procs.len() == 8 && procs.iter().all(|p| p["state"] == "running")).then_some(s)
+    });
+    assert_eq!(s["nodes"].as_array().unwrap().len(), 2);
+    wait_for("every process to pass step 100", 30, || {
+        (0..8)
+            .all(|i| {
+                std::fs::read_to_string(t.path().join(format!("out.{i}")))
+                    .is_ok_and(|o| o.contains("step 100\n"))
+            })
+            .then_some(())
+    });
+    let o = cairn()
+        .args(["checkpoint", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let manifest = std::fs::read_to_string(dir.join("e8/v1/manifest.json")).unwrap();
+    for i in 0..8 {
+        assert!(
+            dir.join(format!("e8/v1/proc{i}.img")).is_file(),
+            "{manifest}"
+        );
+    }
+    // Let them run on, then kill every process of the job for real.
+    std::thread::sleep(Duration::from_millis(300));
+    for p in s["procs"].as_array().unwrap() {
+        let pid = p["pid"].as_str().unwrap();
+        assert!(Command::new("kill")
+            .args(["-9", pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+    wait_child(&mut job, 30);
+    let o = cairn()
+        .args(["restart", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for i in 0..8 {
+        let out = std::fs::read_to_string(t.path().join(format!("out.{i}"))).unwrap();
+        assert!(
+            out.contains("counter: done, sum 180300 heap 180300 OK"),
+            "process {i}: {out}"
+        );
+        // The output file went back to its size at the checkpoint: each step once, in order.
+        let steps: Vec<u64> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+            .collect();
+        assert_eq!(steps, (1..=600).collect::<Vec<_>>(), "process {i}");
+    }
+}

@@ -13,6 +13,15 @@ int main(int argc, char **argv)
 {
     long steps = argc > 1 ? atol(argv[1]) : 1000;
     long sleep_us = argc > 2 ? atol(argv[2]) : 2000;
+    if (argc > 3) {
+        /* Output to <dir>/out.<process index in the job>: a file, so that a restored
+         * process goes on writing it where it was at the checkpoint. */
+        char path[4096];
+        const char *proc = getenv("CAIRN_PROC");
+        snprintf(path, sizeof path, "%s/out.%s", argv[3], proc ? proc : "0");
+        if (!freopen(path, "w", stdout))
+            return 2;
+    }
     /* A child process is not part of the job: it must run without the library. */
     if (system("test -z \"$CAIRN_CKPT_DIR$CAIRN_COORD_ADDR\" && case \"$LD_PRELOAD\" in *libcairn-ckpt*) exit 1;; esac") != 0) {
         printf("counter: BAD, a child process inherited the checkpoint library\n");
