@@ -1,6 +1,7 @@
 //! `cairn launch`, `checkpoint`, `status` and `restart`, and the hidden `coord-node` (a
 //! node's sub-coordinator, started by launch and restart): front ends of `cairn_launch`,
-//! where the coordinator, the protocol and the on-disk formats live (`docs/coordinator.md`).
+//! where the coordinator, the protocol, the on-disk formats and the images' way through the
+//! engine live (`docs/coordinator.md`).
 
 use crate::GlobalOpts;
 use cairn_core::model::{format_duration, parse_duration};
@@ -24,9 +25,13 @@ libcairn-ckpt.so preloaded (found beside the cairn binary, in ../lib, or named b
 CAIRN_CKPT_PRELOAD), under a root coordinator (in this process, which stays in the
 foreground) and one sub-coordinator per simulated node. Process i runs on node i*K/N.
 Checkpoints are taken every --interval, on `cairn checkpoint`, or when a process asks (the
-checkpoint signal); each is <dir>/<job>/v<N>/ with one image per process and a
-manifest.json that makes it complete. `cairn restart` brings the job back from the newest
-complete one. SIGINT and SIGTERM sent to cairn are forwarded to the processes.
+checkpoint signal). The processes write their images into <dir>/<job>/stage/; Cairn's engine
+then stores them as checkpoint <job>, version N, one part per process, with the
+configuration of --config / CAIRN_CONFIG and CAIRN_* variables (node-local tier, redundancy
+across the simulated nodes, flush to the global tier, compression, incremental), and
+<dir>/<job>/v<N>/manifest.json makes the version complete. `cairn list` and `cairn inspect`
+show the engine's checkpoints. `cairn restart` brings the job back from the newest complete
+one. SIGINT and SIGTERM sent to cairn are forwarded to the processes.
 
 Exit codes:
   the job's: that of the lowest-numbered process that exited non-zero (128 + the signal
@@ -38,8 +43,11 @@ Exit codes:
 
 pub(crate) const RESTART_HELP: &str = "\
 Restarts the job (--job, else the one in DIR with the newest complete checkpoint) from
-VERSION, else from its newest complete version whose images are all there: a version is
-complete only with its manifest.json. The same number of processes and simulated nodes as
+VERSION, else from its newest complete version the engine can restore on every process: a
+version is complete only with its manifest.json. The engine (configured as for launch: give
+the same --config / CAIRN_* settings) rebuilds lost nodes' images from redundancy, checks
+every block and falls back to an older version when one is damaged; the images it restores
+go to <dir>/<job>/stage/restart/. The same number of processes and simulated nodes as
 launched, each started as `cairn-restore IMAGE --coord ADDR --token HEX --proc I --affinity
 on|off [--cpus LIST]` (found beside the cairn binary, in ../lib, or named by CAIRN_RESTORE),
 under a new root coordinator and sub-coordinators; then as launch: foreground, interval,
@@ -50,8 +58,9 @@ what was found).";
 
 pub(crate) const CHECKPOINT_HELP: &str = "\
 Asks the job's root coordinator (found through <dir>/<job>/coord) for a checkpoint of every
-process and waits for it. Progress goes to standard error; the version and its directory to
-standard output.
+process and waits for it. Progress goes to standard error (phases SUSPEND, WRITE, STORE: the
+engine takes the images, RESUME); the version, its bytes and what the engine stored for them
+to standard output.
 
 Exit codes:
   0  the checkpoint is complete (its manifest is written)
@@ -59,10 +68,10 @@ Exit codes:
      not answer, and why; no manifest was written and the processes went on
   2  no running job, or the coordinator could not be reached";
 
-/// Where the job is: its images' directory and its id.
+/// Where the job is: the coordinator's directory and the job id.
 #[derive(Args, Debug)]
 pub(crate) struct JobArgs {
-    /// The images' directory (the job's are in DIR/JOB)
+    /// The coordinator's directory: the job's manifests and staged images are in DIR/JOB
     #[arg(long, value_name = "DIR", default_value = "cairn-images")]
     dir: PathBuf,
     /// The job id; default: for launch a new one (printed), otherwise the only or newest job
@@ -87,9 +96,9 @@ pub(crate) struct LaunchArgs {
     /// Timeout of each checkpoint phase (suspend, write, resume)
     #[arg(long, value_name = "DURATION", default_value = "60", value_parser = parse_duration)]
     timeout: f64,
-    /// How many complete checkpoints to keep
-    #[arg(long, value_name = "K", default_value_t = 2)]
-    keep: usize,
+    /// How many checkpoints the node-local tier keeps (overrides [cache] keep)
+    #[arg(long, value_name = "K")]
+    keep: Option<usize>,
     /// Restore threads' CPU masks and pages' NUMA nodes on restart
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     affinity: String,
@@ -131,7 +140,7 @@ pub(crate) struct RestartArgs {
     /// Timeout of each checkpoint phase; default: as launched
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<f64>,
-    /// How many complete checkpoints to keep; default: as launched
+    /// How many checkpoints the node-local tier keeps; default: as launched
     #[arg(long, value_name = "K")]
     keep: Option<usize>,
     /// The address the coordinators listen on
@@ -170,11 +179,27 @@ fn duration(secs: f64) -> Duration {
     Duration::from_secs_f64(secs)
 }
 
+/// The engine's configuration: --config (else CAIRN_CONFIG), CAIRN_* variables, then
+/// --local and --global.
+fn engine_config(g: &GlobalOpts) -> Result<cairn_core::Config, String> {
+    let text = |p: &Path, opt: &str| {
+        p.to_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("{opt} {} is not UTF-8", p.display()))
+    };
+    let mut overrides = Vec::new();
+    if let Some(l) = &g.local {
+        overrides.push(("tiers.local", text(l, "--local")?));
+    }
+    if let Some(gl) = &g.global {
+        overrides.push(("tiers.global", text(gl, "--global")?));
+    }
+    let overrides: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    cairn_launch::images::engine_config(g.config.as_deref(), &overrides).map_err(|e| e.to_string())
+}
+
 /// `cairn launch`.
 pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
-    if let Err(e) = crate::no_tier_options(g, "launch") {
-        return fail(LAUNCH_FAILED, e);
-    }
     cairn_launch::init_logging();
     match job::resolve_command(&a.command[0]) {
         Ok(_) => {}
@@ -203,12 +228,18 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
             Some(j) => j.clone(),
             None => jobdir::new_job_id().map_err(|e| e.to_string())?,
         };
+        jobdir::check_job_id(&id).map_err(|e| e.to_string())?;
+        // Still one thread: the engine's shared-memory tier names stores by these.
+        cairn_launch::images::prepare_env(&id);
+        let engine = engine_config(g)?;
+        let keep = a.keep.unwrap_or(engine.keep);
         let o = Options {
             dir: absolute(&a.at.dir).map_err(|e| e.to_string())?,
             job: id,
             bind: a.bind,
             forward_signals: true,
             subcoord: subcoord().map_err(|e| e.to_string())?,
+            engine,
         };
         eprintln!(
             "cairn: job {} (images in {})",
@@ -218,7 +249,7 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
         let s = Settings {
             interval: a.interval.filter(|&i| i > 0.0).map(duration),
             timeout: duration(a.timeout),
-            keep: a.keep,
+            keep,
             affinity: affinity(&a.affinity),
             cpus,
         };
@@ -233,9 +264,6 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
 
 /// `cairn restart`.
 pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
-    if let Err(e) = crate::no_tier_options(g, "restart") {
-        return fail(LAUNCH_FAILED, e);
-    }
     cairn_launch::init_logging();
     let run = || -> Result<job::JobExit, String> {
         let dir = absolute(&a.at.dir).map_err(|e| e.to_string())?;
@@ -248,6 +276,9 @@ pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
             )
         })?;
         let id = job::restart_job(&dir, a.at.job.as_deref()).map_err(|e| e.to_string())?;
+        // Still one thread: the engine's shared-memory tier names stores by these.
+        cairn_launch::images::prepare_env(&id);
+        let engine = engine_config(g)?;
         let ov = Overrides {
             interval: a.interval.map(duration),
             timeout: a.timeout.map(duration),
@@ -266,6 +297,7 @@ pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
             bind: a.bind,
             forward_signals: true,
             subcoord: subcoord().map_err(|e| e.to_string())?,
+            engine,
         };
         eprintln!("cairn: restarting job {}", o.job);
         cairn_launch::restart(&o, a.version, &ov, &restorer).map_err(|e| e.to_string())
@@ -301,10 +333,11 @@ pub(crate) fn checkpoint(g: &GlobalOpts, at: &JobArgs) -> u8 {
     match c.checkpoint(progress) {
         Ok(d) => {
             println!(
-                "checkpoint {} of job {} complete: {} bytes in {:.2} s, {}",
+                "checkpoint {} of job {} complete: {} bytes of images ({} stored) in {:.2} s, {}",
                 d.version,
                 c.job(),
                 d.bytes,
+                d.stored,
                 d.secs,
                 d.dir
             );

@@ -1,9 +1,10 @@
 //! `cairn launch`, `checkpoint`, `status` and `restart` as programs: the environment the
 //! processes get, exit codes, signal forwarding, the client commands and restart's refusals,
-//! with `cairn coord-node` as the sub-coordinators. Until the checkpoint library exists, the
-//! processes run with a fake one that preloads and does nothing (so they never register);
-//! the end-to-end tests with the real `libcairn-ckpt.so` and `cairn-restore` skip, saying
-//! so, when those are not built.
+//! with `cairn coord-node` as the sub-coordinators. Some run with a fake checkpoint library
+//! that preloads and does nothing (so the processes never register); the end-to-end tests
+//! with the real `libcairn-ckpt.so` and `cairn-restore` (skipped, saying so, when those are
+//! not built) checkpoint through the engine, kill every process, delete a simulated node's
+//! storage and restart.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -11,20 +12,36 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// `cairn`, with the engine's tiers in this test run's scratch directory (tests that look
+/// at the storage give their own with [`tiers`]).
 fn cairn() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
     c.env_remove("CAIRN_CONFIG")
         .env_remove("CAIRN_CKPT_PRELOAD");
+    tiers(&mut c, &scratch());
     c
+}
+
+/// This test run's scratch directory.
+fn scratch() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cairn-cli-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The engine's tiers under `dir`: `local/node<i>` and `global`.
+fn tiers<'a>(c: &'a mut Command, dir: &Path) -> &'a mut Command {
+    c.env("CAIRN_TIERS_LOCAL", dir.join("local"))
+        .env("CAIRN_TIERS_GLOBAL", dir.join("global"))
+        .env("CAIRN_TIERS_FSYNC_GLOBAL", "false")
 }
 
 /// A shared object that preloads and does nothing, built once with cc.
 fn fake_lib() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("cairn-cli-launch-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch();
         std::fs::write(dir.join("fake.c"), "int cairn_fake_ckpt_library;\n").unwrap();
         let so = dir.join("libfake-ckpt.so");
         let ok = Command::new("cc")
@@ -306,6 +323,18 @@ fn real_lib() -> Option<PathBuf> {
     lib
 }
 
+/// Whether the real library and restorer are both built (saying so when not).
+fn real_tools() -> bool {
+    if real_lib().is_none() {
+        return false;
+    }
+    let restorer = built("cairn-restore");
+    if restorer.is_none() {
+        eprintln!("skipped: cairn-restore is not built beside the cairn binary yet");
+    }
+    restorer.is_some()
+}
+
 #[test]
 fn real_library_launch_true() {
     let Some(_) = real_lib() else { return };
@@ -328,11 +357,9 @@ fn real_library_launch_true() {
 
 #[test]
 fn real_library_checkpoint_kill_and_restart() {
-    let Some(_) = real_lib() else { return };
-    let Some(_) = built("cairn-restore") else {
-        eprintln!("skipped: cairn-restore is not built beside the cairn binary yet");
+    if !real_tools() {
         return;
-    };
+    }
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("imgs");
     // Each process counts to 25 in its own file (named by its pid, which the restored shell
@@ -419,22 +446,12 @@ fn real_library_checkpoint_kill_and_restart() {
 
 #[test]
 fn real_library_eight_processes_on_two_nodes_restart_together() {
-    let Some(_) = real_lib() else { return };
-    let Some(_) = built("cairn-restore") else {
-        eprintln!("skipped: cairn-restore is not built beside the cairn binary yet");
+    if !real_tools() {
         return;
-    };
+    }
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("imgs");
-    let counter = t.path().join("counter");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../native/ckpt/tests/counter.c");
-    assert!(Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&counter)
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success());
+    let counter = build_counter(t.path());
     // 8 processes, each counting 600 steps of 5 ms into <t>/out.<proc> and checking its own
     // state; 2 simulated nodes, so 2 sub-coordinators.
     let mut job = cairn()
@@ -462,14 +479,7 @@ fn real_library_eight_processes_on_two_nodes_restart_together() {
         (procs.len() == 8 && procs.iter().all(|p| p["state"] == "running")).then_some(s)
     });
     assert_eq!(s["nodes"].as_array().unwrap().len(), 2);
-    wait_for("every process to pass step 100", 30, || {
-        (0..8)
-            .all(|i| {
-                std::fs::read_to_string(t.path().join(format!("out.{i}")))
-                    .is_ok_and(|o| o.contains("step 100\n"))
-            })
-            .then_some(())
-    });
+    wait_steps(t.path(), 8, 100);
     let o = cairn()
         .args(["checkpoint", "--dir"])
         .arg(&dir)
@@ -478,10 +488,9 @@ fn real_library_eight_processes_on_two_nodes_restart_together() {
     assert!(o.status.success(), "{}", text(&o));
     let manifest = std::fs::read_to_string(dir.join("e8/v1/manifest.json")).unwrap();
     for i in 0..8 {
-        assert!(
-            dir.join(format!("e8/v1/proc{i}.img")).is_file(),
-            "{manifest}"
-        );
+        // The engine holds each image as rank i's part, on its node's local tier.
+        let part = scratch().join(format!("local/node{}/e8/v1/rank{i}.ckpt", i / 4));
+        assert!(part.is_file(), "{}: {manifest}", part.display());
     }
     // Let them run on, then kill every process of the job for real.
     std::thread::sleep(Duration::from_millis(300));
@@ -500,17 +509,370 @@ fn real_library_eight_processes_on_two_nodes_restart_together() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    for i in 0..8 {
-        let out = std::fs::read_to_string(t.path().join(format!("out.{i}"))).unwrap();
+    check_counters(t.path(), 8, 600);
+}
+
+/// `native/ckpt/tests/counter.c` built into `dir`.
+fn build_counter(dir: &Path) -> PathBuf {
+    build_test_program(dir, "counter")
+}
+
+/// `native/ckpt/tests/<name>.c` built into `dir/<name>`.
+fn build_test_program(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../native/ckpt/tests")
+        .join(format!("{name}.c"));
+    assert!(Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    exe
+}
+
+/// Waits until each of `procs` counters writing into `dir` has passed `step`.
+fn wait_steps(dir: &Path, procs: usize, step: u64) {
+    wait_for(&format!("every process to pass step {step}"), 30, || {
+        (0..procs)
+            .all(|i| {
+                std::fs::read_to_string(dir.join(format!("out.{i}")))
+                    .is_ok_and(|o| o.contains(&format!("step {step}\n")))
+            })
+            .then_some(())
+    });
+}
+
+/// Checks that each of `procs` counters finished `steps` steps with its state intact, each
+/// step printed once and in order (the output file went back to its size at the
+/// checkpoint).
+fn check_counters(dir: &Path, procs: usize, steps: u64) {
+    let sum = steps * (steps + 1) / 2;
+    for i in 0..procs {
+        let out = std::fs::read_to_string(dir.join(format!("out.{i}"))).unwrap();
         assert!(
-            out.contains("counter: done, sum 180300 heap 180300 OK"),
+            out.contains(&format!("counter: done, sum {sum} heap {sum} OK")),
             "process {i}: {out}"
         );
-        // The output file went back to its size at the checkpoint: each step once, in order.
-        let steps: Vec<u64> = out
+        let seen: Vec<u64> = out
             .lines()
             .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
             .collect();
-        assert_eq!(steps, (1..=600).collect::<Vec<_>>(), "process {i}");
+        assert_eq!(seen, (1..=steps).collect::<Vec<_>>(), "process {i}");
     }
+}
+
+/// Writes `<t>/cairn.toml`: `[tiers]` with `local` and `<t>/global`, then `rest`.
+fn write_config(t: &Path, local: &str, rest: &str) -> PathBuf {
+    let config = t.join("cairn.toml");
+    let global = t.join("global");
+    let tiers = format!("[tiers]\nlocal = {local:?}\nglobal = {global:?}\nfsync_global = false\n");
+    std::fs::write(&config, tiers + rest).unwrap();
+    config
+}
+
+/// `cairn ARGS --config CONFIG`, with the tiers the configuration names rather than the
+/// scratch ones.
+fn configured(config: &Path, args: &[&str]) -> Command {
+    let mut c = cairn();
+    c.env_remove("CAIRN_TIERS_LOCAL")
+        .env_remove("CAIRN_TIERS_GLOBAL")
+        .env_remove("CAIRN_TIERS_FSYNC_GLOBAL")
+        .arg("--config")
+        .arg(config)
+        .args(args);
+    c
+}
+
+/// Launches `procs` counters of `steps` steps of 5 ms on 2 simulated nodes as job `job`,
+/// configured by `config`, and waits until they all run; returns the launcher and their
+/// pids.
+fn launch_counters(
+    t: &Path,
+    config: &Path,
+    job: &str,
+    procs: usize,
+    steps: u64,
+) -> (Child, Vec<String>) {
+    let counter = build_counter(t);
+    let n = procs.to_string();
+    let job_cmd = configured(
+        config,
+        &[
+            "launch",
+            "--job",
+            job,
+            "-n",
+            &n,
+            "--sim-nodes",
+            "2",
+            "--dir",
+        ],
+    )
+    .arg(t.join("imgs"))
+    .arg("--")
+    .arg(&counter)
+    .args([steps.to_string(), "5000".into()])
+    .arg(t)
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let s = wait_for("the processes to register", 30, || {
+        let s = status(&t.join("imgs"));
+        let p = s["procs"].as_array()?;
+        (p.len() == procs && p.iter().all(|p| p["state"] == "running")).then_some(s)
+    });
+    let pids = s["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_str().unwrap().to_string())
+        .collect();
+    (job_cmd, pids)
+}
+
+fn kill9_all(pids: &[String]) {
+    for pid in pids {
+        assert!(Command::new("kill")
+            .args(["-9", pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+/// `cairn checkpoint` of the job in `t/imgs`; returns the bytes stored.
+fn checkpoint(t: &Path) -> u64 {
+    let o = cairn()
+        .args(["checkpoint", "--dir"])
+        .arg(t.join("imgs"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.split_once(" (")
+        .and_then(|(_, r)| r.split_once(" stored)"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stored bytes in {out:?}"))
+}
+
+fn manifest(t: &Path, job: &str, v: u64) -> Value {
+    let text = std::fs::read_to_string(t.join(format!("imgs/{job}/v{v}/manifest.json")));
+    serde_json::from_str(&text.unwrap()).unwrap()
+}
+
+#[test]
+fn real_library_images_survive_a_lost_node_through_partner_copies() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let local = t.path().join("local");
+    let config = write_config(
+        t.path(),
+        local.to_str().unwrap(),
+        "[redundancy]\nscheme = \"partner\"\n\
+         [reduction]\ncompress = \"lz4\"\nincremental = true\n\
+         [checkpoint]\nfinalize = false\n",
+    );
+    // 4 processes on 2 simulated nodes: each node's two images have partner copies on the
+    // other node.
+    let (mut job, pids) = launch_counters(t.path(), &config, "pl", 4, 800);
+    wait_steps(t.path(), 4, 100);
+    let first = checkpoint(t.path());
+    std::thread::sleep(Duration::from_millis(200));
+    let second = checkpoint(t.path());
+    let (m1, m2) = (manifest(t.path(), "pl", 1), manifest(t.path(), "pl", 2));
+    assert_eq!(m1["engine"]["redundancy"], "partner", "{m1}");
+    assert_eq!(m1["engine"]["compress"], "lz4", "{m1}");
+    assert_eq!(m1["engine"]["incremental"], false, "{m1}");
+    // Based on version 1 (the counters' images are a few 64 KiB blocks, all of which
+    // change: real_library_idle_process_checkpoints_incrementally measures the savings).
+    assert_eq!(m2["engine"]["incremental"], true, "{m2}");
+    let images = m1["bytes"].as_u64().unwrap();
+    assert!(first < images, "lz4: {first} of {images}");
+    // They are ordinary engine checkpoints: `cairn list` shows them, protected.
+    let o = configured(&config, &["list", "--json", "pl"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
+    assert_eq!(list[1]["version"], 2);
+    assert_eq!(list[1]["base"], 1);
+    assert_eq!(list[1]["protection"]["state"], "protected", "{:?}", list[1]);
+    // Its files hold what the engine stored plus their headers and indices.
+    assert!(
+        list[1]["stored_bytes"].as_u64().unwrap() >= second,
+        "{list:?}"
+    );
+    // Kill every process for real, then lose node 1's storage.
+    kill9_all(&pids);
+    wait_child(&mut job, 30);
+    std::fs::remove_dir_all(local.join("node1")).unwrap();
+    let o = configured(&config, &["restart", "--dir"])
+        .arg(t.path().join("imgs"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let all = text(&o);
+    assert!(all.contains("the engine restored version 2"), "{all}");
+    assert!(
+        all.contains("pl v2: rebuilt the parts of ranks [2, 3] from partner copies"),
+        "{all}"
+    );
+    check_counters(t.path(), 4, 800);
+    // The engine rebuilt node 1's parts from the copies on node 0.
+    for i in 2..4 {
+        let part = local.join(format!("node1/pl/v2/rank{i}.ckpt"));
+        assert!(part.is_file(), "{}", part.display());
+    }
+    assert!(!t.path().join("imgs/pl/stage/restart").exists());
+}
+
+#[test]
+fn real_library_idle_process_checkpoints_incrementally() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let local = t.path().join("local");
+    let config = write_config(
+        t.path(),
+        local.to_str().unwrap(),
+        "[reduction]\nincremental = true\n",
+    );
+    let big = build_test_program(t.path(), "bigarray");
+    // 2 processes, each with 16 MiB of distinct words that it only reads, 40 rounds of 0.1 s.
+    let imgs = t.path().join("imgs");
+    let mut job = configured(
+        &config,
+        &["launch", "--job", "ia", "-n", "2", "--sim-nodes", "2"],
+    )
+    .arg("--dir")
+    .arg(&imgs)
+    .arg("--")
+    .arg(&big)
+    .args(["16", "40"])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let s = wait_for("the processes to register", 30, || {
+        let s = status(&imgs);
+        let p = s["procs"].as_array()?;
+        (p.len() == 2 && p.iter().all(|p| p["state"] == "running")).then_some(s)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let first = checkpoint(t.path());
+    std::thread::sleep(Duration::from_millis(300));
+    let second = checkpoint(t.path());
+    let (m1, m2) = (manifest(t.path(), "ia", 1), manifest(t.path(), "ia", 2));
+    let images = m2["bytes"].as_u64().unwrap();
+    assert!(images > 32 << 20, "{m2}");
+    // Version 1 stores the arrays; version 2 only the blocks that changed (the stacks, the
+    // image's tables), even if an image gained a page meanwhile: its region did not change.
+    assert!(first > 30 << 20, "{first} of {images}");
+    assert!(second * 20 < first, "incremental: {second} after {first}");
+    assert_eq!(m2["engine"]["incremental"], true, "{m2}");
+    for (p1, p2) in m1["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(m2["procs"].as_array().unwrap())
+    {
+        assert_eq!(p1["region"], p2["region"], "{m1}\n{m2}");
+    }
+    // `cairn list` says the same: version 2 is based on version 1.
+    let o = configured(&config, &["list", "--json", "ia"])
+        .output()
+        .unwrap();
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list[1]["base"], 1, "{list}");
+    let files = |v: usize| list[v]["stored_bytes"].as_u64().unwrap();
+    assert!(files(1) * 20 < files(0), "{list}");
+    let pids: Vec<String> = s["procs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_str().unwrap().to_string())
+        .collect();
+    kill9_all(&pids);
+    wait_child(&mut job, 30);
+    // Restored from the chain (version 2 on top of version 1), every word is still right.
+    let o = configured(&config, &["restart", "--dir"])
+        .arg(&imgs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("bigarray: done OK").count(), 2, "{}", text(&o));
+}
+
+/// Removes the job's shared-memory stores when dropped (a failed test too).
+struct Stores<'a> {
+    config: &'a Path,
+    job: String,
+}
+
+impl Drop for Stores<'_> {
+    fn drop(&mut self) {
+        let _ = configured(self.config, &["fs", "wipe"])
+            .env("CAIRN_JOB", &self.job)
+            .output();
+    }
+}
+
+#[test]
+fn real_library_images_in_shared_memory_survive_a_wiped_store() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let config = write_config(
+        t.path(),
+        "mem",
+        "[tiers.mem]\nsize = \"128M\"\n\
+         [redundancy]\nscheme = \"partner\"\n\
+         [checkpoint]\nfinalize = false\n",
+    );
+    let job = format!("mem{}", std::process::id());
+    let _stores = Stores {
+        config: &config,
+        job: job.clone(),
+    };
+    let (mut launched, pids) = launch_counters(t.path(), &config, &job, 4, 600);
+    wait_steps(t.path(), 4, 100);
+    checkpoint(t.path());
+    // `cairn fs df` sees the images in the stores of both nodes.
+    let o = configured(&config, &["fs", "df", "--json"])
+        .env("CAIRN_JOB", &job)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let df: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(df.as_array().map(Vec::len), Some(2), "{df}");
+    kill9_all(&pids);
+    wait_child(&mut launched, 30);
+    // Node 1 is lost with its store.
+    let o = configured(&config, &["fs", "wipe", "--node", "1"])
+        .env("CAIRN_JOB", &job)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("removed"), "{}", text(&o));
+    let o = configured(&config, &["restart", "--dir"])
+        .arg(t.path().join("imgs"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("the engine restored version 1"),
+        "{}",
+        text(&o)
+    );
+    check_counters(t.path(), 4, 600);
 }

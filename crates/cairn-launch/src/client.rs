@@ -18,7 +18,11 @@ pub struct Done {
     pub version: u64,
     /// The version's directory.
     pub dir: String,
+    /// The images' bytes.
     pub bytes: u64,
+    /// What the engine stored for them (after zero blocks, unchanged blocks and
+    /// compression).
+    pub stored: u64,
     pub secs: f64,
 }
 
@@ -84,6 +88,7 @@ impl Client {
                         version: m.num("ckpt")?,
                         dir: m.req("dir")?.to_string(),
                         bytes: m.num("bytes").unwrap_or(0),
+                        stored: m.num("stored").unwrap_or(0),
                         secs: m.num("secs").unwrap_or(0.0),
                     })
                 }

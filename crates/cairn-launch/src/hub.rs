@@ -30,6 +30,12 @@ pub enum Event {
     /// The connection ended: `why` is `None` for a clean end of stream, else what went wrong
     /// (already logged when it is a protocol error).
     Closed { id: u64, why: Option<String> },
+    /// The engine finished storing the images of checkpoint `version` (the root's only
+    /// event that does not come from a connection).
+    Stored {
+        version: u64,
+        result: Result<crate::images::Stored, String>,
+    },
     /// Stop the coordinator.
     Stop,
 }

@@ -1,13 +1,15 @@
-//! Starting a job: the job directory and its coordinator file, the root, one sub-coordinator
-//! process per node, then the processes (the program with the checkpoint library preloaded,
-//! or for a restart the restorer), and waiting for them all.
+//! Starting a job: the job directory and its coordinator file, the engine job that stores the
+//! images ([`Images`]), the root, one sub-coordinator process per node, then the processes
+//! (the program with the checkpoint library preloaded, or for a restart the restorer, on the
+//! images the engine restored), and waiting for them all.
 //!
 //! What the checkpoint library and the restorer get from here (besides the protocol) is
 //! listed in `docs/coordinator.md`: the variables [`JOB_ENV`] and the restorer's arguments.
 
 use crate::error::{bail, Error, ErrorKind, Result};
+use crate::images::{Images, RestoreError};
 use crate::jobdir::{self, CoordInfo, Token};
-use crate::manifest::{self, Affinity, LaunchRecord};
+use crate::manifest::{self, Affinity, LaunchRecord, Manifest};
 use crate::node::NodeArgs;
 use crate::root::{KillFn, LastCheckpoint, Root, RootConfig};
 use crate::{net, node_of, sys, TOKEN_ENV};
@@ -179,7 +181,8 @@ pub struct Helper {
 /// What a job is started with, launch or restart.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The images' root (`--dir`); the job's directory is `<dir>/<job>`.
+    /// The coordinator's root (`--dir`); the job's directory is `<dir>/<job>`, with the
+    /// manifests and the staging directory of the images.
     pub dir: PathBuf,
     pub job: String,
     /// The address the coordinators listen on.
@@ -188,6 +191,10 @@ pub struct Options {
     /// launch` does; tests that run a job inside the test process do not).
     pub forward_signals: bool,
     pub subcoord: Helper,
+    /// The engine's configuration ([`crate::images::engine_config`]): tiers, redundancy, flush,
+    /// compression. `[topology] sim_nodes` is set to the job's node count and `[cache] keep`
+    /// to [`Settings::keep`].
+    pub engine: cairn_core::Config,
 }
 
 /// The settings of a job that a restart may change.
@@ -195,6 +202,7 @@ pub struct Options {
 pub struct Settings {
     pub interval: Option<Duration>,
     pub timeout: Duration,
+    /// The engine's `[cache] keep`: versions kept on the node-local tier.
     pub keep: usize,
     pub affinity: Affinity,
     pub cpus: Option<CpuList>,
@@ -299,7 +307,24 @@ pub fn launch(
         }
         c
     };
-    run(o, s, procs, nodes, record, 1, None, &spawn)
+    check_job(o, s, procs, nodes)?;
+    check_not_running(&job_dir)?;
+    let images = start_images(o, s, procs, nodes)?;
+    let start = Start {
+        record,
+        first_version: 1,
+        last: None,
+        images,
+        restart_stage: None,
+    };
+    run(o, s, procs, nodes, start, &spawn)
+}
+
+/// Starts the engine job that stores the images, with [`Settings::keep`] as `[cache] keep`.
+fn start_images(o: &Options, s: &Settings, procs: usize, nodes: usize) -> Result<Images> {
+    let mut cfg = o.engine.clone();
+    cfg.keep = s.keep;
+    Images::start(cfg, &o.job, procs, nodes)
 }
 
 /// The job `cairn restart` takes: `job` if given, else the job under `dir` whose newest
@@ -337,9 +362,11 @@ pub fn restart_job(dir: &Path, job: Option<&str>) -> Result<String> {
         .ok_or_else(|| jobdir::no_such_job(dir, &jobs, "has a checkpoint"))
 }
 
-/// Restarts job `o.job` from `version` (default: its newest complete version) with
-/// `restorer`: the same number of processes on the same number of nodes, each started as
-/// `restorer <image> --coord <addr> --token <hex> --proc <i> --affinity on|off [--cpus LIST]`.
+/// Restarts job `o.job` from `version` (default: its newest complete version the engine can
+/// restore) with `restorer`: the engine restores each process's image into the staging
+/// directory, then the same number of processes on the same number of nodes are started,
+/// each as `restorer <image> --coord <addr> --token <hex> --proc <i> --affinity on|off
+/// [--cpus LIST]`.
 pub fn restart(
     o: &Options,
     version: Option<u64>,
@@ -349,10 +376,12 @@ pub fn restart(
     if !restorer.is_file() {
         bail!(Usage, "the restorer {} is not a file", restorer.display());
     }
+    jobdir::check_job_id(&o.job)?;
     let job_dir = o.dir.join(&o.job);
-    let m = manifest::choose(&job_dir, &o.job, version)?;
-    let rec = &m.launch;
-    let s = Settings {
+    let cands = manifest::candidates(&job_dir, &o.job, version)?;
+    check_not_running(&job_dir)?;
+    let (procs, nodes) = (cands[0].procs.len(), cands[0].nodes);
+    let settings = |rec: &LaunchRecord| Settings {
         interval: match ov.interval {
             Some(i) if i.is_zero() => None,
             Some(i) => Some(i),
@@ -365,6 +394,12 @@ pub fn restart(
         affinity: ov.affinity.unwrap_or(rec.affinity),
         cpus: ov.cpus.clone(),
     };
+    let s = settings(&cands[0].launch);
+    check_job(o, &s, procs, nodes)?;
+    let images = start_images(o, &s, procs, nodes)?;
+    let m = restore_images(&images, &job_dir, &o.job, &cands)?;
+    let s = settings(&m.launch);
+    let rec = &m.launch;
     let record = LaunchRecord {
         affinity: s.affinity,
         cpus: s.cpus.as_ref().map(|c| c.to_string()).or(rec.cpus.clone()),
@@ -374,25 +409,23 @@ pub fn restart(
         restarts: rec.restarts + 1,
         ..rec.clone()
     };
-    let next = manifest::versions(&job_dir)?
-        .last()
-        .map(|v| v.version + 1)
-        .unwrap_or(1)
-        .max(m.version + 1);
-    let vdir = manifest::version_dir(&job_dir, m.version);
-    let images: Vec<PathBuf> = m.procs.iter().map(|p| vdir.join(&p.image)).collect();
-    tracing::info!(
-        "restarting job {} from checkpoint {} ({} processes on {} nodes)",
-        o.job,
-        m.version,
-        m.procs.len(),
-        m.nodes
-    );
+    // The run goes on from m: newer versions are not its past. The engine has removed their
+    // data; their manifests go too.
+    for v in manifest::versions(&job_dir)?
+        .iter()
+        .filter(|v| v.version > m.version)
+    {
+        manifest::remove_version(&job_dir, v.version)?;
+    }
+    let stage = manifest::restart_stage_dir(&job_dir);
+    let images_paths: Vec<PathBuf> = (0..procs)
+        .map(|i| stage.join(manifest::image_name(i)))
+        .collect();
     let affinity = s.affinity;
     let cpus = s.cpus.clone();
     let spawn = move |i: usize, addr: &str, token: &Token| {
         let mut c = Command::new(restorer);
-        c.arg(&images[i])
+        c.arg(&images_paths[i])
             .arg("--coord")
             .arg(addr)
             .arg("--token")
@@ -406,19 +439,131 @@ pub fn restart(
         }
         c
     };
-    let last = LastCheckpoint {
-        version: m.version,
-        when: m.created,
-    };
-    run(
-        o,
-        &s,
-        m.procs.len(),
-        m.nodes,
+    let start = Start {
         record,
-        next,
-        Some(last),
-        &spawn,
+        first_version: m.version + 1,
+        last: Some(LastCheckpoint {
+            version: m.version,
+            when: m.created,
+        }),
+        images,
+        restart_stage: Some(stage),
+    };
+    run(o, &s, procs, nodes, start, &spawn)
+}
+
+/// Has the engine restore the newest of `cands` (newest first) it can into
+/// `<job_dir>/stage/restart/proc<i>.img`, and returns its manifest. The engine rebuilds what
+/// lost nodes held from redundancy and checks every block; a version it cannot restore on
+/// every process is passed over, with a warning that says why.
+fn restore_images(
+    images: &Images,
+    job_dir: &Path,
+    job: &str,
+    cands: &[Manifest],
+) -> Result<Manifest> {
+    let engine = images.record();
+    let Some(newest) = images.newest()? else {
+        let launched = &cands[0].engine;
+        bail!(
+            NotFound,
+            "job {job} has manifests (versions {}) but the engine holds no checkpoint {job} that \
+             every process can restore, looking in local {} and global {}; the job was \
+             launched with local {} and global {}: restart it with the same configuration \
+             (--config, CAIRN_TIERS_*)",
+            cands
+                .iter()
+                .map(|m| m.version.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            engine.local,
+            engine.global,
+            launched.local,
+            launched.global
+        );
+    };
+    // Nothing runs (checked): what staging holds is from a run that ended.
+    let stage_root = job_dir.join(manifest::STAGE);
+    match std::fs::remove_dir_all(&stage_root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::io(
+                format_args!("remove {}", stage_root.display()),
+                e,
+            ))
+        }
+    }
+    let stage = manifest::restart_stage_dir(job_dir);
+    jobdir::create_private_dir(&stage)?;
+    let outputs: Vec<PathBuf> = (0..images.procs())
+        .map(|i| stage.join(manifest::image_name(i)))
+        .collect();
+    let mut passed = Vec::new();
+    for m in cands {
+        if m.version > newest {
+            passed.push(format!(
+                "v{}: the engine cannot restore it on every process",
+                m.version
+            ));
+            continue;
+        }
+        if m.procs.len() != images.procs() {
+            passed.push(format!(
+                "v{}: {} processes, not {}",
+                m.version,
+                m.procs.len(),
+                images.procs()
+            ));
+            continue;
+        }
+        let lengths: Vec<u64> = m.procs.iter().map(|p| p.bytes).collect();
+        let regions: Vec<u64> = m.procs.iter().map(|p| p.region).collect();
+        let restored = match images.restore(m.version, &outputs, &lengths, &regions) {
+            Ok(v) => v,
+            Err(RestoreError::NotFound(why) | RestoreError::Older(why)) => {
+                passed.push(format!("v{}: {why}", m.version));
+                continue;
+            }
+            Err(RestoreError::Other(e)) => return Err(e),
+        };
+        // The engine may have fallen back to an older version whose images have the same
+        // lengths.
+        let m = if restored == m.version {
+            m.clone()
+        } else {
+            passed.push(format!(
+                "v{}: damaged (see the engine's messages)",
+                m.version
+            ));
+            match cands.iter().find(|c| c.version == restored) {
+                Some(older) => older.clone(),
+                None => Manifest {
+                    version: restored,
+                    ..m.clone()
+                },
+            }
+        };
+        if passed.is_empty() {
+            tracing::info!(
+                "job {job}: the engine restored version {} ({} images, {} bytes)",
+                m.version,
+                m.procs.len(),
+                m.bytes
+            );
+        } else {
+            tracing::warn!(
+                "job {job}: the engine restored version {}, passing over {}",
+                m.version,
+                passed.join("; ")
+            );
+        }
+        return Ok(m);
+    }
+    bail!(
+        NotFound,
+        "the engine cannot restore any version of job {job}: {}",
+        passed.join("; ")
     )
 }
 
@@ -574,17 +719,20 @@ impl Drop for Forwarder {
 /// How process `i` is started, given its node's sub-coordinator address and the token.
 type Spawn<'a> = dyn Fn(usize, &str, &Token) -> Command + 'a;
 
-#[allow(clippy::too_many_arguments)]
-fn run(
-    o: &Options,
-    s: &Settings,
-    procs: usize,
-    nodes: usize,
+/// What differs between a launch and a restart once the engine job is up.
+struct Start {
     record: LaunchRecord,
+    /// The number of the first checkpoint the root takes.
     first_version: u64,
+    /// The checkpoint a restart came from.
     last: Option<LastCheckpoint>,
-    spawn: &Spawn<'_>,
-) -> Result<JobExit> {
+    images: Images,
+    /// A restart's staging directory (the restored images).
+    restart_stage: Option<PathBuf>,
+}
+
+/// Checks a job's shape and settings before anything is started or created.
+fn check_job(o: &Options, s: &Settings, procs: usize, nodes: usize) -> Result<()> {
     if procs == 0 || nodes == 0 || nodes > procs {
         bail!(
             Usage,
@@ -606,7 +754,7 @@ fn run(
         );
     }
     let job_dir = o.dir.join(&o.job);
-    let longest = manifest::version_dir(&job_dir, u64::from(u32::MAX))
+    let longest = manifest::stage_dir(&job_dir, u64::from(u32::MAX))
         .join(manifest::image_name(procs - 1))
         .as_os_str()
         .len();
@@ -619,19 +767,38 @@ fn run(
             IMAGE_PATH_MAX - 1
         );
     }
-    jobdir::create_private_dir(&o.dir)?;
-    jobdir::create_private_dir(&job_dir)?;
-    if let Ok(info) = CoordInfo::read(&job_dir) {
+    Ok(())
+}
+
+/// Refuses a job whose root coordinator still runs.
+fn check_not_running(job_dir: &Path) -> Result<()> {
+    if let Ok(info) = CoordInfo::read(job_dir) {
         if info.is_live() {
             bail!(
                 Usage,
                 "job {} is already running (its root coordinator is pid {} at {})",
-                o.job,
+                info.job,
                 info.pid,
                 info.addr
             );
         }
     }
+    Ok(())
+}
+
+fn run(
+    o: &Options,
+    s: &Settings,
+    procs: usize,
+    nodes: usize,
+    start: Start,
+    spawn: &Spawn<'_>,
+) -> Result<JobExit> {
+    let job_dir = o.dir.join(&o.job);
+    jobdir::create_private_dir(&o.dir)?;
+    jobdir::create_private_dir(&job_dir)?;
+    check_not_running(&job_dir)?;
+    let images = Arc::new(start.images);
     let token = Token::random()?;
     let children = Arc::new(Children::default());
     let weak = Arc::downgrade(&children);
@@ -647,9 +814,11 @@ fn run(
             timeout: s.timeout,
             interval: s.interval,
             keep: s.keep,
-            launch: record,
-            first_version,
-            last,
+            images: images.clone(),
+            restart_stage: start.restart_stage.clone(),
+            launch: start.record,
+            first_version: start.first_version,
+            last: start.last,
             kill: Some(kill),
         },
     )?;
@@ -755,6 +924,15 @@ fn run(
         .find(|&c| c != 0)
         .unwrap_or(0);
     drop(tree);
+    if let Some(stage) = &start.restart_stage {
+        // Processes that never registered left their restored images behind.
+        let _ = std::fs::remove_dir_all(stage);
+    }
+    // The job has ended: the engine finishes its flushes and makes the newest checkpoint
+    // durable on the global tier (as `[checkpoint] finalize` says).
+    if let Err(e) = images.finalize() {
+        tracing::warn!("job {}: {e}", o.job);
+    }
     Ok(JobExit {
         job: o.job.clone(),
         code,

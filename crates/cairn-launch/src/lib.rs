@@ -4,13 +4,17 @@
 //! (`libcairn-ckpt.so`, `native/ckpt`) preloaded, under a two-level tree of coordinators: a
 //! [`Root`] inside the `cairn` process and one sub-coordinator per (simulated) node
 //! ([`node`], a separate `cairn coord-node` process). A checkpoint is a sequence of global
-//! barriers (SUSPEND, WRITE, RESUME) with a timeout per phase; the root then writes the
-//! version's manifest ([`Manifest`]), which alone makes it complete. `cairn restart` starts
-//! the same tree with the restorer (`cairn-restore`) in place of the program.
+//! barriers (SUSPEND, WRITE, RESUME) with a timeout per phase. Between WRITE and RESUME the
+//! images go through Cairn's engine ([`Images`]: one engine rank per process, so the
+//! node-local tier, redundancy, flushes, compression and incremental checkpoints apply to
+//! them); the root then writes the version's manifest ([`Manifest`]), which alone makes it
+//! complete. `cairn restart` has the engine restore the images and starts the same tree
+//! with the restorer (`cairn-restore`) in place of the program.
 //!
 //! - [`proto`]: the text protocol's lines ([`Msg`], [`Verb`]) and connections ([`Conn`]).
 //! - [`net`]: staggered exponential back-off ([`Backoff`]) and listeners.
 //! - [`root`], [`node`]: the two levels of the tree, each one state-machine thread.
+//! - [`images`]: the engine job that stores and restores the images.
 //! - [`mod@launch`]: spawning the tree and the processes ([`launch()`], [`restart()`]).
 //! - [`client`]: `cairn checkpoint` and `cairn status` ([`Client`]).
 //! - [`manifest`], [`jobdir`]: what is on disk (`docs/coordinator.md`).
@@ -27,6 +31,7 @@
 pub mod client;
 pub mod error;
 mod hub;
+pub mod images;
 pub mod jobdir;
 pub mod launch;
 pub mod manifest;
@@ -38,6 +43,7 @@ mod sys;
 
 pub use client::{Client, Status};
 pub use error::{Error, ErrorKind, Result};
+pub use images::Images;
 pub use launch::{launch, restart, CpuList, Helper, JobExit, Options};
 pub use manifest::{Affinity, Manifest};
 pub use net::Backoff;
@@ -59,10 +65,15 @@ pub fn procs_of_node(node: usize, procs: usize, nodes: usize) -> impl Iterator<I
 }
 
 /// Installs the stderr logger (once per process): `CAIRN_LOG_LEVEL` if set (as the engine
-/// reads `[log] level`), else `info`, so checkpoints and their failures are reported.
+/// reads `[log] level`), else `info` for the coordinator, so checkpoints and their failures
+/// are reported, and `warn` for the engine, so its fallbacks and repairs are.
 pub fn init_logging() {
-    let level = std::env::var("CAIRN_LOG_LEVEL").unwrap_or_else(|_| "info".into());
-    let filter = tracing_subscriber::EnvFilter::new(format!("cairn_launch={level}"));
+    let level = std::env::var("CAIRN_LOG_LEVEL").ok();
+    let filter = tracing_subscriber::EnvFilter::new(format!(
+        "cairn_launch={},cairn_core={}",
+        level.as_deref().unwrap_or("info"),
+        level.as_deref().unwrap_or("warn")
+    ));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

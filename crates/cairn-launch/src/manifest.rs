@@ -1,7 +1,9 @@
-//! Checkpoint versions of a job: `<dir>/<job>/v<N>/proc<i>.img`, written by the processes, and
-//! `v<N>/manifest.json`, written by the root once every image is in place. Only a manifest
-//! makes a version complete: restart never considers a version without one, and old versions
-//! are deleted only after a newer one is complete. The format is in `docs/coordinator.md`.
+//! Checkpoint versions of a job. The processes write their images into a private staging
+//! directory, `<dir>/<job>/stage/v<N>/proc<i>.img`; the root hands them to Cairn's engine
+//! (`crate::images`), which stores them as version N of the engine checkpoint named after the
+//! job, and only then writes `<dir>/<job>/v<N>/manifest.json`. Only a manifest makes a version
+//! complete: restart never considers a version without one, and old versions are deleted
+//! only after a newer one is complete. The format is in `docs/coordinator.md`.
 
 use crate::error::{bail, Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
@@ -11,8 +13,13 @@ use std::path::{Path, PathBuf};
 
 /// The manifest's file name inside a version directory.
 pub const MANIFEST: &str = "manifest.json";
-/// The manifest format this code writes and reads.
-pub const FORMAT: u32 = 1;
+/// The manifest format this code writes and reads. Format 1 (images as files in the version
+/// directory) is no longer read.
+pub const FORMAT: u32 = 2;
+/// Where the processes write their images before the engine takes them.
+pub const STAGE: &str = "stage";
+/// The staging directory of a restart's images, under [`STAGE`].
+pub const RESTART_STAGE: &str = "restart";
 
 /// Whether threads' CPU masks and pages' NUMA nodes are restored (`--affinity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +60,8 @@ pub struct Manifest {
     pub bytes: u64,
     /// One entry per process, by index.
     pub procs: Vec<ProcImage>,
+    /// Where the engine keeps the images.
+    pub engine: EngineRecord,
     pub launch: LaunchRecord,
 }
 
@@ -64,9 +73,61 @@ pub struct ProcImage {
     pub host: String,
     /// The process id when the checkpoint was taken.
     pub pid: u32,
-    /// The image's file name, relative to the version directory.
-    pub image: String,
+    /// The image's length.
     pub bytes: u64,
+    /// The length of the engine's region that holds it: the image padded with zeros
+    /// (`crate::images::region_len`). Restart restores the region and cuts it to `bytes`.
+    pub region: u64,
+    /// What the engine stored for it, after zero blocks, unchanged blocks and compression.
+    pub stored: u64,
+}
+
+/// The engine checkpoint that holds a version's images, and the configuration it was
+/// stored with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineRecord {
+    /// The checkpoint's name in the engine (the job id); its version there is the
+    /// manifest's.
+    pub name: String,
+    /// The Cairn release that stored it.
+    pub cairn: String,
+    /// `[tiers] local`: a directory, `mem` or `none`.
+    pub local: String,
+    /// `[tiers] global`.
+    pub global: String,
+    /// The redundancy plan in force (`single`, `partner`, `xor(4)`, ...).
+    pub redundancy: String,
+    /// `[reduction] compress`.
+    pub compress: String,
+    /// Whether this version stored only the blocks that changed since the previous one.
+    pub incremental: bool,
+}
+
+impl EngineRecord {
+    /// The record of a configuration (its redundancy as configured, until the engine says
+    /// which plan it made of it).
+    pub fn describe(cfg: &cairn_core::Config, name: &str) -> EngineRecord {
+        use cairn_core::NodeLocal;
+        let abs = |p: &Path| {
+            std::path::absolute(p)
+                .unwrap_or_else(|_| p.to_path_buf())
+                .display()
+                .to_string()
+        };
+        EngineRecord {
+            name: name.to_string(),
+            cairn: env!("CARGO_PKG_VERSION").to_string(),
+            local: match cfg.node_local() {
+                NodeLocal::None => "none".into(),
+                NodeLocal::Mem => "mem".into(),
+                NodeLocal::Dir(d) => abs(d),
+            },
+            global: abs(&cfg.global),
+            redundancy: cfg.redundancy.clone(),
+            compress: cfg.compress.clone(),
+            incremental: false,
+        }
+    }
 }
 
 /// How the job was launched; carried unchanged through restarts.
@@ -112,6 +173,16 @@ pub fn version_dir(job_dir: &Path, version: u64) -> PathBuf {
 /// The image file name of process `proc`.
 pub fn image_name(proc: usize) -> String {
     format!("proc{proc}.img")
+}
+
+/// `<job_dir>/stage/v<version>`: where the processes write the images of `version`.
+pub fn stage_dir(job_dir: &Path, version: u64) -> PathBuf {
+    job_dir.join(STAGE).join(format!("v{version}"))
+}
+
+/// `<job_dir>/stage/restart`: where restart puts the images the engine restored.
+pub fn restart_stage_dir(job_dir: &Path) -> PathBuf {
+    job_dir.join(STAGE).join(RESTART_STAGE)
 }
 
 /// A version directory as found on disk.
@@ -215,10 +286,14 @@ impl Manifest {
         let bad =
             |why: String| Error::new(ErrorKind::Protocol, format!("{}: {why}", path.display()));
         if m.format != FORMAT {
-            return Err(bad(format!(
-                "format {} (this cairn reads {FORMAT})",
-                m.format
-            )));
+            let why = if m.format == 1 {
+                "format 1: its images were files of the version directory, which this cairn no \
+                 longer reads (restart it with the cairn that wrote it)"
+                    .to_string()
+            } else {
+                format!("format {} (this cairn reads {FORMAT})", m.format)
+            };
+            return Err(bad(why));
         }
         if m.version != version || m.job != job {
             return Err(bad(format!(
@@ -239,36 +314,13 @@ impl Manifest {
         }
         Ok(m)
     }
-
-    /// Checks that every image the manifest lists is a regular file of the recorded size.
-    pub fn check_images(&self, job_dir: &Path) -> Result<()> {
-        let dir = version_dir(job_dir, self.version);
-        for p in &self.procs {
-            let path = dir.join(&p.image);
-            let ok = crate::launch::is_plain_name(&p.image)
-                && fs::symlink_metadata(&path)
-                    .map(|m| m.is_file() && m.len() == p.bytes)
-                    .unwrap_or(false);
-            if !ok {
-                bail!(
-                    NotFound,
-                    "version {} of job {}: the image of proc {} ({}) is missing or not {} bytes",
-                    self.version,
-                    self.job,
-                    p.proc,
-                    path.display(),
-                    p.bytes
-                );
-            }
-        }
-        Ok(())
-    }
 }
 
-/// The manifest restart starts from: `version` if given (it must be complete), else the
-/// newest complete version whose images are all there. Refuses with a message that says what
-/// was found when there is none.
-pub fn choose(job_dir: &Path, job: &str, version: Option<u64>) -> Result<Manifest> {
+/// The complete versions restart may start from, newest first: `version` alone if given (it
+/// must be complete), else every version with a manifest that loads. Whether the engine can
+/// still restore each is for the engine to say. Refuses with a message that says what was
+/// found when there is none.
+pub fn candidates(job_dir: &Path, job: &str, version: Option<u64>) -> Result<Vec<Manifest>> {
     let all = versions(job_dir)?;
     let complete: Vec<u64> = all
         .iter()
@@ -302,32 +354,25 @@ pub fn choose(job_dir: &Path, job: &str, version: Option<u64>) -> Result<Manifes
                 list(&complete)
             );
         }
-        let m = Manifest::load(job_dir, job, v)?;
-        m.check_images(job_dir)?;
-        return Ok(m);
+        return Ok(vec![Manifest::load(job_dir, job, v)?]);
     }
     let mut problems = Vec::new();
+    let mut out = Vec::new();
     for d in all.iter().rev() {
         if !d.has_manifest {
             problems.push(d.describe());
             continue;
         }
-        match Manifest::load(job_dir, job, d.version).and_then(|m| {
-            m.check_images(job_dir)?;
-            Ok(m)
-        }) {
-            Ok(m) => {
-                if !problems.is_empty() {
-                    tracing::warn!(
-                        "job {job}: restarting from version {}, passing over {}",
-                        m.version,
-                        problems.join("; ")
-                    );
-                }
-                return Ok(m);
-            }
+        match Manifest::load(job_dir, job, d.version) {
+            Ok(m) => out.push(m),
             Err(e) => problems.push(format!("v{}: {e}", d.version)),
         }
+    }
+    if !out.is_empty() {
+        if !problems.is_empty() {
+            tracing::warn!("job {job}: passing over {}", problems.join("; "));
+        }
+        return Ok(out);
     }
     if all.is_empty() {
         bail!(
@@ -361,21 +406,33 @@ pub fn remove_version(job_dir: &Path, version: u64) -> Result<()> {
     fs::remove_dir_all(&dir).map_err(|e| Error::io(format_args!("remove {}", dir.display()), e))
 }
 
-/// After version `newest` became complete: removes complete versions beyond the newest `keep`
-/// and incomplete versions older than `newest` (left by failed checkpoints or a crashed
-/// root). Returns the versions removed; failures are logged and skipped.
-pub fn prune(job_dir: &Path, keep: usize, newest: u64) -> Vec<u64> {
+/// After version `newest` became complete: removes complete versions beyond the newest
+/// `keep`, except those in `also_keep` (the engine still holds them on the global tier),
+/// incomplete versions older than `newest` (left by a crashed root), and the staging
+/// directories of `newest` and older versions (images the engine has taken, or that failed
+/// checkpoints left). Returns the complete or incomplete versions removed; failures are
+/// logged and skipped.
+pub fn prune(
+    job_dir: &Path,
+    keep: usize,
+    also_keep: &std::collections::BTreeSet<u64>,
+    newest: u64,
+) -> Vec<u64> {
+    prune_stage(job_dir, newest);
     let Ok(all) = versions(job_dir) else {
         return Vec::new();
     };
-    let keep = keep.max(1);
     let complete: Vec<u64> = all
         .iter()
         .filter(|v| v.has_manifest && v.version <= newest)
         .map(|v| v.version)
         .collect();
-    let doomed_complete = complete.len().saturating_sub(keep);
-    let mut doomed: Vec<u64> = complete[..doomed_complete].to_vec();
+    let doomed_complete = complete.len().saturating_sub(keep.max(1));
+    let mut doomed: Vec<u64> = complete[..doomed_complete]
+        .iter()
+        .copied()
+        .filter(|v| !also_keep.contains(v))
+        .collect();
     doomed.extend(
         all.iter()
             .filter(|v| !v.has_manifest && v.version < newest)
@@ -390,6 +447,29 @@ pub fn prune(job_dir: &Path, keep: usize, newest: u64) -> Vec<u64> {
         }
     });
     doomed
+}
+
+/// Removes the staging directories `stage/v<k>` for every `k <= upto`.
+pub fn prune_stage(job_dir: &Path, upto: u64) {
+    let Ok(rd) = fs::read_dir(job_dir.join(STAGE)) else {
+        return;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some(v) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix('v'))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if v <= upto {
+            let path = e.path();
+            if let Err(err) = fs::remove_dir_all(&path) {
+                tracing::warn!("cannot remove {}: {err}", path.display());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -412,10 +492,20 @@ mod tests {
                     node: i * 2 / sizes.len(),
                     host: "h".into(),
                     pid: 100 + i as u32,
-                    image: image_name(i),
                     bytes: b,
+                    region: 64 << 10,
+                    stored: b / 2,
                 })
                 .collect(),
+            engine: EngineRecord {
+                name: job.into(),
+                cairn: "0.1.0".into(),
+                local: "/l".into(),
+                global: "/g".into(),
+                redundancy: "partner".into(),
+                compress: "lz4".into(),
+                incremental: false,
+            },
             launch: LaunchRecord {
                 command: vec!["./app".into(), "x y".into()],
                 cwd: "/tmp".into(),
@@ -430,16 +520,16 @@ mod tests {
         }
     }
 
-    /// Writes the images of a version and, if `complete`, its manifest.
+    /// Creates version `v`'s directory (with a stray file) and, if `complete`, its manifest.
     fn write_version(job_dir: &Path, v: u64, complete: bool) {
-        let sizes = [10, 20, 30, 40];
         let dir = version_dir(job_dir, v);
         fs::create_dir_all(&dir).unwrap();
-        for (i, &s) in sizes.iter().enumerate() {
-            fs::write(dir.join(image_name(i)), vec![7u8; s as usize]).unwrap();
-        }
         if complete {
-            manifest("j", v, &sizes).publish(job_dir).unwrap();
+            manifest("j", v, &[10, 20, 30, 40])
+                .publish(job_dir)
+                .unwrap();
+        } else {
+            fs::write(dir.join(".manifest.json.tmp"), b"{").unwrap();
         }
     }
 
@@ -449,41 +539,48 @@ mod tests {
         write_version(t.path(), 3, true);
         let m = Manifest::load(t.path(), "j", 3).unwrap();
         assert_eq!(m, manifest("j", 3, &[10, 20, 30, 40]));
-        m.check_images(t.path()).unwrap();
         assert!(!version_dir(t.path(), 3).join(".manifest.json.tmp").exists());
         assert!(Manifest::load(t.path(), "other", 3).is_err());
-        fs::write(version_dir(t.path(), 3).join(image_name(2)), b"short").unwrap();
-        let e = m.check_images(t.path()).unwrap_err();
-        assert!(e.message().contains("proc 2"), "{e}");
+        // A format 1 manifest is refused with a reason.
+        let path = version_dir(t.path(), 3).join(MANIFEST);
+        let old = fs::read_to_string(&path)
+            .unwrap()
+            .replace("\"format\": 2", "\"format\": 1");
+        fs::write(&path, old).unwrap();
+        let e = Manifest::load(t.path(), "j", 3).unwrap_err();
+        assert!(
+            e.message().contains("format 1: its images were files"),
+            "{e}"
+        );
     }
 
     #[test]
-    fn choose_takes_the_newest_complete_and_refuses_incomplete() {
+    fn candidates_are_the_complete_versions_newest_first() {
         let t = tempfile::tempdir().unwrap();
-        let e = choose(t.path(), "j", None).unwrap_err();
+        let e = candidates(t.path(), "j", None).unwrap_err();
         assert!(e.message().contains("no version directory"), "{e}");
         write_version(t.path(), 1, false);
-        let e = choose(t.path(), "j", None).unwrap_err();
+        let e = candidates(t.path(), "j", None).unwrap_err();
         assert!(
-            e.message()
-                .contains("v1 (no manifest: proc0.img, proc1.img"),
+            e.message().contains("v1 (no manifest: .manifest.json.tmp)"),
             "{e}"
         );
         write_version(t.path(), 2, true);
         write_version(t.path(), 3, false);
-        assert_eq!(choose(t.path(), "j", None).unwrap().version, 2);
-        assert_eq!(choose(t.path(), "j", Some(2)).unwrap().version, 2);
-        let e = choose(t.path(), "j", Some(3)).unwrap_err();
+        write_version(t.path(), 4, true);
+        let vs = |c: Vec<Manifest>| c.iter().map(|m| m.version).collect::<Vec<_>>();
+        assert_eq!(vs(candidates(t.path(), "j", None).unwrap()), [4, 2]);
+        assert_eq!(vs(candidates(t.path(), "j", Some(2)).unwrap()), [2]);
+        let e = candidates(t.path(), "j", Some(3)).unwrap_err();
         assert!(
             e.message().contains("version 3 of job j is not complete"),
             "{e}"
         );
-        assert!(e.message().contains("complete versions: 2"), "{e}");
-        assert!(choose(t.path(), "j", Some(9)).is_err());
-        // A complete version with a lost image is passed over for an older one.
-        write_version(t.path(), 4, true);
-        fs::remove_file(version_dir(t.path(), 4).join(image_name(1))).unwrap();
-        assert_eq!(choose(t.path(), "j", None).unwrap().version, 2);
+        assert!(e.message().contains("complete versions: 2, 4"), "{e}");
+        assert!(candidates(t.path(), "j", Some(9)).is_err());
+        // A manifest that does not load is passed over.
+        fs::write(version_dir(t.path(), 4).join(MANIFEST), b"{}").unwrap();
+        assert_eq!(vs(candidates(t.path(), "j", None).unwrap()), [2]);
     }
 
     #[test]
@@ -494,13 +591,33 @@ mod tests {
         write_version(t.path(), 3, true);
         write_version(t.path(), 4, true);
         write_version(t.path(), 5, false); // a checkpoint in progress
-        assert_eq!(prune(t.path(), 2, 4), vec![1, 2]);
+        for v in [2, 4, 5] {
+            fs::create_dir_all(stage_dir(t.path(), v)).unwrap();
+        }
+        fs::create_dir_all(restart_stage_dir(t.path())).unwrap();
+        let none = std::collections::BTreeSet::new();
+        assert_eq!(prune(t.path(), 2, &none, 4), vec![1, 2]);
         let left: Vec<u64> = versions(t.path())
             .unwrap()
             .iter()
             .map(|v| v.version)
             .collect();
         assert_eq!(left, [3, 4, 5]);
-        assert_eq!(prune(t.path(), 2, 4), Vec::<u64>::new());
+        assert!(!stage_dir(t.path(), 2).exists() && !stage_dir(t.path(), 4).exists());
+        assert!(stage_dir(t.path(), 5).exists() && restart_stage_dir(t.path()).exists());
+        assert_eq!(prune(t.path(), 2, &none, 4), Vec::<u64>::new());
+        // A version the engine holds on the global tier stays.
+        write_version(t.path(), 6, true);
+        assert_eq!(prune(t.path(), 1, &[3].into(), 6), vec![4, 5]);
+        assert_eq!(complete(t.path()), [3, 6]);
+    }
+
+    fn complete(job_dir: &Path) -> Vec<u64> {
+        versions(job_dir)
+            .unwrap()
+            .iter()
+            .filter(|v| v.has_manifest)
+            .map(|v| v.version)
+            .collect()
     }
 }

@@ -311,7 +311,7 @@ impl NodeLoop {
                     break;
                 }
                 Some(Event::Closed { id, .. }) => self.proc_closed(id),
-                None => {}
+                Some(Event::Stored { .. }) | None => {}
             }
             if self.phase.as_ref().is_some_and(|p| {
                 Instant::now() >= p.deadline && (!p.reported || p.kind == Kind::Resume)

@@ -1,21 +1,25 @@
 //! The root coordinator: the sub-coordinators of the job's nodes and the clients connect to
-//! it; it runs every checkpoint as a sequence of global barriers and publishes the manifest.
+//! it; it runs every checkpoint as a sequence of global barriers, has the engine store the
+//! images and publishes the manifest.
 //!
 //! One thread (`RootLoop::run`) owns all state and performs every transition of a
 //! checkpoint (the state machine is drawn in `docs/coordinator.md`):
 //!
 //! ```text
-//!  IDLE -request-> REGISTER -all joined-> SUSPEND -all SUSPENDED-> WRITE -all WRITTEN-> RESUME ok=1
-//!                     |                      |                       |   + manifest      |
-//!                     | gone, timeout        | failed, timeout, lost | failed, timeout,  | all RESUMED
-//!                     v                      v                       v lost              v
-//!                 DONE ok=0 <-all RESUMED- RESUME ok=0 <-------------+               DONE ok=1
+//!  IDLE -request-> REGISTER -all joined-> SUSPEND -all SUSPENDED-> WRITE -all WRITTEN-> STORE -stored-> RESUME ok=1
+//!                     |                      |                       |                   |  + manifest    |
+//!                     | gone, timeout        | failed, timeout, lost | failed, timeout,  | engine failed  | all RESUMED
+//!                     v                      v                       v lost              v                v
+//!                 DONE ok=0 <-all RESUMED- RESUME ok=0 <-------------+-------------------+            DONE ok=1
 //! ```
 //!
-//! Readers and the accept thread only parse lines and hand them over as `hub::Event`s.
+//! Readers and the accept thread only parse lines and hand them over as `hub::Event`s; the
+//! engine's work in STORE runs on a thread of its own, which reports with
+//! `Event::Stored`, so the root keeps answering status requests meanwhile.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::hub::{self, deny, named, send_or_log, Acceptor, Event};
+use crate::images::{Images, Stored};
 use crate::jobdir::Token;
 use crate::manifest::{self, LaunchRecord, Manifest, ProcImage};
 use crate::proto::{Msg, Verb};
@@ -49,8 +53,14 @@ pub struct RootConfig {
     pub timeout: Duration,
     /// Checkpoint this long after the previous one ended (or after the start).
     pub interval: Option<Duration>,
-    /// How many complete versions to keep.
+    /// How many complete versions' manifests to keep (the node-local tier's window); those
+    /// the engine holds on the global tier are kept too.
     pub keep: usize,
+    /// The engine job that stores the images.
+    pub images: Arc<Images>,
+    /// A restart's staging directory, removed once every restored process has registered
+    /// (the restorer has read its image by then).
+    pub restart_stage: Option<PathBuf>,
     /// Recorded in every manifest.
     pub launch: LaunchRecord,
     /// The number of the first checkpoint this root takes.
@@ -100,7 +110,7 @@ impl Root {
         let acceptor = Acceptor::start(listener, "root coordinator", ids, tx.clone())
             .map_err(|e| Error::io("start the root coordinator", e))?;
         let addr = acceptor.addr();
-        let mut lp = RootLoop::new(cfg, rx, shared.clone());
+        let mut lp = RootLoop::new(cfg, rx, tx.clone(), shared.clone());
         let thread = std::thread::Builder::new()
             .name("cairn-root".into())
             .spawn(move || lp.run())
@@ -221,7 +231,11 @@ enum Phase {
     Register,
     Suspend,
     Write,
-    Resume { ok: bool },
+    /// The engine stores the images; the processes stay suspended.
+    Store,
+    Resume {
+        ok: bool,
+    },
 }
 
 impl Phase {
@@ -230,10 +244,16 @@ impl Phase {
             Phase::Register => "registration",
             Phase::Suspend => "SUSPEND",
             Phase::Write => "WRITE",
+            Phase::Store => "STORE",
             Phase::Resume { .. } => "RESUME",
         }
     }
 }
+
+/// How long the root lets the engine store a checkpoint: no limit. Its calls are collective
+/// over threads of this process and end in an agreement; a slow tier is slow, not lost, and
+/// failing the checkpoint would not stop the engine's writes.
+const STORE_LIMIT: Duration = Duration::from_secs(10 * 365 * 86400);
 
 /// The checkpoint in progress.
 struct Ckpt {
@@ -248,17 +268,23 @@ struct Ckpt {
     failures: Vec<String>,
     /// Clients waiting for its DONE.
     clients: Vec<u64>,
+    /// The staging directory exists.
     dir_created: bool,
-    /// Some process may still write into the version directory (it had not answered
+    /// Some process may still write into the staging directory (it had not answered
     /// WRITE when the checkpoint was aborted, or its node was lost): a failed checkpoint's
     /// directory is then left for [`manifest::prune`] rather than deleted under it.
     writers: Vec<String>,
+    /// The images, once every node answered WRITTEN and they were checked.
+    images: Vec<ProcImage>,
     total_bytes: u64,
+    total_stored: u64,
 }
 
 struct RootLoop {
     cfg: RootConfig,
     rx: Receiver<Event>,
+    /// For the engine's thread to report with.
+    tx: Sender<Event>,
     shared: Arc<(Mutex<Shared>, Condvar)>,
     peers: HashMap<u64, Peer>,
     nodes: Vec<NodeSlot>,
@@ -279,7 +305,12 @@ fn now_unix() -> u64 {
 }
 
 impl RootLoop {
-    fn new(cfg: RootConfig, rx: Receiver<Event>, shared: Arc<(Mutex<Shared>, Condvar)>) -> Self {
+    fn new(
+        cfg: RootConfig,
+        rx: Receiver<Event>,
+        tx: Sender<Event>,
+        shared: Arc<(Mutex<Shared>, Condvar)>,
+    ) -> Self {
         let nodes = (0..cfg.nodes)
             .map(|n| NodeSlot {
                 conn: None,
@@ -304,6 +335,7 @@ impl RootLoop {
             next_interval: cfg.interval.map(|i| Instant::now() + i),
             cfg,
             rx,
+            tx,
             shared,
             peers: HashMap::new(),
             nodes,
@@ -330,6 +362,7 @@ impl RootLoop {
                 }) => self.opened(id, msg, writer, peer),
                 Some(Event::Line { id, msg }) => self.line(id, msg),
                 Some(Event::Closed { id, why }) => self.closed(id, why),
+                Some(Event::Stored { version, result }) => self.stored(version, result),
                 None => {}
             }
             self.timers();
@@ -582,8 +615,10 @@ impl RootLoop {
                         tracing::warn!("{report}");
                         self.answered(n);
                     }
+                    // Every image is written: the checkpoint stands; the job will have to be
+                    // restarted from it.
+                    Some(Phase::Store) | None => tracing::warn!("{report}"),
                     Some(_) => self.fail(report),
-                    None => tracing::warn!("{report}"),
                 }
             }
         }
@@ -619,6 +654,7 @@ impl RootLoop {
                     p.pid = msg.num("pid")?;
                     p.host = msg.get("host").unwrap_or("").to_string();
                     p.restarted = msg.get("restarted") == Some("1");
+                    self.drop_restart_stage();
                 } else {
                     p.state = match msg.get("status").and_then(|s| s.parse().ok()) {
                         Some(s) => ProcState::Exited(s),
@@ -727,7 +763,9 @@ impl RootLoop {
             clients,
             dir_created: false,
             writers: Vec::new(),
+            images: Vec::new(),
             total_bytes: 0,
+            total_stored: 0,
         });
         self.check_registered();
     }
@@ -762,9 +800,9 @@ impl RootLoop {
         let msg = match phase {
             Phase::Suspend => Msg::new(Verb::Suspend).arg("ckpt", v),
             Phase::Write => {
-                let dir = manifest::version_dir(&self.cfg.job_dir, v);
+                let dir = manifest::stage_dir(&self.cfg.job_dir, v);
                 if let Err(e) = crate::jobdir::create_private_dir(&dir) {
-                    return self.fail(format!("cannot create the version directory: {e}"));
+                    return self.fail(format!("cannot create the staging directory: {e}"));
                 }
                 c.dir_created = true;
                 Msg::new(Verb::Write)
@@ -774,23 +812,14 @@ impl RootLoop {
             Phase::Resume { ok } => Msg::new(Verb::Resume)
                 .arg("ckpt", v)
                 .arg("ok", u8::from(ok)),
-            Phase::Register => unreachable!("registration sends nothing"),
+            Phase::Register | Phase::Store => unreachable!("{} sends nothing", phase.name()),
         };
         c.phase = phase;
         c.deadline = Instant::now() + self.cfg.timeout + NODE_MARGIN;
         c.pending = (0..self.nodes.len())
             .filter(|&n| self.nodes[n].conn.is_some())
             .collect();
-        let secs = c.started.elapsed().as_secs_f64();
-        let progress = Msg::new(Verb::Progress)
-            .arg("ckpt", v)
-            .arg("phase", phase.name())
-            .arg("secs", format!("{secs:.3}"));
-        for id in c.clients.clone() {
-            if let Some(p) = self.peers.get_mut(&id) {
-                send_or_log(&mut p.writer, &progress, "client");
-            }
-        }
+        self.progress();
         let mut unreachable = Vec::new();
         for n in 0..self.nodes.len() {
             let Some(conn) = self.nodes[n].conn else {
@@ -827,24 +856,25 @@ impl RootLoop {
         match phase {
             Phase::Register => {}
             Phase::Suspend => self.start_phase(Phase::Write),
-            Phase::Write => match self.publish() {
-                Ok(()) => self.start_phase(Phase::Resume { ok: true }),
+            Phase::Write => match self.check_images() {
+                Ok(()) => self.store(),
                 Err(why) => self.fail(why),
             },
+            Phase::Store => {}
             Phase::Resume { ok } => self.finish(ok),
         }
     }
 
-    /// Every image is written: checks them against what the nodes reported and writes the
-    /// manifest. From here on the checkpoint is complete, whatever happens next.
-    fn publish(&mut self) -> Result<(), String> {
+    /// Every image is written: checks that each is there and that each node's byte count
+    /// matches its images, and records them.
+    fn check_images(&mut self) -> Result<(), String> {
         let c = self.ckpt.as_ref().expect("a checkpoint runs");
-        let dir = manifest::version_dir(&self.cfg.job_dir, c.version);
-        let mut procs = Vec::with_capacity(self.procs.len());
+        let dir = manifest::stage_dir(&self.cfg.job_dir, c.version);
+        let mut images = Vec::with_capacity(self.procs.len());
         let mut per_node = vec![0u64; self.nodes.len()];
         for (i, p) in self.procs.iter().enumerate() {
-            let image = manifest::image_name(i);
-            let bytes = std::fs::symlink_metadata(dir.join(&image))
+            let path = dir.join(manifest::image_name(i));
+            let bytes = std::fs::symlink_metadata(&path)
                 .ok()
                 .filter(|m| m.is_file())
                 .map(|m| m.len())
@@ -852,17 +882,18 @@ impl RootLoop {
                     format!(
                         "proc {i} (node {}) reported its image written, but {} is not there",
                         p.node,
-                        dir.join(&image).display()
+                        path.display()
                     )
                 })?;
             per_node[p.node] += bytes;
-            procs.push(ProcImage {
+            images.push(ProcImage {
                 proc: i,
                 node: p.node,
                 host: p.host.clone(),
                 pid: p.pid,
-                image,
                 bytes,
+                region: 0,
+                stored: 0,
             });
         }
         for (n, (&on_disk, reported)) in per_node.iter().zip(&c.bytes).enumerate() {
@@ -873,24 +904,128 @@ impl RootLoop {
                 ));
             }
         }
+        let c = self.ckpt.as_mut().expect("a checkpoint runs");
+        c.total_bytes = per_node.iter().sum();
+        c.images = images;
+        Ok(())
+    }
+
+    /// STORE: the engine takes the images, on a thread of its own; `stored` goes on.
+    fn store(&mut self) {
+        let c = self.ckpt.as_mut().expect("a checkpoint runs");
+        let v = c.version;
+        c.phase = Phase::Store;
+        c.deadline = Instant::now() + STORE_LIMIT;
+        c.pending.clear();
+        self.progress();
+        let dir = manifest::stage_dir(&self.cfg.job_dir, v);
+        let paths: Vec<PathBuf> = (0..self.procs.len())
+            .map(|i| dir.join(manifest::image_name(i)))
+            .collect();
+        let (images, tx) = (self.cfg.images.clone(), self.tx.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("cairn-store-{v}"))
+            .spawn(move || {
+                let result = images.checkpoint(v, &paths).map_err(|e| e.to_string());
+                let _ = tx.send(Event::Stored { version: v, result });
+            });
+        if let Err(e) = spawned {
+            self.fail(format!("cannot start the engine's thread: {e}"));
+        }
+    }
+
+    /// The engine is done with checkpoint `v`: on success, the manifest is written (from
+    /// then on the checkpoint is complete) and the processes resume.
+    fn stored(&mut self, v: u64, result: Result<Stored, String>) {
+        if !self
+            .ckpt
+            .as_ref()
+            .is_some_and(|c| c.version == v && c.phase == Phase::Store)
+        {
+            tracing::debug!("checkpoint {v}: the engine reported after the checkpoint ended");
+            return;
+        }
+        let published = result
+            .map_err(|e| format!("the engine could not store the images: {e}"))
+            .and_then(|s| self.publish(&s));
+        match published {
+            Ok(()) => self.start_phase(Phase::Resume { ok: true }),
+            Err(why) => self.fail(why),
+        }
+    }
+
+    /// Writes the manifest of the checkpoint the engine stored. From here on the checkpoint
+    /// is complete, whatever happens next.
+    fn publish(&mut self, stored: &Stored) -> Result<(), String> {
+        let c = self.ckpt.as_mut().expect("a checkpoint runs");
+        for ((p, &s), &r) in c.images.iter_mut().zip(&stored.stored).zip(&stored.regions) {
+            p.stored = s;
+            p.region = r;
+        }
+        c.total_stored = stored.stored.iter().sum();
+        let mut engine = self.cfg.images.record().clone();
+        engine.incremental = stored.incremental;
         let m = Manifest {
             format: manifest::FORMAT,
             job: self.cfg.job.clone(),
             version: c.version,
             created: now_unix(),
             nodes: self.cfg.nodes,
-            bytes: per_node.iter().sum(),
-            procs,
+            bytes: c.total_bytes,
+            procs: c.images.clone(),
+            engine,
             launch: self.cfg.launch.clone(),
         };
-        m.publish(&self.cfg.job_dir)
+        let dir = manifest::version_dir(&self.cfg.job_dir, c.version);
+        crate::jobdir::create_private_dir(&dir)
+            .and_then(|()| m.publish(&self.cfg.job_dir))
             .map_err(|e| format!("cannot write the manifest: {e}"))?;
+        tracing::info!(
+            "checkpoint {} of job {}: the engine stored {} bytes for {} bytes of images{} in \
+             {:.2} s",
+            c.version,
+            self.cfg.job,
+            c.total_stored,
+            c.total_bytes,
+            if stored.incremental {
+                " (incremental)"
+            } else {
+                ""
+            },
+            stored.secs
+        );
         self.last = Some(LastCheckpoint {
             version: m.version,
             when: m.created,
         });
-        self.ckpt.as_mut().expect("a checkpoint runs").total_bytes = m.bytes;
         Ok(())
+    }
+
+    /// Tells the checkpoint's clients which phase starts.
+    fn progress(&mut self) {
+        let c = self.ckpt.as_ref().expect("a checkpoint runs");
+        let secs = c.started.elapsed().as_secs_f64();
+        let progress = Msg::new(Verb::Progress)
+            .arg("ckpt", c.version)
+            .arg("phase", c.phase.name())
+            .arg("secs", format!("{secs:.3}"));
+        for id in c.clients.clone() {
+            if let Some(p) = self.peers.get_mut(&id) {
+                send_or_log(&mut p.writer, &progress, "client");
+            }
+        }
+    }
+
+    /// Once every restored process has registered, their images are read: the restart's
+    /// staging directory goes.
+    fn drop_restart_stage(&mut self) {
+        if self.procs.iter().all(|p| p.state == ProcState::Running) {
+            if let Some(dir) = self.cfg.restart_stage.take() {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!("cannot remove {}: {e}", dir.display());
+                }
+            }
+        }
     }
 
     /// The checkpoint failed: record why and undo it (RESUME ok=0) unless nothing was sent
@@ -906,7 +1041,7 @@ impl RootLoop {
                 c.failures.push(why);
                 self.finish(false);
             }
-            Phase::Suspend | Phase::Write => {
+            Phase::Suspend | Phase::Write | Phase::Store => {
                 c.failures.push(why);
                 self.start_phase(Phase::Resume { ok: false });
             }
@@ -928,6 +1063,8 @@ impl RootLoop {
                     named("node", nodes)
                 ));
             }
+            // The engine is not timed (STORE_LIMIT); nothing to do if it ever were.
+            Phase::Store => {}
             Phase::Suspend | Phase::Write => {
                 let phase = c.phase.name();
                 let report: Vec<String> = c
@@ -960,14 +1097,17 @@ impl RootLoop {
         let dir = manifest::version_dir(&self.cfg.job_dir, c.version);
         let done = if ok {
             tracing::info!(
-                "checkpoint {} of job {} complete: {} bytes from {} processes in {secs:.2} s ({})",
+                "checkpoint {} of job {} complete: {} bytes from {} processes, {} stored by the \
+                 engine, in {secs:.2} s ({})",
                 c.version,
                 self.cfg.job,
                 c.total_bytes,
                 self.procs.len(),
+                c.total_stored,
                 dir.display()
             );
-            let removed = manifest::prune(&self.cfg.job_dir, self.cfg.keep, c.version);
+            let on_global = self.cfg.images.global_versions();
+            let removed = manifest::prune(&self.cfg.job_dir, self.cfg.keep, &on_global, c.version);
             if !removed.is_empty() {
                 let removed = removed.iter().map(|&v| v as usize);
                 tracing::info!("deleted old checkpoints: {}", named("version", removed));
@@ -977,6 +1117,7 @@ impl RootLoop {
                 .arg("ok", 1)
                 .arg("dir", dir.display())
                 .arg("bytes", c.total_bytes)
+                .arg("stored", c.total_stored)
                 .arg("secs", format!("{secs:.3}"))
         } else {
             let why = c.failures.join("; ");
@@ -985,15 +1126,22 @@ impl RootLoop {
                 c.version,
                 self.cfg.job
             );
-            if c.dir_created && c.writers.is_empty() {
+            // A manifest that failed half-way (its directory, a temporary file) goes.
+            if dir.exists() {
                 if let Err(e) = manifest::remove_version(&self.cfg.job_dir, c.version) {
                     tracing::debug!("{e}");
+                }
+            }
+            let stage = manifest::stage_dir(&self.cfg.job_dir, c.version);
+            if c.dir_created && c.writers.is_empty() {
+                if let Err(e) = std::fs::remove_dir_all(&stage) {
+                    tracing::debug!("remove {}: {e}", stage.display());
                 }
             } else if c.dir_created {
                 tracing::info!(
                     "checkpoint {}: {} is left for later deletion: {} may still be writing",
                     c.version,
-                    dir.display(),
+                    stage.display(),
                     c.writers.join(", ")
                 );
             }

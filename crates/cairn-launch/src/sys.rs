@@ -1,5 +1,6 @@
-//! The two system calls the launcher needs that the standard library does not offer: sending
-//! a signal to a process, and confining a child to a CPU set between fork and exec.
+//! The system calls the launcher needs that the standard library does not offer: sending
+//! a signal to a process, confining a child to a CPU set between fork and exec, and mapping
+//! image files for the engine.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -40,5 +41,110 @@ pub fn confine_on_exec(cmd: &mut Command, cpus: &[usize]) {
                 Err(io::Error::last_os_error())
             }
         });
+    }
+}
+
+/// A file mapped read-only and shared: what the engine reads an image from without copying
+/// it into the root's memory (the pages stay in the page cache, which the kernel may reclaim).
+pub struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only memory owned by this value alone; reading it from another
+// thread is as safe as reading any `&[u8]`.
+unsafe impl Send for Mapping {}
+// SAFETY: as for Send: shared access only reads.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps all of `file` for reading. The file must not change while it is mapped: images
+    /// are private files (0600 in a 0700 directory) that their process has finished and will
+    /// not touch again.
+    pub fn read(file: &std::fs::File) -> io::Result<Mapping> {
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        map(file, len, libc::PROT_READ).map(|ptr| Mapping { ptr, len })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` is a live mapping of `len` readable bytes, unmapped only on drop.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        unmap(self.ptr, self.len);
+    }
+}
+
+/// A file mapped for reading and writing, shared with the file: what a restore writes an
+/// image into, so it reaches the file (and the restorer) without a copy in the root's memory.
+pub struct MappingMut {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is memory owned by this value alone; moving it to another thread moves
+// the only handle to it.
+unsafe impl Send for MappingMut {}
+
+impl MappingMut {
+    /// Sets `file`'s length to `len` (new bytes read as zeros) and maps it for writing. The
+    /// file must be one this process created privately and nothing else writes.
+    pub fn create(file: &std::fs::File, len: u64) -> io::Result<MappingMut> {
+        file.set_len(len)?;
+        let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        map(file, len, libc::PROT_READ | libc::PROT_WRITE).map(|ptr| MappingMut { ptr, len })
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: `ptr` is a live writable mapping of `len` bytes, unmapped only on drop, and
+        // `&mut self` makes this the only reference to it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
+    }
+}
+
+impl Drop for MappingMut {
+    fn drop(&mut self) {
+        unmap(self.ptr, self.len);
+    }
+}
+
+fn map(file: &std::fs::File, len: usize, prot: libc::c_int) -> io::Result<*mut libc::c_void> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(std::ptr::null_mut());
+    }
+    // SAFETY: a new shared mapping of an open file at an address the kernel chooses; it
+    // aliases no memory of ours. The result is checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ptr)
+    }
+}
+
+fn unmap(ptr: *mut libc::c_void, len: usize) {
+    if len > 0 {
+        // SAFETY: `ptr`/`len` is a mapping made by `map` and not used after this.
+        unsafe { libc::munmap(ptr, len) };
     }
 }

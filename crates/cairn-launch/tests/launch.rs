@@ -436,6 +436,16 @@ fn exe() -> PathBuf {
     std::env::current_exe().unwrap()
 }
 
+/// The engine's tiers under `tmp`: `local/node<i>` and `global`.
+fn engine_config(tmp: &Path) -> cairn_core::Config {
+    cairn_core::Config {
+        local: Some(tmp.join("local")),
+        global: tmp.join("global"),
+        fsync_global: false,
+        ..cairn_core::Config::default()
+    }
+}
+
 fn settings() -> Settings {
     Settings {
         interval: None,
@@ -466,6 +476,7 @@ impl Job {
                 program: exe(),
                 args: vec!["coord-node".into()],
             },
+            engine: engine_config(tmp),
         }
     }
 
@@ -630,25 +641,44 @@ fn checkpoint_8_procs_on_2_nodes() {
         .client()
         .checkpoint(|m| phases.push(m.get("phase").unwrap().to_string()))
         .unwrap();
-    assert_eq!(phases, ["SUSPEND", "WRITE", "RESUME"]);
+    assert_eq!(phases, ["SUSPEND", "WRITE", "STORE", "RESUME"]);
     assert_eq!(done.version, 1);
     assert_eq!(Path::new(&done.dir), job.vdir(1));
     let m = Manifest::load(&job.job_dir(), "job1", 1).unwrap();
     assert_eq!(m.procs.len(), 8);
     assert_eq!(m.nodes, 2);
-    m.check_images(&job.job_dir()).unwrap();
+    assert_eq!(m.engine.name, "job1");
+    assert_eq!(m.engine.redundancy, "single");
+    let tmp = job.tmp.as_ref().unwrap().path();
+    assert_eq!(Path::new(&m.engine.local), tmp.join("local"));
     for (i, p) in m.procs.iter().enumerate() {
         assert_eq!((p.proc, p.node, p.pid), (i, i / 4, pid_of(&s, i)));
-        assert_eq!(p.image, format!("proc{i}.img"));
-        let on_disk = std::fs::metadata(job.vdir(1).join(&p.image)).unwrap().len();
-        assert_eq!(p.bytes, on_disk);
+        // The fake image: a header, its arguments and 1000 + 100 i dots.
+        assert!(p.bytes > 1000 + 100 * i as u64, "{p:?}");
+        // Stored in a region of whole pages (no compression configured).
+        assert!(p.region >= p.bytes && p.region % 4096 == 0, "{p:?}");
+        assert!(p.stored > 0 && p.stored <= p.region, "{p:?}");
+        // Each image is the engine's part of rank i, on the node-local tier of its node.
+        let part = tmp.join(format!("local/node{}/job1/v1/rank{i}.ckpt", i / 4));
+        assert!(part.is_file(), "{}", part.display());
         let log = job.log(i);
         for step in ["suspend 1", "write 1", "resume 1 ok=1"] {
             assert!(log.contains(step), "proc {i}: {log}");
         }
+        let staged = manifest::stage_dir(&job.job_dir(), 1).join(format!("proc{i}.img"));
+        assert!(
+            log.contains(&staged.display().to_string()),
+            "proc {i}: {log}"
+        );
     }
+    // The staged images went once the engine had them; the version directory holds only
+    // the manifest.
+    assert!(!manifest::stage_dir(&job.job_dir(), 1).exists());
+    let files: Vec<_> = std::fs::read_dir(job.vdir(1)).unwrap().collect();
+    assert_eq!(files.len(), 1);
     assert_eq!(m.bytes, m.procs.iter().map(|p| p.bytes).sum::<u64>());
     assert_eq!(done.bytes, m.bytes);
+    assert_eq!(done.stored, m.procs.iter().map(|p| p.stored).sum::<u64>());
     assert_eq!(m.launch.command[1], "fake-proc");
     assert_eq!(m.launch.affinity, Affinity::On);
     let s = job.client().status().unwrap();
@@ -721,7 +751,7 @@ fn sigkill_during_write_fails_the_checkpoint() {
     let t = Instant::now();
     let ckpt = std::thread::spawn(move || c.checkpoint(|_| {}));
     // Proc 2 is writing its image (and will never finish): kill it there.
-    let partial = job.vdir(1).join("proc2.img.tmp");
+    let partial = manifest::stage_dir(&job.job_dir(), 1).join("proc2.img.tmp");
     wait_for("proc 2 to start writing", 20.0, || {
         partial.exists().then_some(())
     });
@@ -744,7 +774,9 @@ fn sigkill_during_write_fails_the_checkpoint() {
             log.contains("write 1") && log.contains("resume 1 ok=0"),
             "proc {i}: {log}"
         );
-        assert!(!job.vdir(1).join(format!("proc{i}.img")).exists());
+        assert!(!manifest::stage_dir(&job.job_dir(), 1)
+            .join(format!("proc{i}.img"))
+            .exists());
     }
     let s = job.client().status().unwrap();
     assert_eq!(s.procs[2].get("state"), Some("lost"));
@@ -983,16 +1015,15 @@ fn keep_deletes_only_after_newer_complete() {
         "{e}"
     );
     assert_eq!(complete_versions(&job.job_dir()), [1]);
-    Manifest::load(&job.job_dir(), "job1", 1)
-        .unwrap()
-        .check_images(&job.job_dir())
-        .unwrap();
+    Manifest::load(&job.job_dir(), "job1", 1).unwrap();
     // Proc 0 may have been writing when the checkpoint was called off: it drops its image
     // when it reads RESUME ok=0, and nothing of version 2 is left.
     wait_for("proc 0 to drop version 2", 10.0, || {
         job.log(0).contains("resume 2 ok=0").then_some(())
     });
-    assert!(!job.vdir(2).join("proc0.img").exists());
+    assert!(!manifest::stage_dir(&job.job_dir(), 2)
+        .join("proc0.img")
+        .exists());
     assert!(!job.vdir(2).join(manifest::MANIFEST).exists());
     // Version 3 completes: only now do versions 1 (complete) and 2 (not) go.
     assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 3);

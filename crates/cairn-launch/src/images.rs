@@ -1,0 +1,562 @@
+//! The job's process images as checkpoints of Cairn's engine: [`Images`] runs one
+//! [`Engine`] per process index, as the ranks of one job inside the root's process (a
+//! [`Threads`] world, with `[topology] sim_nodes` set to the launch's node count so that rank
+//! `i` lives on the node process `i` runs on). A checkpoint of the job is then an ordinary
+//! engine checkpoint named after the job, one part per process holding its image as one byte
+//! region, and everything the engine does for application data applies to it: the
+//! node-local tier (a directory or the shared-memory store), redundancy across the simulated
+//! nodes, flushes to the global tier, compression and incremental block hashing.
+//!
+//! Each rank is a thread that owns its engine and waits for commands; an operation sends the
+//! same command to every rank and collects one reply from each. Engine calls are collective
+//! and end in an agreement, so the ranks always reply alike (all done, or all failed with
+//! the failing rank's reason).
+//!
+//! An image's region is the image padded with zeros to a length that stays the same from one
+//! checkpoint to the next while the image stays within it ([`region_len`]): the engine
+//! compares a region's block hashes with the previous checkpoint's only when the region has
+//! the same length, and an image that gained a page would otherwise be stored whole. The
+//! padding costs nothing stored (zero blocks are a marker); restore cuts it off again.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::manifest::EngineRecord;
+use crate::sys::{Mapping, MappingMut};
+use cairn_comm::Threads;
+use cairn_core::config::NOT_CONFIG_ENV;
+use cairn_core::{Config, Engine, NodeLocal, RegionMut, RegionRef};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Variables of the launcher, the checkpoint library and the restorer: they start with
+/// `CAIRN_` but are not engine configuration, so they are left out when `CAIRN_*` variables
+/// are applied (`Config::apply_env` refuses names it does not know).
+const LAUNCH_ENV_PREFIXES: &[&str] = &["CAIRN_CKPT_", "CAIRN_COORD_", "CAIRN_FS_"];
+const LAUNCH_ENV: &[&str] = &["CAIRN_RESTORE", "CAIRN_PROC"];
+
+/// The engine's configuration for a launch or a restart: defaults, then the TOML file `file`
+/// (else the one `CAIRN_CONFIG` names), then `CAIRN_<SECTION>_<KEY>` variables, then
+/// `overrides` (`("tiers.local", "/x")`, as options give them). The variables of the
+/// launcher itself (`CAIRN_CKPT_*`, `CAIRN_COORD_*`, `CAIRN_RESTORE`, ...) are skipped.
+pub fn engine_config(file: Option<&Path>, overrides: &[(&str, &str)]) -> Result<Config> {
+    let config_err = |e: cairn_core::Error| Error::new(ErrorKind::Usage, e.msg);
+    let mut cfg = Config::default();
+    let from_env = std::env::var_os("CAIRN_CONFIG")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    if let Some(p) = file.map(Path::to_path_buf).or(from_env) {
+        cfg.apply_file(&p).map_err(config_err)?;
+    }
+    let vars = std::env::vars().filter(|(k, _)| {
+        !LAUNCH_ENV.contains(&k.as_str())
+            && !NOT_CONFIG_ENV.contains(&k.as_str())
+            && !LAUNCH_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+    });
+    cfg.apply_env(vars).map_err(config_err)?;
+    for (k, v) in overrides {
+        cfg.set_dotted(k, v, "the command line")
+            .map_err(config_err)?;
+    }
+    Ok(cfg)
+}
+
+/// What the engine did with one checkpoint of the job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// Per process, the bytes the engine stored for its image (after zero blocks, unchanged
+    /// blocks and compression were taken out).
+    pub stored: Vec<u64>,
+    /// Per process, the length of its region: the image padded with zeros.
+    pub regions: Vec<u64>,
+    /// Whether the checkpoint stored only the blocks that changed since the previous one.
+    pub incremental: bool,
+    pub secs: f64,
+}
+
+enum Cmd {
+    Checkpoint { version: i64, image: Mapping },
+    Newest,
+    Restore { version: i64, out: MappingMut },
+    Finalize,
+}
+
+enum Reply {
+    /// The engine is up; its redundancy plan (`partner`, `xor(4)`, ...).
+    Started(String),
+    Stored {
+        stored: u64,
+        incremental: bool,
+    },
+    Newest(Option<i64>),
+    Restored(i64),
+    Finalized,
+}
+
+type RankReply = (usize, cairn_core::Result<Reply>);
+
+struct Ranks {
+    cmds: Vec<Sender<Cmd>>,
+    replies: Receiver<RankReply>,
+    threads: Vec<JoinHandle<()>>,
+    /// A rank thread is gone (it panicked): no further collective call can complete.
+    broken: bool,
+    finalized: bool,
+}
+
+/// The engine job that stores a launched job's images; see the module documentation.
+pub struct Images {
+    name: String,
+    procs: usize,
+    /// Per process, the region length of the newest checkpoint (0: none yet).
+    regions: Mutex<Vec<u64>>,
+    /// The global tier's root, absolute.
+    global: PathBuf,
+    record: EngineRecord,
+    ranks: Mutex<Ranks>,
+}
+
+impl Images {
+    /// Starts the engine job: `procs` ranks on `nodes` simulated nodes, checkpoints named
+    /// `job`. Fails (with the engine's reason) when the configuration cannot protect or
+    /// store the job, e.g. a redundancy scheme that needs more nodes.
+    pub fn start(mut cfg: Config, job: &str, procs: usize, nodes: usize) -> Result<Images> {
+        // The engine's listings skip names that look like node directories.
+        if let Err(e) = cairn_format::check_name(job) {
+            crate::error::bail!(Usage, "job id {job:?} cannot name engine checkpoints: {e}");
+        }
+        if job.starts_with("node") {
+            crate::error::bail!(
+                Usage,
+                "job id {job:?} cannot name engine checkpoints: names starting with \"node\" \
+                 are the engine's node directories"
+            );
+        }
+        if cfg.node_local() == NodeLocal::Mem {
+            check_mem_env(job)?;
+        }
+        cfg.sim_nodes = nodes;
+        let record = EngineRecord::describe(&cfg, job);
+        let global = PathBuf::from(&record.global);
+        let (reply_tx, replies) = channel();
+        let mut cmds = Vec::with_capacity(procs);
+        let mut threads = Vec::with_capacity(procs);
+        for comm in Threads::world(procs) {
+            let (tx, rx) = channel();
+            let (cfg, name, reply) = (cfg.clone(), job.to_string(), reply_tx.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("cairn-image-{}", cairn_comm::Comm::rank(&comm)))
+                .spawn(move || rank_main(comm, cfg, name, rx, reply))
+                .map_err(|e| Error::io("start the engine's ranks", e))?;
+            cmds.push(tx);
+            threads.push(t);
+        }
+        let mut images = Images {
+            name: job.to_string(),
+            procs,
+            regions: Mutex::new(vec![0; procs]),
+            global,
+            record,
+            ranks: Mutex::new(Ranks {
+                cmds,
+                replies,
+                threads,
+                broken: false,
+                finalized: false,
+            }),
+        };
+        let ranks = images.ranks.get_mut().expect("engine lock");
+        let started = collect(ranks, procs).map_err(|e| engine_error("start the engine", e))?;
+        if let Some(Reply::Started(plan)) = started.first() {
+            images.record.redundancy = plan.clone();
+        }
+        Ok(images)
+    }
+
+    /// The engine record manifests carry (where images go, and how).
+    pub fn record(&self) -> &EngineRecord {
+        &self.record
+    }
+
+    pub fn procs(&self) -> usize {
+        self.procs
+    }
+
+    /// The versions of the job that have a directory on the global tier: durable ones, and
+    /// ones being flushed there. Their manifests must stay as long as the engine keeps them
+    /// (`[cache] keep_global`), whatever the node-local window says. Reads the engine's
+    /// layout (`cairn_core::catalog`: `<global>/<name>/v<version>/`).
+    pub fn global_versions(&self) -> BTreeSet<u64> {
+        let Ok(rd) = std::fs::read_dir(self.global.join(&self.name)) else {
+            return BTreeSet::new();
+        };
+        rd.filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let n = e.file_name();
+                let v = n.to_str()?.strip_prefix('v')?;
+                v.bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| v.parse().ok())
+                    .flatten()
+            })
+            .collect()
+    }
+
+    /// Collective over the ranks: checkpoint `version` of the job from the images at
+    /// `paths` (one per process, in order). Returns once the engine reports the checkpoint
+    /// captured (and protected, and durable if its flush is synchronous) on every rank.
+    pub fn checkpoint(&self, version: u64, paths: &[PathBuf]) -> Result<Stored> {
+        let t0 = Instant::now();
+        let version = engine_version(version)?;
+        // Every image is padded and mapped before any rank starts: a rank that could not
+        // read its image could not take part in the collective calls.
+        let prev = self.regions.lock().expect("regions lock").clone();
+        let mut maps = Vec::with_capacity(paths.len());
+        let mut regions = Vec::with_capacity(paths.len());
+        for (i, p) in paths.iter().enumerate() {
+            let m = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .and_then(|f| {
+                    let len = f.metadata()?.len();
+                    let region = region_len(prev.get(i).copied().unwrap_or(0), len);
+                    f.set_len(region)?;
+                    regions.push(region);
+                    Mapping::read(&f)
+                })
+                .map_err(|e| Error::io(format_args!("proc {i}: map {}", p.display()), e))?;
+            maps.push(m);
+        }
+        let mut maps = maps.into_iter();
+        let replies = self.run(|_| Cmd::Checkpoint {
+            version,
+            image: maps.next().expect("one image per rank"),
+        })?;
+        let mut stored = Vec::with_capacity(self.procs);
+        let mut incremental = true;
+        for r in replies {
+            if let Reply::Stored {
+                stored: s,
+                incremental: inc,
+            } = r
+            {
+                stored.push(s);
+                incremental &= inc;
+            }
+        }
+        self.regions
+            .lock()
+            .expect("regions lock")
+            .clone_from(&regions);
+        Ok(Stored {
+            stored,
+            regions,
+            incremental,
+            secs: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Collective: the newest version of the job every rank can restore, after the engine
+    /// rebuilt what it could of lost nodes' parts from redundancy; `None` when there is none.
+    pub fn newest(&self) -> Result<Option<u64>> {
+        let replies = self.run(|_| Cmd::Newest)?;
+        match replies.first() {
+            Some(Reply::Newest(v)) => Ok(v.and_then(|v| u64::try_from(v).ok())),
+            _ => Err(Error::new(ErrorKind::Engine, "the engine gave no answer")),
+        }
+    }
+
+    /// Collective: restores version `version` into `outputs`, per process a file created
+    /// here: the engine fills its recorded region (`regions`), which is then cut to the
+    /// image's length (`lengths`). The engine verifies every block and repairs damaged parts
+    /// from redundancy; if it can only fall back to an older version whose regions have other
+    /// lengths, the call fails with [`RestoreError::Older`].
+    pub fn restore(
+        &self,
+        version: u64,
+        outputs: &[PathBuf],
+        lengths: &[u64],
+        regions: &[u64],
+    ) -> Result<u64, RestoreError> {
+        let v = engine_version(version).map_err(RestoreError::Other)?;
+        let io = |i: usize, p: &Path, e| {
+            RestoreError::Other(Error::io(format_args!("proc {i}: {}", p.display()), e))
+        };
+        let mut maps = Vec::with_capacity(outputs.len());
+        let mut files = Vec::with_capacity(outputs.len());
+        for (i, (p, &region)) in outputs.iter().zip(regions).enumerate() {
+            let f = private_file(p).map_err(|e| io(i, p, e))?;
+            maps.push(MappingMut::create(&f, region).map_err(|e| io(i, p, e))?);
+            files.push(f);
+        }
+        let mut maps = maps.into_iter();
+        let replies = self
+            .run_raw(|_| Cmd::Restore {
+                version: v,
+                out: maps.next().expect("one output per rank"),
+            })
+            .map_err(|e| match e {
+                RunError::Engine(e) if e.kind == cairn_core::ErrorKind::NotFound => {
+                    RestoreError::NotFound(e.msg)
+                }
+                RunError::Engine(e) if e.kind == cairn_core::ErrorKind::Mismatch => {
+                    RestoreError::Older(e.msg)
+                }
+                e => RestoreError::Other(engine_error("restore the images", e)),
+            })?;
+        let Some(Reply::Restored(r)) = replies.first() else {
+            return Err(RestoreError::Other(Error::new(
+                ErrorKind::Engine,
+                "the engine gave no answer",
+            )));
+        };
+        // The ranks dropped their mappings before replying: the padding can go.
+        for (i, (f, &len)) in files.iter().zip(lengths).enumerate() {
+            f.set_len(len).map_err(|e| io(i, &outputs[i], e))?;
+        }
+        // The next checkpoint compares its blocks with this one's: same regions.
+        self.regions
+            .lock()
+            .expect("regions lock")
+            .copy_from_slice(regions);
+        Ok(*r as u64)
+    }
+
+    /// Collective: finishes pending flushes, makes the newest checkpoint durable on the
+    /// global tier (unless `[checkpoint] finalize = false`) and stops the ranks. Later calls
+    /// do nothing.
+    pub fn finalize(&self) -> Result<()> {
+        let mut ranks = self.ranks.lock().expect("engine lock");
+        if ranks.finalized || ranks.broken {
+            return Ok(());
+        }
+        ranks.finalized = true;
+        let r = send_all(&mut ranks, |_| Cmd::Finalize)
+            .and_then(|()| collect(&mut ranks, self.procs))
+            .map(|_| ())
+            .map_err(|e| engine_error("finalize the engine", e));
+        for t in ranks.threads.drain(..) {
+            let _ = t.join();
+        }
+        r
+    }
+
+    fn run(&self, make: impl FnMut(usize) -> Cmd) -> Result<Vec<Reply>> {
+        self.run_raw(make)
+            .map_err(|e| engine_error(&format!("checkpoint {}", self.name), e))
+    }
+
+    fn run_raw(&self, make: impl FnMut(usize) -> Cmd) -> Result<Vec<Reply>, RunError> {
+        let mut ranks = self.ranks.lock().expect("engine lock");
+        if ranks.finalized || ranks.broken {
+            return Err(RunError::Gone);
+        }
+        send_all(&mut ranks, make)?;
+        collect(&mut ranks, self.procs)
+    }
+}
+
+impl Drop for Images {
+    /// Without [`Images::finalize`], the ranks stop and their engines are dropped: pending
+    /// flushes are abandoned and what is stored stays as it is.
+    fn drop(&mut self) {
+        let ranks = self.ranks.get_mut().expect("engine lock");
+        ranks.cmds.clear();
+        for t in ranks.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Why a restore did not give the version asked for.
+#[derive(Debug)]
+pub enum RestoreError {
+    /// The version is not complete on every rank (the engine lost it, or never had it).
+    NotFound(String),
+    /// The version is damaged beyond repair, and the engine fell back to an older one, which
+    /// has other image lengths: restore that one instead.
+    Older(String),
+    Other(Error),
+}
+
+enum RunError {
+    /// A rank thread is gone, or the engine was finalized.
+    Gone,
+    Engine(cairn_core::Error),
+}
+
+fn engine_error(what: &str, e: RunError) -> Error {
+    match e {
+        RunError::Gone => Error::new(
+            ErrorKind::Engine,
+            format!("cannot {what}: the engine's ranks are gone"),
+        ),
+        RunError::Engine(e) => Error::new(ErrorKind::Engine, format!("cannot {what}: {}", e.msg)),
+    }
+}
+
+fn send_all(ranks: &mut Ranks, mut make: impl FnMut(usize) -> Cmd) -> Result<(), RunError> {
+    for i in 0..ranks.cmds.len() {
+        if ranks.cmds[i].send(make(i)).is_err() {
+            ranks.broken = true;
+            return Err(RunError::Gone);
+        }
+    }
+    Ok(())
+}
+
+/// One reply from every rank, by rank. Ranks agree on the outcome, so either all succeeded
+/// or all failed; the error returned is the failing rank's own (the others say `Peer`).
+fn collect(ranks: &mut Ranks, procs: usize) -> Result<Vec<Reply>, RunError> {
+    let mut out: Vec<Option<cairn_core::Result<Reply>>> = (0..procs).map(|_| None).collect();
+    for _ in 0..procs {
+        match ranks.replies.recv() {
+            Ok((i, r)) => out[i] = Some(r),
+            Err(_) => {
+                ranks.broken = true;
+                return Err(RunError::Gone);
+            }
+        }
+    }
+    let results: Vec<cairn_core::Result<Reply>> = out.into_iter().flatten().collect();
+    if results.iter().all(|r| r.is_ok()) {
+        return Ok(results.into_iter().flatten().collect());
+    }
+    let mut errors: Vec<cairn_core::Error> = results.into_iter().filter_map(|r| r.err()).collect();
+    let own = errors
+        .iter()
+        .position(|e| e.kind != cairn_core::ErrorKind::Peer)
+        .unwrap_or(0);
+    Err(RunError::Engine(errors.swap_remove(own)))
+}
+
+/// One rank: creates its engine (collective), then runs commands until told to finalize or
+/// until the commands end.
+fn rank_main(
+    comm: Threads,
+    cfg: Config,
+    name: String,
+    cmds: Receiver<Cmd>,
+    replies: Sender<RankReply>,
+) {
+    let rank = cairn_comm::Comm::rank(&comm);
+    let reply = |r: cairn_core::Result<Reply>| {
+        let _ = replies.send((rank, r));
+    };
+    let mut engine = match Engine::new(Box::new(comm), cfg) {
+        Ok(e) => {
+            reply(Ok(Reply::Started(e.redundancy())));
+            e
+        }
+        Err(e) => return reply(Err(e)),
+    };
+    for cmd in cmds {
+        match cmd {
+            Cmd::Checkpoint { version, image } => {
+                let before = engine.stats();
+                let r = engine.checkpoint(&name, version, &[RegionRef::new(0, image.bytes())]);
+                drop(image);
+                let after = engine.stats();
+                reply(r.map(|()| Reply::Stored {
+                    stored: after.bytes_stored - before.bytes_stored,
+                    incremental: after.incrementals > before.incrementals,
+                }));
+            }
+            Cmd::Newest => reply(engine.restart_test(&name).map(Reply::Newest)),
+            Cmd::Restore { version, mut out } => {
+                let r = engine.restart(&name, version, &mut [RegionMut::new(0, out.bytes_mut())]);
+                drop(out);
+                reply(r.map(Reply::Restored));
+            }
+            Cmd::Finalize => return reply(engine.finalize().map(|()| Reply::Finalized)),
+        }
+    }
+}
+
+/// The region an image of `len` bytes is stored in: the previous checkpoint's region `prev`
+/// while the image fits in it and fills at least half of it, else the image with 1/16 of
+/// headroom, rounded up to whole pages. So an image that grows or shrinks a little keeps its
+/// region length, and the engine can compare its blocks.
+pub fn region_len(prev: u64, len: u64) -> u64 {
+    const PAGE: u64 = 4096;
+    if prev >= len && len >= prev / 2 {
+        return prev;
+    }
+    (len + len / 16).div_ceil(PAGE) * PAGE
+}
+
+fn engine_version(v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::new(ErrorKind::Usage, format!("version {v} is too large")))
+}
+
+/// A new private file (0600), replacing what was there.
+fn private_file(p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(p)
+}
+
+/// The shared-memory tier names a node's store after `CAIRN_JOB` and takes `CAIRN_NODE` as
+/// the node of every rank of the process: in the root, which holds the ranks of every node,
+/// the first must name this job and the second must be unset. `cairn launch` and `cairn
+/// restart` set them so before starting any thread ([`prepare_env`]).
+fn check_mem_env(job: &str) -> Result<()> {
+    let named = cairn_core::memstore::job_name();
+    if named != job {
+        crate::error::bail!(
+            Usage,
+            "[tiers] local = \"mem\" names the shared-memory stores after CAIRN_JOB, which is \
+             {named:?} in this process, not the job {job:?}: set CAIRN_JOB={job}"
+        );
+    }
+    if std::env::var_os("CAIRN_NODE").is_some() {
+        crate::error::bail!(
+            Usage,
+            "[tiers] local = \"mem\": CAIRN_NODE is set in this process, which would put every \
+             process's image in one node's store: unset it"
+        );
+    }
+    Ok(())
+}
+
+/// Sets `CAIRN_JOB` to `job` and removes `CAIRN_NODE` in this process's environment, which
+/// the engine's shared-memory tier names its stores by (see `check_mem_env`). The job's
+/// processes get both set explicitly, so they are not affected.
+///
+/// Call it only while this process runs a single thread: the environment is not safe to
+/// change while another thread may read it.
+pub fn prepare_env(job: &str) {
+    std::env::set_var("CAIRN_JOB", job);
+    std::env::remove_var("CAIRN_NODE");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_keep_their_length_while_the_image_fits() {
+        let first = region_len(0, 1_000_000);
+        assert_eq!(first % 4096, 0);
+        assert!(first >= 1_000_000 + 1_000_000 / 16, "{first}");
+        // Grown by a page, shrunk by a few: the same region.
+        assert_eq!(region_len(first, 1_004_096), first);
+        assert_eq!(region_len(first, 990_000), first);
+        // Outgrown, or less than half full: a new one.
+        assert!(region_len(first, first + 1) > first);
+        assert!(region_len(first, first / 3) < first);
+        assert_eq!(region_len(0, 0), 0);
+    }
+}
