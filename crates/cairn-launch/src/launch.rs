@@ -521,8 +521,16 @@ fn restore_images(
         let regions: Vec<u64> = m.procs.iter().map(|p| p.region).collect();
         let restored = match images.restore(m.version, &outputs, &lengths, &regions) {
             Ok(v) => v,
-            Err(RestoreError::NotFound(why) | RestoreError::Older(why)) => {
+            Err(RestoreError::NotFound(why)) => {
                 passed.push(format!("v{}: {why}", m.version));
+                continue;
+            }
+            Err(RestoreError::Older(why)) => {
+                passed.push(format!(
+                    "v{}: damaged beyond repair (see the engine's messages), and the older \
+                     version the engine fell back to has other image sizes ({why})",
+                    m.version
+                ));
                 continue;
             }
             Err(RestoreError::Other(e)) => return Err(e),

@@ -83,6 +83,14 @@ const TESTS: &[Test] = &[
         "restart_runs_the_restorer_and_checkpoints_again",
         restart_runs_the_restorer_and_checkpoints_again,
     ),
+    (
+        "engine_failure_fails_the_checkpoint",
+        engine_failure_fails_the_checkpoint,
+    ),
+    (
+        "restart_falls_back_when_the_newest_version_is_damaged",
+        restart_falls_back_when_the_newest_version_is_damaged,
+    ),
 ];
 
 /// A minimal libtest: `NAME` filters (substring), `--skip NAME`, `--list`, `--exact`;
@@ -160,6 +168,7 @@ mod fake {
     //!   --fail I:PHASE:V  proc I answers FAILED to PHASE of checkpoint V
     //!   --request I:MS    proc I sends CHECKPOINT MS milliseconds after WELCOME
     //!   --no-connect I    proc I never connects
+    //!   --grow I          proc I's image of checkpoint V is 100000 V bytes longer
     //! The image holds the job, the indices and these options, so that the fake restorer
     //! can bring the same fake process back.
 
@@ -228,6 +237,7 @@ mod fake {
             .map(|c| c.parse().unwrap())
             .unwrap_or(0);
         let hang = mine(args, "--hang", proc);
+        let grows = !mine(args, "--grow", proc).is_empty();
         let fails = mine(args, "--fail", proc);
         log(&format!(
             "start pid={} restarted={} node={node} job={job} affinity={} cpus={} preload={}",
@@ -331,6 +341,9 @@ mod fake {
                     )
                     .into_bytes();
                     image.resize(image.len() + 1000 + 100 * proc, b'.');
+                    if grows {
+                        image.resize(image.len() + 100_000 * v as usize, b'g');
+                    }
                     let written = std::fs::File::create(&tmp)
                         .and_then(|mut f| {
                             f.write_all(&image)?;
@@ -481,8 +494,20 @@ impl Job {
     }
 
     fn start(procs: usize, nodes: usize, s: Settings, fake_args: &[&str]) -> Job {
+        Job::start_configured(procs, nodes, s, fake_args, |_| {})
+    }
+
+    /// As [`Job::start`], with the engine's configuration changed by `engine`.
+    fn start_configured(
+        procs: usize,
+        nodes: usize,
+        s: Settings,
+        fake_args: &[&str],
+        engine: impl FnOnce(&mut cairn_core::Config),
+    ) -> Job {
         let tmp = tempfile::tempdir().unwrap();
-        let opts = Job::options(tmp.path(), "job1");
+        let mut opts = Job::options(tmp.path(), "job1");
+        engine(&mut opts.engine);
         let (stop, logs) = (tmp.path().join("stop"), tmp.path().join("logs"));
         std::fs::create_dir(&logs).unwrap();
         let mut command: Vec<OsString> = vec![exe().into(), "fake-proc".into()];
@@ -503,6 +528,11 @@ impl Job {
 
     fn job_dir(&self) -> PathBuf {
         self.opts.dir.join(&self.opts.job)
+    }
+
+    /// The test's directory: the job's, the engine's tiers (`local`, `global`), the logs.
+    fn tmp(&self) -> &Path {
+        self.tmp.as_ref().expect("the job's directory").path()
     }
 
     fn vdir(&self, v: u64) -> PathBuf {
@@ -586,6 +616,28 @@ fn kill9(pid: u32) {
     assert!(st.success());
 }
 
+type Restarted = std::thread::JoinHandle<cairn_launch::Result<JobExit>>;
+
+/// Restarts the job of `opts` on a thread with the fake restorer; returns the thread, a
+/// client, and the status once every restored process runs.
+fn restart_in_background(
+    opts: &Options,
+    ov: Overrides,
+) -> (Restarted, Client, cairn_launch::Status) {
+    let o = opts.clone();
+    let t = std::thread::spawn(move || cairn_launch::restart(&o, None, &ov, &exe()));
+    let job_dir = opts.dir.join(&opts.job);
+    let c = wait_for("the new coordinator", 20.0, || Client::new(&job_dir).ok());
+    let s = wait_for("the restored processes", 20.0, || {
+        let s = c.status().ok()?;
+        s.procs
+            .iter()
+            .all(|p| p.get("state") == Some("running"))
+            .then_some(s)
+    });
+    (t, c, s)
+}
+
 fn complete_versions(job_dir: &Path) -> Vec<u64> {
     manifest::versions(job_dir)
         .unwrap()
@@ -649,7 +701,7 @@ fn checkpoint_8_procs_on_2_nodes() {
     assert_eq!(m.nodes, 2);
     assert_eq!(m.engine.name, "job1");
     assert_eq!(m.engine.redundancy, "single");
-    let tmp = job.tmp.as_ref().unwrap().path();
+    let tmp = job.tmp();
     assert_eq!(Path::new(&m.engine.local), tmp.join("local"));
     for (i, p) in m.procs.iter().enumerate() {
         assert_eq!((p.proc, p.node, p.pid), (i, i / 4, pid_of(&s, i)));
@@ -1097,17 +1149,8 @@ fn restart_runs_the_restorer_and_checkpoints_again() {
         affinity: Some(Affinity::Off),
         ..Overrides::default()
     };
-    let o = opts.clone();
-    let t = std::thread::spawn(move || cairn_launch::restart(&o, None, &ov, &exe()));
+    let (t, c, s) = restart_in_background(&opts, ov);
     let job_dir = opts.dir.join(&opts.job);
-    let c = wait_for("the new coordinator", 20.0, || Client::new(&job_dir).ok());
-    let s = wait_for("the restored processes", 20.0, || {
-        let s = c.status().ok()?;
-        s.procs
-            .iter()
-            .all(|p| p.get("state") == Some("running"))
-            .then_some(s)
-    });
     assert!(s.procs.iter().all(|p| p.get("restarted") == Some("1")));
     assert_eq!(s.last.get("ckpt"), Some("1"));
     let token = jobdir::CoordInfo::read(&job_dir).unwrap().token.hex();
@@ -1129,4 +1172,73 @@ fn restart_runs_the_restorer_and_checkpoints_again() {
     std::fs::write(&stop, b"").unwrap();
     let exit = t.join().unwrap().unwrap();
     assert_eq!(exit.code, 7, "the restored fake exits as the original did");
+}
+
+fn engine_failure_fails_the_checkpoint() {
+    let job = Job::start(4, 2, settings(), &[]);
+    job.wait_running(4);
+    assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 1);
+    // Node 1's storage becomes a file: the engine cannot write there.
+    let node1 = job.tmp().join("local/node1");
+    std::fs::remove_dir_all(&node1).unwrap();
+    std::fs::write(&node1, b"not a directory").unwrap();
+    let e = job.client().checkpoint(|_| {}).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::CheckpointFailed);
+    let msg = e.message();
+    assert!(msg.contains("checkpoint 2 of job job1 failed"), "{msg}");
+    assert!(
+        msg.contains("the engine could not store the images"),
+        "{msg}"
+    );
+    // No manifest; the processes were told to drop their images, and the staged ones went.
+    assert!(!job.vdir(2).exists());
+    assert!(!manifest::stage_dir(&job.job_dir(), 2).exists());
+    for i in 0..4 {
+        let log = job.log(i);
+        assert!(log.contains("resume 2 ok=0"), "proc {i}: {log}");
+    }
+    // With its storage back, the job checkpoints again.
+    std::fs::remove_file(&node1).unwrap();
+    std::fs::create_dir(&node1).unwrap();
+    assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 3);
+    assert_eq!(complete_versions(&job.job_dir()), [1, 3]);
+    job.finish();
+}
+
+fn restart_falls_back_when_the_newest_version_is_damaged() {
+    // Proc 1's image grows at each checkpoint, so version 1 does not fit version 2's region;
+    // the global tier gets nothing (no flush, no finalize), so only node-local copies count.
+    let job = Job::start_configured(2, 2, settings(), &["--grow", "1"], |c| {
+        c.finalize_flush = false
+    });
+    job.wait_running(2);
+    assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 1);
+    assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 2);
+    let m1 = Manifest::load(&job.job_dir(), "job1", 1).unwrap();
+    let m2 = Manifest::load(&job.job_dir(), "job1", 2).unwrap();
+    assert!(m2.procs[1].region > m1.procs[1].region, "{m1:?} {m2:?}");
+    let (opts, logs, stop) = (job.opts.clone(), job.logs.clone(), job.stop.clone());
+    let (_, tmp) = job.finish_keeping_files();
+    std::fs::remove_file(&stop).unwrap();
+    // Damage proc 1's part of version 2 in the middle of its stored blocks.
+    let part = tmp.path().join("local/node1/job1/v2/rank1.ckpt");
+    let mut bytes = std::fs::read(&part).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&part, bytes).unwrap();
+
+    let (t, c, s) = restart_in_background(&opts, Overrides::default());
+    let job_dir = opts.dir.join(&opts.job);
+    // Version 1 was restored; version 2 is gone, manifest included, and its number is the
+    // next checkpoint's.
+    assert_eq!(s.last.get("ckpt"), Some("1"));
+    assert_eq!(complete_versions(&job_dir), [1]);
+    for i in 0..2 {
+        let log = std::fs::read_to_string(logs.join(format!("proc{i}.log"))).unwrap();
+        assert_eq!(log.matches("restarted=1").count(), 1, "proc {i}: {log}");
+    }
+    assert_eq!(c.checkpoint(|_| {}).unwrap().version, 2);
+    std::fs::write(&stop, b"").unwrap();
+    t.join().unwrap().unwrap();
+    drop(tmp);
 }
