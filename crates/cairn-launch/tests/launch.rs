@@ -1227,6 +1227,22 @@ fn restart_falls_back_when_the_newest_version_is_damaged() {
     bytes[mid] ^= 0xff;
     std::fs::write(&part, bytes).unwrap();
 
+    // An engine configured with other tiers finds nothing, and says where it looked.
+    let mut elsewhere = opts.clone();
+    std::fs::create_dir(tmp.path().join("elsewhere")).unwrap();
+    elsewhere.engine = engine_config(&tmp.path().join("elsewhere"));
+    let e = cairn_launch::restart(&elsewhere, None, &Overrides::default(), &exe()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let msg = e.message();
+    assert!(msg.contains("the engine holds no checkpoint job1"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "launched with local {}",
+            tmp.path().join("local").display()
+        )),
+        "{msg}"
+    );
+
     let (t, c, s) = restart_in_background(&opts, Overrides::default());
     let job_dir = opts.dir.join(&opts.job);
     // Version 1 was restored; version 2 is gone, manifest included, and its number is the
