@@ -7,10 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn cairn() -> Command {
+/// `cairn` with the engine's tiers (which store the images) under `root`.
+fn cairn_in(root: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
     c.env_remove("CAIRN_CONFIG")
-        .env_remove("CAIRN_CKPT_PRELOAD");
+        .env_remove("CAIRN_CKPT_PRELOAD")
+        .env("CAIRN_TIERS_LOCAL", root.join("local"))
+        .env("CAIRN_TIERS_GLOBAL", root.join("global"));
     c
 }
 
@@ -33,7 +36,7 @@ fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
 /// The job's processes, once every one of `n` is registered and running.
 fn running(dir: &Path, n: usize) -> Vec<String> {
     wait_for("the processes to register", 30, || {
-        let o = cairn()
+        let o = cairn_in(dir.parent().unwrap())
             .args(["status", "--json", "--dir"])
             .arg(dir)
             .output()
@@ -50,7 +53,7 @@ fn running(dir: &Path, n: usize) -> Vec<String> {
 }
 
 fn checkpoint(dir: &Path) {
-    let o = cairn()
+    let o = cairn_in(dir.parent().unwrap())
         .args(["checkpoint", "--dir"])
         .arg(dir)
         .output()
@@ -94,7 +97,7 @@ fn a_restarted_job_checkpoints_again_and_restarts_from_that() {
         .unwrap()
         .success());
     let n = 2;
-    let mut job = cairn()
+    let mut job = cairn_in(t.path())
         .args([
             "launch",
             "--job",
@@ -122,7 +125,7 @@ fn a_restarted_job_checkpoints_again_and_restarts_from_that() {
 
     // First restart, in the background: the restored processes register again, and are
     // checkpointed while they run.
-    let mut job = cairn()
+    let mut job = cairn_in(t.path())
         .args(["restart", "--dir"])
         .arg(&dir)
         .stderr(Stdio::null())
@@ -141,7 +144,7 @@ fn a_restarted_job_checkpoints_again_and_restarts_from_that() {
     kill_all(&restored, &mut job);
 
     // Second restart, from the image taken after the first one, runs to the end.
-    let o = cairn()
+    let o = cairn_in(t.path())
         .args(["restart", "--dir"])
         .arg(&dir)
         .output()

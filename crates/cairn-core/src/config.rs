@@ -241,10 +241,20 @@ impl Default for MemConfig {
 }
 
 /// Environment variables that start with `CAIRN_` but are not configuration keys: the
-/// config file, the job and node names stores are named by, and the interposer's own.
-pub const NOT_CONFIG_ENV: &[&str] = &["CAIRN_CONFIG", "CAIRN_JOB", "CAIRN_NODE"];
+/// config file, the job, node and process a store or a launched process belongs to, and the
+/// restorer's location.
+pub const NOT_CONFIG_ENV: &[&str] = &[
+    "CAIRN_CONFIG",
+    "CAIRN_JOB",
+    "CAIRN_NODE",
+    "CAIRN_PROC",
+    "CAIRN_RESTORE",
+];
 /// Prefix of the interposer's variables (`CAIRN_FS_PRELOAD`, `CAIRN_FS_FAULT`).
 pub const FS_ENV_PREFIX: &str = "CAIRN_FS_";
+/// Prefixes of the variables of transparent checkpointing: the checkpoint library's
+/// (`CAIRN_CKPT_*`) and the coordinator's (`CAIRN_COORD_*`).
+pub const NOT_CONFIG_ENV_PREFIXES: &[&str] = &[FS_ENV_PREFIX, "CAIRN_CKPT_", "CAIRN_COORD_"];
 
 /// The node-local tier as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,7 +437,7 @@ impl Config {
             .filter(|(k, _)| {
                 k.starts_with("CAIRN_")
                     && !NOT_CONFIG_ENV.contains(&k.as_str())
-                    && !k.starts_with(FS_ENV_PREFIX)
+                    && !NOT_CONFIG_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
             })
             .collect();
         vars.sort();
@@ -903,6 +913,9 @@ mod tests {
             ("CAIRN_JOB", "j1"),
             ("CAIRN_NODE", "2"),
             ("CAIRN_FS_FAULT", "write:3:5"),
+            ("CAIRN_CKPT_PRELOAD", "/x/libcairn-ckpt.so"),
+            ("CAIRN_COORD_TOKEN", "00ff"),
+            ("CAIRN_PROC", "3"),
         ]))
         .unwrap();
         assert!(c.mem.per_process);
