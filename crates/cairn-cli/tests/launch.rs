@@ -876,3 +876,59 @@ fn real_library_images_in_shared_memory_survive_a_wiped_store() {
     );
     check_counters(t.path(), 4, 600);
 }
+
+/// The pids of the job's `procs` processes in `t/imgs`, once all run again.
+fn running_pids(t: &Path, procs: usize) -> Vec<String> {
+    wait_for("the processes to register", 30, || {
+        let s = status(&t.join("imgs"));
+        let p = s["procs"].as_array()?;
+        (p.len() == procs && p.iter().all(|p| p["state"] == "running")).then(|| {
+            p.iter()
+                .map(|p| p["pid"].as_str().unwrap().to_string())
+                .collect()
+        })
+    })
+}
+
+#[test]
+fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    let (mut job, pids) = launch_counters(t.path(), &config, "again", 2, 1000);
+    wait_steps(t.path(), 2, 200);
+    checkpoint(t.path());
+    kill9_all(&pids);
+    wait_child(&mut job, 30);
+    // The first restart runs in the background: its processes register again, with new
+    // pids, and are checkpointed while they run restored.
+    let mut job = configured(&config, &["restart", "--dir"])
+        .arg(t.path().join("imgs"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let restored = running_pids(t.path(), 2);
+    assert!(
+        restored.iter().all(|p| !pids.contains(p)),
+        "{pids:?} {restored:?}"
+    );
+    wait_steps(t.path(), 2, 500);
+    checkpoint(t.path());
+    assert!(t.path().join("imgs/again/v2/manifest.json").is_file());
+    kill9_all(&restored);
+    wait_child(&mut job, 30);
+    // The second restart, from the image taken after the first one, runs to the end.
+    let o = configured(&config, &["restart", "--dir"])
+        .arg(t.path().join("imgs"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("the engine restored version 2"),
+        "{}",
+        text(&o)
+    );
+    check_counters(t.path(), 2, 1000);
+}
