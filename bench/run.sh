@@ -8,6 +8,7 @@
 #   bench/run.sh reduce [options]                                e.g. bench/run.sh reduce --only hash
 #   bench/run.sh incremental [options]                           e.g. bench/run.sh incremental --mib 64
 #   bench/run.sh fs [options]                                    e.g. bench/run.sh fs --quick
+#   bench/run.sh transparent [options]                           e.g. bench/run.sh transparent --only write
 #
 # Ranks default to 4 for the checkpoint benchmark, 10 for the redundancy one (8 for the
 # engine test on 4 simulated nodes, 10 for rs(8+2) on 10) and 2 for the flush one.
@@ -15,6 +16,8 @@
 # binaries under its own launcher instead (see bench/README.md). `nbody` is not started
 # under mpirun: it builds examples/nbody.c and runs mpirun itself. `fs` is not either: it
 # starts its own writer processes (and tries the LD_PRELOAD interposer built beside it).
+# `transparent` is not either: it compiles the C programs of bench/transparent/ and runs them
+# under libcairn-ckpt.so and cairn-restore, which building cairn-bench puts beside it.
 # `reduce` is one process without MPI; the first time, it creates a Python venv in
 # target/bench-venv with the pinned python-blosc2 of its baseline
 # (bench/reduce/requirements.txt; as root on Debian it installs python3-venv if needed).
@@ -50,6 +53,11 @@ fs)
     shift
     cargo build --release -p cairn-bench >&2
     exec "${CARGO_TARGET_DIR:-target}/release/cairn-bench-fs" "$@"
+    ;;
+transparent)
+    shift
+    cargo build --release -p cairn-bench >&2
+    exec "${CARGO_TARGET_DIR:-target}/release/cairn-bench-transparent" "$@"
     ;;
 reduce)
     shift
