@@ -112,7 +112,8 @@ static struct {
     int32_t main_tid_at_start;
     /* Checkpoint in progress. */
     atomic_int stopping;          /* set while the manager stops the threads */
-    atomic_int arrived;           /* threads that reached the handler */
+    atomic_int slots;             /* thread records handed out in the handler */
+    atomic_int arrived;           /* threads fully recorded (resume point saved) */
     atomic_uint release;          /* bumped to let stopped threads go */
     atomic_int resumed;           /* threads done with their own restore after a restart */
     int nthreads;
@@ -146,7 +147,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 /* Save the callee-saved registers, stack and return address into *j and return 0; when a
  * thread is later started at *j (by the restorer), this returns 1 instead. */
-int cairn_ctx_save(struct cairn_img_jump *j);
+int cairn_ctx_save(struct cairn_img_jump *j) __attribute__((returns_twice));
 __asm__(".text\n"
         ".globl cairn_ctx_save\n"
         ".hidden cairn_ctx_save\n"
@@ -350,10 +351,12 @@ static void handler(int sig, siginfo_t *si, void *uc)
         errno = saved_errno;
         return;
     }
-    int i = atomic_fetch_add(&S.arrived, 1);
+    int i = atomic_fetch_add(&S.slots, 1);
     if (i >= MAX_THREADS) {
         /* More threads than records: the manager sees the count and fails the checkpoint. */
         unsigned gen = atomic_load(&S.release);
+        atomic_fetch_add(&S.arrived, 1);
+        futex_wake(&S.arrived);
         while (atomic_load(&S.release) == gen)
             futex_wait(&S.release, gen);
         errno = saved_errno;
@@ -384,6 +387,9 @@ static void handler(int sig, siginfo_t *si, void *uc)
         errno = saved_errno;
         return; /* rt_sigreturn: registers, FPU state, mask and altstack from the frame */
     }
+    /* Counted only now, with its resume point saved: the manager writes the image once
+     * every thread is counted, and a thread counted earlier could be written half-recorded. */
+    atomic_fetch_add(&S.arrived, 1);
     futex_wake(&S.arrived);
     while (atomic_load(&S.release) == gen)
         futex_wait(&S.release, gen);
@@ -423,6 +429,7 @@ static int stop_threads(void)
 {
     static int32_t tids[MAX_THREADS + 1], sent[MAX_THREADS + 1];
     int nsent = 0;
+    atomic_store(&S.slots, 0);
     atomic_store(&S.arrived, 0);
     atomic_store(&S.stopping, 1);
     struct timespec t0;
