@@ -424,3 +424,58 @@ fn images_from_another_kernel_or_cpu_or_truncated_are_refused() {
     assert!(err.contains("truncated"), "{err}");
     assert!(cairn_ckpt::read_header(&cut).is_err());
 }
+
+/// A thread slow between entering the handler and saving its resume point (here: a
+/// preloaded getpriority() that sleeps 50 ms, which the handler calls in between) must still
+/// be written whole: the stop waits for it.
+#[test]
+fn a_thread_slow_to_stop_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("slowprio.c");
+    std::fs::write(
+        &src,
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sys/resource.h>
+#include <time.h>
+int getpriority(__priority_which_t w, id_t who) {
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, 0);
+    return ((int (*)(__priority_which_t, id_t))dlsym(RTLD_NEXT, "getpriority"))(w, who);
+}"#,
+    )
+    .unwrap();
+    let shim = dir.path().join("libslowprio.so");
+    assert!(Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .unwrap()
+        .success());
+    let prog = program("counter", &[]);
+    let out = dir.path().join("out.txt");
+    let images = dir.path().join("images");
+    let mut child = Command::new(&prog)
+        .args(["800", "1000"])
+        .env(
+            "LD_PRELOAD",
+            format!("{}:{}", shim.display(), lib().display()),
+        )
+        .env("CAIRN_CKPT_DIR", &images)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&out, "step 100\n", Duration::from_secs(30));
+    let img = checkpoint(child.id(), &images, 1);
+    kill9(&mut child);
+    let (code, err) = restore(&img, &[]);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(code, 0, "{err}\n{text}");
+    assert!(
+        text.contains("counter: done, sum 320400 heap 320400 OK"),
+        "{text}"
+    );
+}
