@@ -398,13 +398,16 @@ static void handler(int sig, siginfo_t *si, void *uc)
 
 /* ---- stopping and releasing the threads ------------------------------------------- */
 
-/* Thread ids of the process but the manager, from /proc/self/task. */
-static int list_tasks(int32_t *out, int max)
+/* Call each(n, arg) for every numeric entry n of a /proc directory (tasks, descriptors),
+ * with raw system calls only. Returns the directory's fd number while it runs through
+ * *dirfd (so callers can skip it), 0, or -errno. */
+static int each_number(const char *dir, void (*each)(int, void *), void *arg, int *dirfd)
 {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int n = 0;
+    if (dirfd)
+        *dirfd = fd;
     char buf[4096];
     for (;;) {
         long got = syscall(SYS_getdents64, fd, buf, sizeof buf);
@@ -413,15 +416,32 @@ static int list_tasks(int32_t *out, int max)
         for (long off = 0; off < got;) {
             struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
             off += d->reclen;
-            if (d->name[0] < '0' || d->name[0] > '9')
-                continue;
-            int32_t tid = (int32_t)atoi(d->name);
-            if (tid != S.manager_tid && n < max)
-                out[n++] = tid;
+            if (d->name[0] >= '0' && d->name[0] <= '9')
+                each(atoi(d->name), arg);
         }
     }
     syscall(SYS_close, fd);
-    return n;
+    return 0;
+}
+
+struct task_list {
+    int32_t *out;
+    int max, n;
+};
+
+static void add_task(int tid, void *arg)
+{
+    struct task_list *l = arg;
+    if (tid != S.manager_tid && l->n < l->max)
+        l->out[l->n++] = tid;
+}
+
+/* Thread ids of the process but the manager, from /proc/self/task. */
+static int list_tasks(int32_t *out, int max)
+{
+    struct task_list l = {out, max, 0};
+    int r = each_number("/proc/self/task", add_task, &l, NULL);
+    return r < 0 ? r : l.n;
 }
 
 /* Stop every other thread in the handler. Returns 0, or -1 (threads are then released). */
@@ -675,47 +695,37 @@ static void identity(struct cairn_img_header *h)
     }
 }
 
+/* Record descriptor fd if it is a regular file (not the library's own). */
+static void save_fd(int fd, void *dirfd)
+{
+    if (fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1] || S.nfds >= MAX_FDS)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return;
+    struct fd_rec *f = &S.fds[S.nfds];
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, f->path, sizeof f->path - 1);
+    if (n <= 0 || f->path[0] != '/')
+        return;
+    f->path[n] = 0;
+    if (strstr(f->path, " (deleted)"))
+        return;
+    f->fd = fd;
+    f->flags = fcntl(fd, F_GETFL);
+    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    f->offset = lseek(fd, 0, SEEK_CUR);
+    f->size = st.st_size;
+    S.nfds++;
+}
+
 /* Regular files open in the process, to reopen after a restart. */
 static void save_fds(void)
 {
+    int dirfd = -1;
     S.nfds = 0;
-    int dfd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    char buf[4096];
-    for (;;) {
-        long got = syscall(SYS_getdents64, dfd, buf, sizeof buf);
-        if (got <= 0)
-            break;
-        for (long off = 0; off < got;) {
-            struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
-            off += d->reclen;
-            if (d->name[0] < '0' || d->name[0] > '9')
-                continue;
-            int fd = atoi(d->name);
-            if (fd == dfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1] || S.nfds >= MAX_FDS)
-                continue;
-            struct stat st;
-            if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-                continue;
-            struct fd_rec *f = &S.fds[S.nfds];
-            char link[64];
-            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-            ssize_t n = readlink(link, f->path, sizeof f->path - 1);
-            if (n <= 0 || f->path[0] != '/')
-                continue;
-            f->path[n] = 0;
-            if (strstr(f->path, " (deleted)"))
-                continue;
-            f->fd = fd;
-            f->flags = fcntl(fd, F_GETFL);
-            f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
-            f->offset = lseek(fd, 0, SEEK_CUR);
-            f->size = st.st_size;
-            S.nfds++;
-        }
-    }
-    syscall(SYS_close, dfd);
+    each_number("/proc/self/fd", save_fd, &dirfd, &dirfd);
 }
 
 static void save_process_state(void)
@@ -789,22 +799,14 @@ static int64_t write_image(const char *path, uint64_t ckpt)
         g->bitmap_off += bm_off;
         g->data_off = data;
         data += g->saved_pages * CAIRN_IMG_PAGE;
-        if (g->flags & CAIRN_REG_FILE) {
-            struct stat st;
-            if (stat(g->path, &st) == 0) {
-                g->file_size = (uint64_t)st.st_size;
-                g->file_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-            }
-        }
     }
+    /* Every file a region maps, saved or not, is checked against these at restart. */
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
-        if ((g->flags & CAIRN_REG_FILE) && !(g->flags & CAIRN_REG_SAVED)) {
-            struct stat st;
-            if (stat(g->path, &st) == 0) {
-                g->file_size = (uint64_t)st.st_size;
-                g->file_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-            }
+        struct stat st;
+        if ((g->flags & CAIRN_REG_FILE) && stat(g->path, &st) == 0) {
+            g->file_size = (uint64_t)st.st_size;
+            g->file_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         }
     }
     h.file_size = data;
