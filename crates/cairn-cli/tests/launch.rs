@@ -619,18 +619,7 @@ fn launch_counters(
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    let s = wait_for("the processes to register", 30, || {
-        let s = status(&t.join("imgs"));
-        let p = s["procs"].as_array()?;
-        (p.len() == procs && p.iter().all(|p| p["state"] == "running")).then_some(s)
-    });
-    let pids = s["procs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_str().unwrap().to_string())
-        .collect();
-    (job_cmd, pids)
+    (job_cmd, running_pids(t, procs))
 }
 
 fn kill9_all(pids: &[String]) {
@@ -713,13 +702,7 @@ fn real_library_images_survive_a_lost_node_through_partner_copies() {
     kill9_all(&pids);
     wait_child(&mut job, 30);
     std::fs::remove_dir_all(local.join("node1")).unwrap();
-    let o = configured(&config, &["restart", "--dir"])
-        .arg(t.path().join("imgs"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let all = text(&o);
-    assert!(all.contains("the engine restored version 2"), "{all}");
+    let all = restart_from(&config, t.path(), 2);
     assert!(
         all.contains("pl v2: rebuilt the parts of ranks [2, 3] from partner copies"),
         "{all}"
@@ -864,17 +847,24 @@ fn real_library_images_in_shared_memory_survive_a_wiped_store() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("removed"), "{}", text(&o));
-    let o = configured(&config, &["restart", "--dir"])
-        .arg(t.path().join("imgs"))
+    restart_from(&config, t.path(), 1);
+    check_counters(t.path(), 4, 600);
+}
+
+/// `cairn restart` of the job in `t/imgs` in the foreground: it must succeed, saying the
+/// engine restored `version`; returns everything it printed.
+fn restart_from(config: &Path, t: &Path, version: u64) -> String {
+    let o = configured(config, &["restart", "--dir"])
+        .arg(t.join("imgs"))
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
     assert!(
-        text(&o).contains("the engine restored version 1"),
-        "{}",
-        text(&o)
+        all.contains(&format!("the engine restored version {version}")),
+        "{all}"
     );
-    check_counters(t.path(), 4, 600);
+    all
 }
 
 /// The pids of the job's `procs` processes in `t/imgs`, once all run again.
@@ -920,15 +910,6 @@ fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
     kill9_all(&restored);
     wait_child(&mut job, 30);
     // The second restart, from the image taken after the first one, runs to the end.
-    let o = configured(&config, &["restart", "--dir"])
-        .arg(t.path().join("imgs"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("the engine restored version 2"),
-        "{}",
-        text(&o)
-    );
+    restart_from(&config, t.path(), 2);
     check_counters(t.path(), 2, 1000);
 }
