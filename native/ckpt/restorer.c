@@ -45,12 +45,15 @@ typedef unsigned long u64;
 #define SYS_rt_sigprocmask 14
 #define SYS_pread64 17
 #define SYS_mremap 25
+#define SYS_madvise 28
 #define SYS_getpid 39
 #define SYS_clone 56
 #define SYS_exit 60
 #define SYS_kill 62
 #define SYS_uname 63
 #define SYS_arch_prctl 158
+#define SYS_futex 202
+#define SYS_sched_getaffinity 204
 #define SYS_gettid 186
 #define SYS_set_tid_address 218
 #define SYS_exit_group 231
@@ -72,6 +75,8 @@ typedef unsigned long u64;
 #define O_CLOEXEC 02000000
 #define ARCH_SET_FS 0x1002
 #define MPOL_PREFERRED 1
+#define MADV_POPULATE_WRITE 23
+#define FUTEX_WAIT 0
 
 static i64 sys6(i64 n, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f)
 {
@@ -476,7 +481,74 @@ static i64 open_region_file(struct cairn_img_region *r)
     return fd;
 }
 
-/* Fill the saved pages of r (mapped writable) from the image. */
+/* ---- filling pages ------------------------------------------------------------------ */
+
+/* Most of a restart is the kernel allocating and clearing the fresh pages the saved ones are
+ * read into, which is work per CPU: the restorer fills in parallel, with one worker per CPU
+ * it may run on (the main thread is one of them). Runs of saved pages become jobs of at most
+ * FILL_PIECE bytes, queued until MAX_JOBS are waiting and then done together; a worker takes
+ * the next job, populates its pages (MADV_POPULATE_WRITE: one call allocates them all, which
+ * costs about half of taking a fault on each) and reads them from the image. */
+#define FILL_PIECE (8ull << 20)
+#define MAX_JOBS 4096
+#define MAX_WORKERS 16
+#define POPULATE_MIN (64ull << 10)
+
+struct fill_job {
+    u64 addr, len, off;
+};
+static struct fill_job jobs[MAX_JOBS];
+static uint32_t njobs, next_job;
+static u64 queued_bytes;
+static int nworkers = 1;
+
+static void do_jobs(void)
+{
+    for (;;) {
+        uint32_t i = __atomic_fetch_add(&next_job, 1, __ATOMIC_RELAXED);
+        if (i >= njobs)
+            return;
+        struct fill_job *j = &jobs[i];
+        if (j->len >= POPULATE_MIN)
+            sys3(SYS_madvise, j->addr, j->len, MADV_POPULATE_WRITE); /* a hint: errors are fine */
+        pread_full((void *)j->addr, j->len, j->off);
+    }
+}
+
+__attribute__((noreturn, used)) static void worker_main(void)
+{
+    do_jobs();
+    sys1(SYS_exit, 0);
+    for (;;) {
+    }
+}
+
+static void start_workers(int n);
+
+/* Do every queued job, with the workers if there is enough to share. */
+static void run_jobs(void)
+{
+    if (!njobs)
+        return;
+    next_job = 0;
+    start_workers(queued_bytes >= 2 * FILL_PIECE ? nworkers - 1 : 0);
+    njobs = 0;
+    queued_bytes = 0;
+}
+
+static void queue_job(u64 addr, u64 len, u64 off)
+{
+    while (len) {
+        u64 n = len < FILL_PIECE ? len : FILL_PIECE;
+        if (njobs == MAX_JOBS)
+            run_jobs();
+        jobs[njobs++] = (struct fill_job){addr, n, off};
+        queued_bytes += n;
+        addr += n, off += n, len -= n;
+    }
+}
+
+/* Queue the saved pages of r (mapped writable) for filling from the image. */
 static void fill_pages(struct cairn_img_region *r)
 {
     u64 pages = (r->end - r->start) / CAIRN_IMG_PAGE;
@@ -494,8 +566,8 @@ static void fill_pages(struct cairn_img_region *r)
                 q++;
             if (idx + (q - p) > r->saved_pages)
                 fail(4, "cairn-restore: damaged image: more pages marked than saved");
-            pread_full((void *)(r->start + (base + p) * CAIRN_IMG_PAGE), (q - p) * CAIRN_IMG_PAGE,
-                       r->data_off + idx * CAIRN_IMG_PAGE);
+            queue_job(r->start + (base + p) * CAIRN_IMG_PAGE, (q - p) * CAIRN_IMG_PAGE,
+                      r->data_off + idx * CAIRN_IMG_PAGE);
             idx += q - p;
             p = q;
         }
@@ -543,11 +615,8 @@ static void map_region(struct cairn_img_region *r)
     }
     if (got != (i64)r->start)
         map_failed(r, got < 0 ? got : -17, "the address is taken or refused");
-    if (saved) {
+    if (saved)
         fill_pages(r);
-        if (r->prot != (PROT_READ | PROT_WRITE))
-            sys3(SYS_mprotect, r->start, len, r->prot);
-    }
 }
 
 /* ---- threads --------------------------------------------------------------------- */
@@ -594,6 +663,48 @@ __asm__(".text\n"
 #define CLONE_CHILD_CLEARTID 0x200000
 
 static u64 child_stacks[MAX_THREADS][64] __attribute__((aligned(16)));
+
+/* Fill workers: threads of the restorer itself, on stacks of its own, gone (joined through
+ * CLONE_CHILD_CLEARTID, which the kernel clears and wakes at exit) before any restored
+ * thread starts. */
+#define WORKER_STACK 2048
+static u64 worker_stacks[MAX_WORKERS][WORKER_STACK] __attribute__((aligned(16)));
+static struct cairn_img_jump worker_jumps[MAX_WORKERS];
+static int32_t worker_tids[MAX_WORKERS];
+
+static void start_workers(int n)
+{
+    u64 flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
+                CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
+    int started = 0;
+    for (int i = 0; i < n && i < MAX_WORKERS; i++) {
+        u64 *top = &worker_stacks[i][WORKER_STACK - 1];
+        /* Entered as if called: rsp + 8 is 16-aligned. */
+        worker_jumps[i] = (struct cairn_img_jump){0};
+        worker_jumps[i].rsp = (u64)&worker_stacks[i][WORKER_STACK - 8] - 8;
+        worker_jumps[i].rip = (u64)worker_main;
+        *top = (u64)&worker_jumps[i];
+        if (cairn_clone_jump(flags, (u64)top, (u64)&worker_tids[i], (u64)&worker_tids[i], 0) < 0)
+            break; /* fewer workers: the main thread does the rest */
+        started++;
+    }
+    do_jobs();
+    for (int i = 0; i < started; i++)
+        for (int32_t t; (t = __atomic_load_n(&worker_tids[i], __ATOMIC_ACQUIRE)) != 0;)
+            sys6(SYS_futex, (i64)&worker_tids[i], FUTEX_WAIT, t, 0, 0, 0);
+}
+
+/* How many CPUs the restorer may run on: its fill workers, the main thread included. */
+static int count_cpus(void)
+{
+    static u64 mask[16];
+    i64 n = sys3(SYS_sched_getaffinity, 0, sizeof mask, mask);
+    int cpus = 0;
+    for (i64 i = 0; i < n / 8; i++)
+        for (u64 m = mask[i]; m; m &= m - 1)
+            cpus++;
+    return cpus < 1 ? 1 : cpus > MAX_WORKERS ? MAX_WORKERS : cpus;
+}
 
 static void start_threads(void)
 {
@@ -701,12 +812,20 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     if (!seq(aff, "on") && !seq(aff, "off"))
         fail(2, "cairn-restore: --affinity takes on or off");
 
+    nworkers = count_cpus();
     /* Past this point the restorer's own memory is being replaced. */
     clear_address_space();
     move_specials();
     for (uint32_t i = 0; i < H.nregions; i++)
         if (!(R[i].flags & CAIRN_REG_SPECIAL))
             map_region(&R[i]);
+    run_jobs();
+    for (uint32_t i = 0; i < H.nregions; i++) {
+        struct cairn_img_region *r = &R[i];
+        if ((r->flags & CAIRN_REG_SAVED) && !(r->flags & CAIRN_REG_SPECIAL) &&
+            r->prot != (PROT_READ | PROT_WRITE))
+            sys3(SYS_mprotect, r->start, r->end - r->start, r->prot);
+    }
     sys1(SYS_close, img);
 
     struct cairn_img_control *c = (struct cairn_img_control *)H.control_addr;
