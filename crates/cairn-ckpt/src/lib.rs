@@ -70,6 +70,115 @@ impl ImageHeader {
             c_str(&self.kernel_version)
         )
     }
+
+    /// Whether a process in this image can run here: the same kernel build (the vdso is part
+    /// of the process) and a CPU with every feature the image's had (glibc chose its code
+    /// and the XSAVE layout for that CPU). The restorer checks the same before it touches
+    /// anything; checking here first lets `cairn restart` refuse before any process starts.
+    pub fn fits(&self, here: &Machine) -> Result<(), String> {
+        if self.kernel() != here.kernel {
+            return Err(format!(
+                "the image was taken on kernel {}; this is {}: a restored process needs the same \
+                 kernel build (its vdso is part of the process)",
+                self.kernel(),
+                here.kernel
+            ));
+        }
+        let want = [
+            self.cpuid1_ecx,
+            self.cpuid1_edx,
+            self.cpuid7_ebx,
+            self.cpuid7_ecx,
+            self.cpuid7_edx,
+        ];
+        const LEAF: [&str; 5] = [
+            "CPUID.1:ECX",
+            "CPUID.1:EDX",
+            "CPUID.7:EBX",
+            "CPUID.7:ECX",
+            "CPUID.7:EDX",
+        ];
+        for ((w, h), leaf) in want.iter().zip(here.cpuid).zip(LEAF) {
+            let missing = w & !h;
+            if missing != 0 {
+                return Err(format!(
+                    "this CPU lacks features the image uses: {leaf} bits {missing:#x} (glibc \
+                     chose its code for the CPU the program started on)"
+                ));
+            }
+        }
+        if self.xcr0 & !here.xcr0 != 0 {
+            return Err(format!(
+                "this CPU saves less register state (XCR0 {:#x}) than the image's ({:#x})",
+                here.xcr0, self.xcr0
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What [`ImageHeader::fits`] compares: this machine's kernel build and CPU features, read
+/// the way the checkpoint library records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    /// `release version` as uname(2) gives them.
+    pub kernel: String,
+    /// CPUID.1:ECX, CPUID.1:EDX, CPUID.7:EBX, CPUID.7:ECX, CPUID.7:EDX.
+    pub cpuid: [u32; 5],
+    /// XCR0 (0 without OSXSAVE).
+    pub xcr0: u64,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn here() -> std::io::Result<Machine> {
+        // SAFETY: utsname is plain old data; uname fills it or fails.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a valid, writable utsname.
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let field = |f: &[libc::c_char]| {
+            let b: Vec<u8> = f.iter().map(|c| *c as u8).collect();
+            c_str(&b)
+        };
+        let kernel = format!("{} {}", field(&u.release), field(&u.version));
+        let (cpuid, xcr0) = cpu_features();
+        Ok(Machine {
+            kernel,
+            cpuid,
+            xcr0,
+        })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_features() -> ([u32; 5], u64) {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID exists on every x86_64 CPU; leaf 7 is read only when leaf 0 says it is
+    // there, as the library does. (Safe functions since Rust 1.87, unsafe before.)
+    #[allow(unused_unsafe)]
+    let (l1, max) = unsafe { (__cpuid(1), __cpuid(0).eax) };
+    #[allow(unused_unsafe)]
+    let l7 = (max >= 7).then(|| unsafe { __cpuid_count(7, 0) });
+    let (b7, c7, d7) = l7.map_or((0, 0, 0), |l| (l.ebx, l.ecx, l.edx));
+    let xcr0 = if l1.ecx & (1 << 27) != 0 {
+        let (lo, hi): (u32, u32);
+        // SAFETY: OSXSAVE is set, so XGETBV with ECX = 0 is allowed at any privilege level.
+        unsafe {
+            std::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi,
+                            options(nomem, nostack, preserves_flags));
+        }
+        ((hi as u64) << 32) | lo as u64
+    } else {
+        0
+    };
+    ([l1.ecx, l1.edx, b7, c7, d7], xcr0)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_features() -> ([u32; 5], u64) {
+    ([0; 5], 0)
 }
 
 /// Read and check the header of a process image: magic, version, and the size it records
@@ -147,4 +256,60 @@ pub fn restorer() -> Option<PathBuf> {
         "cairn-restore",
         env!("CAIRN_RESTORE_BUILT"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header recording `m` as the machine it was taken on (the rest zero).
+    fn taken_on(m: &Machine) -> ImageHeader {
+        // SAFETY: ImageHeader is plain old data; all zeroes is a valid value.
+        let mut h: ImageHeader = unsafe { std::mem::zeroed() };
+        let (release, version) = m.kernel.split_once(' ').unwrap();
+        h.kernel_release[..release.len()].copy_from_slice(release.as_bytes());
+        h.kernel_version[..version.len()].copy_from_slice(version.as_bytes());
+        [
+            h.cpuid1_ecx,
+            h.cpuid1_edx,
+            h.cpuid7_ebx,
+            h.cpuid7_ecx,
+            h.cpuid7_edx,
+        ] = m.cpuid;
+        h.xcr0 = m.xcr0;
+        h
+    }
+
+    #[test]
+    fn an_image_of_this_machine_fits_and_others_are_refused_with_the_reason() {
+        let here = Machine::here().unwrap();
+        assert!(here.kernel.contains(' '), "{here:?}");
+        let h = taken_on(&here);
+        assert_eq!(h.fits(&here), Ok(()));
+
+        let mut other = here.clone();
+        other.kernel = "5.10.0-other #1 SMP".into();
+        let e = taken_on(&other).fits(&here).unwrap_err();
+        assert!(
+            e.contains("5.10.0-other") && e.contains(&here.kernel),
+            "{e}"
+        );
+
+        // A CPU with one feature fewer than the image's (AVX2 is CPUID.7:EBX bit 5).
+        let mut lesser = here.clone();
+        lesser.cpuid[2] &= !(1 << 5);
+        let mut richer = taken_on(&here);
+        richer.cpuid7_ebx |= 1 << 5;
+        let e = richer.fits(&lesser).unwrap_err();
+        assert!(e.contains("CPUID.7:EBX bits 0x20"), "{e}");
+        // The other way round is fine: the image uses less than this CPU has.
+        assert_eq!(taken_on(&lesser).fits(&here), Ok(()));
+
+        let mut less_state = here.clone();
+        less_state.xcr0 = 0x3;
+        let mut wide = taken_on(&here);
+        wide.xcr0 |= 0xe0;
+        let e = wide.fits(&less_state).unwrap_err();
+        assert!(e.contains("XCR0 0x3"), "{e}");
+    }
 }

@@ -401,6 +401,12 @@ fn images_from_another_kernel_or_cpu_or_truncated_are_refused() {
     );
     // A CPU feature this CPU lacks: a bit of CPUID.7:ECX that is clear here.
     let h = cairn_ckpt::read_header(&img).unwrap();
+    // The Rust check reads this machine as the library recorded it.
+    let here = cairn_ckpt::Machine::here().unwrap();
+    assert_eq!(h.fits(&here), Ok(()));
+    let mut lesser = here.clone();
+    lesser.cpuid[1] = 0;
+    assert!(h.fits(&lesser).unwrap_err().contains("CPUID.1:EDX"));
     let missing = (0..32)
         .map(|b| 1u32 << b)
         .find(|m| h.cpuid7_ecx & m == 0)

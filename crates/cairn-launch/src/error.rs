@@ -21,6 +21,9 @@ pub enum ErrorKind {
     Timeout,
     /// A checkpoint was attempted and failed; the message is the failure report.
     CheckpointFailed,
+    /// The images cannot run on this machine (another kernel build, a CPU lacking a feature
+    /// they use).
+    Machine,
     /// Cairn's engine could not store or restore the images (storage, redundancy, damaged
     /// data); the message is the engine's.
     Engine,

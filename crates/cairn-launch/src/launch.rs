@@ -398,6 +398,11 @@ pub fn restart(
     check_job(o, &s, procs, nodes)?;
     let images = start_images(o, &s, procs, nodes)?;
     let m = restore_images(&images, &job_dir, &o.job, &cands)?;
+    let stage = manifest::restart_stage_dir(&job_dir);
+    let images_paths: Vec<PathBuf> = (0..procs)
+        .map(|i| stage.join(manifest::image_name(i)))
+        .collect();
+    check_images_fit(&images_paths, m.version)?;
     let s = settings(&m.launch);
     let rec = &m.launch;
     let record = LaunchRecord {
@@ -417,10 +422,6 @@ pub fn restart(
     {
         manifest::remove_version(&job_dir, v.version)?;
     }
-    let stage = manifest::restart_stage_dir(&job_dir);
-    let images_paths: Vec<PathBuf> = (0..procs)
-        .map(|i| stage.join(manifest::image_name(i)))
-        .collect();
     let affinity = s.affinity;
     let cpus = s.cpus.clone();
     let spawn = move |i: usize, addr: &str, token: &Token| {
@@ -450,6 +451,28 @@ pub fn restart(
         restart_stage: Some(stage),
     };
     run(o, &s, procs, nodes, start, &spawn)
+}
+
+/// Refuses, before any process starts, images that cannot run here: taken on another kernel
+/// build or on a CPU with a feature this one lacks (the restorer would refuse each alone).
+fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<()> {
+    let here = cairn_ckpt::Machine::here()
+        .map_err(|e| Error::new(ErrorKind::Io, format!("uname: {e}")))?;
+    for (i, p) in paths.iter().enumerate() {
+        let h = cairn_ckpt::read_header(p).map_err(|e| {
+            Error::new(
+                ErrorKind::Engine,
+                format!("version {version}, process {i}: {e}"),
+            )
+        })?;
+        if let Err(why) = h.fits(&here) {
+            bail!(
+                Machine,
+                "cannot restart version {version} here: process {i}: {why}"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Has the engine restore the newest of `cands` (newest first) it can into
