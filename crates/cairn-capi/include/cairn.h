@@ -12,7 +12,7 @@
 #ifndef CAIRN_H
 #define CAIRN_H
 
-/* Generated from crates/cairn-capi/src/lib.rs by cbindgen; do not edit. The MPI entry point cairn_init is declared in cairn_mpi.h. */
+/* Generated from crates/cairn-capi/src/lib.rs by cbindgen; do not edit. The MPI entry points cairn_init and cairn_init_f are declared in cairn_mpi.h. */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -25,6 +25,17 @@ extern "C" {
  */
 int cairn_init(MPI_Comm comm, const char *config_path);
 
+/*
+ * cairn_init for a Fortran communicator handle; the Fortran module (use cairn) calls it.
+ * Collective over the communicator.
+ *   comm        [IN] a Fortran handle: the INTEGER of `use mpi` / mpif.h, or comm%MPI_VAL of
+ *                    `use mpi_f08`; it is converted with MPI_Comm_f2c
+ *   config_path [IN] a TOML configuration file, or NULL to use $CAIRN_CONFIG or defaults
+ * Returns what cairn_init returns, and CAIRN_ERR_INVALID if comm names no communicator, or
+ * CAIRN_ERR_COMM if MPI is not running (before MPI_Init or after MPI_Finalize).
+ */
+int cairn_init_f(MPI_Fint comm, const char *config_path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 //! libcairn: the C ABI over [`cairn_core::Engine`].
 //!
 //! The header `cairn.h` is generated from this file by cbindgen; `cairn_mpi.h` (hand-written,
-//! it needs `mpi.h`) declares [`cairn_init`]. One engine per process lives behind a lock,
+//! it needs `mpi.h`) declares [`cairn_init`] and [`cairn_init_f`], the entry point of the
+//! Fortran module (`native/fortran/cairn.f90`). One engine per process lives behind a lock,
 //! with the table of regions the application protected. Every entry point:
 //!
 //! - catches panics, so none unwinds across the C boundary (it returns `CAIRN_ERR_PANIC`);
@@ -241,6 +242,62 @@ pub unsafe extern "C" fn cairn_init(
             path,
         )
     })
+}
+
+/// Start Cairn over a Fortran MPI communicator handle (declared in `cairn_mpi.h`): the
+/// `INTEGER` of `use mpi`, or `comm%MPI_VAL` of `use mpi_f08`. The Fortran module's
+/// `cairn_init` calls it. Collective over the communicator.
+///
+/// # Safety
+/// `config_path` must be NULL or a NUL-terminated string. Any `comm` is safe: a handle that
+/// names no communicator is reported, never used.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_init_f(comm: c_int, config_path: *const c_char) -> c_int {
+    guard("cairn_init", || {
+        // SAFETY: forwarded contract.
+        let path = unsafe { opt_path(config_path) }?;
+        start(
+            || {
+                let raw = fortran_comm(comm)?;
+                // SAFETY: MPI is initialised and `raw` is a communicator MPI converted from a
+                // handle it handed out (fortran_comm checked both).
+                let c = unsafe { cairn_mpi::MpiComm::from_raw_dup(raw) }?;
+                Ok(Box::new(c))
+            },
+            path,
+        )
+    })
+}
+
+/// The C communicator of Fortran handle `handle`, checked: MPI must be running (Open MPI's
+/// `MPI_Comm_f2c` aborts the job when called before `MPI_Init` or after `MPI_Finalize`), and
+/// the handle must name a communicator (Open MPI converts an unknown one to a NULL pointer).
+fn fortran_comm(handle: c_int) -> Result<cairn_mpi::mpi::ffi::MPI_Comm, Error> {
+    use cairn_mpi::mpi::ffi;
+    let (mut initialized, mut finalized) = (0, 0);
+    // SAFETY: MPI_Initialized and MPI_Finalized may be called at any time.
+    unsafe {
+        ffi::MPI_Initialized(&mut initialized);
+        ffi::MPI_Finalized(&mut finalized);
+    }
+    if initialized == 0 || finalized != 0 {
+        return Err(Error::new(
+            ErrorKind::Comm,
+            "MPI is not running: call cairn_init after MPI_Init and before MPI_Finalize",
+        ));
+    }
+    // SAFETY: MPI is running; MPI_Comm_f2c accepts any integer and returns an invalid handle
+    // (never raising an error) for one it did not hand out.
+    let raw = unsafe { ffi::MPI_Comm_f2c(handle) };
+    // SAFETY: reading an MPI-provided constant handle; an all-zero MPI_Comm is a NULL pointer
+    // in Open MPI and no valid handle in MPICH, so zeroed() is a valid value to compare with.
+    let (null, zero) = unsafe { (ffi::RSMPI_COMM_NULL, std::mem::zeroed()) };
+    if raw == null || raw == zero {
+        return Err(invalid(format!(
+            "cairn_init: Fortran handle {handle} is not a communicator (MPI_COMM_NULL or unknown)"
+        )));
+    }
+    Ok(raw)
 }
 
 /// Start Cairn in a single process, without MPI.
