@@ -1,6 +1,6 @@
-//! Support for the C API tests: build the C programs against the freshly built libcairn, run
-//! them under mpirun (or alone) with their own tiers, watch their output, find and kill rank
-//! processes through /proc.
+//! Support for the C API and Fortran tests: build the C programs against the freshly built
+//! libcairn (or give the Fortran tests a copy of it), run them under mpirun (or alone) with
+//! their own tiers, watch their output, find and kill rank processes through /proc.
 
 #![allow(dead_code)]
 
@@ -28,7 +28,7 @@ pub struct Bins {
 }
 
 /// `target/<profile>` of this test binary (`target/<profile>/deps/capi-<hash>`).
-fn profile_dir() -> PathBuf {
+pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     exe.parent()
         .and_then(Path::parent)
@@ -60,7 +60,7 @@ fn libcairn() -> Result<PathBuf, String> {
         })
 }
 
-fn check_mpi_tools() -> Result<(), String> {
+pub fn check_mpi_tools() -> Result<(), String> {
     for tool in ["mpicc", "mpirun"] {
         let ok = Command::new(tool)
             .arg("--version")
@@ -79,21 +79,25 @@ fn check_mpi_tools() -> Result<(), String> {
     Ok(())
 }
 
+/// Put a private copy of the freshly built libcairn.so into `dir` (created if needed), for
+/// programs to link against: a rebuild while the tests run cannot swap the library under them.
+pub fn copy_libcairn(dir: &Path) -> Result<(), String> {
+    let lib = libcairn()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!("libcairn.so.tmp.{}", std::process::id()));
+    std::fs::copy(&lib, &tmp).map_err(|e| format!("copy {}: {e}", lib.display()))?;
+    std::fs::rename(&tmp, dir.join("libcairn.so"))
+        .map_err(|e| format!("rename {}: {e}", tmp.display()))
+}
+
 fn build() -> Result<Bins, String> {
     check_mpi_tools()?;
-    let lib = libcairn()?;
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let include = manifest.join("include");
     // A fixed directory under target/ rather than a fresh /tmp directory: a static is never
     // dropped, so a TempDir here would leak one directory per test run.
     let dir = profile_dir().join("capi-tests");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    // Link against a private copy so that a rebuild while the tests run cannot swap the
-    // library under them.
-    let lib_copy = dir.join("libcairn.so");
-    let tmp = dir.join(format!("libcairn.so.tmp.{}", std::process::id()));
-    std::fs::copy(&lib, &tmp).map_err(|e| format!("copy {}: {e}", lib.display()))?;
-    std::fs::rename(&tmp, &lib_copy).map_err(|e| format!("rename {}: {e}", tmp.display()))?;
+    copy_libcairn(&dir)?;
 
     // Open MPI's deprecated C++ bindings do not build warning-free; C++ programs use MPI's C
     // API, which OMPI_SKIP_MPICXX selects.
