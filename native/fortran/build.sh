@@ -15,20 +15,19 @@ if [ $# -ne 1 ]; then
     echo "usage: $0 PREFIX" >&2
     exit 2
 fi
+if [ ! -e "$1/lib/libcairn.so" ]; then
+    echo "$0: $1/lib/libcairn.so is missing: install libcairn first (./run build)" >&2
+    exit 1
+fi
 prefix=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 FC=${FC:-mpif90}
 FFLAGS=${FFLAGS:--O2}
 
-if [ ! -e "$prefix/lib/libcairn.so" ]; then
-    echo "$0: $prefix/lib/libcairn.so is missing: install libcairn first (./run build)" >&2
-    exit 1
-fi
-
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$prefix/include" "$prefix/lib" "$prefix/bin"
+mkdir -p "$prefix/include" "$prefix/bin"
 
 # Compilers write .mod files into the current directory, so compile inside the work directory.
 # shellcheck disable=SC2086
