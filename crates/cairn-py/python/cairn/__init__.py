@@ -1,0 +1,34 @@
+"""Cairn: multi-level checkpoint/restart for HPC applications, from Python.
+
+Protect numpy arrays (or any writable buffer) and small Python values, then checkpoint and
+restart them with the same engine, storage and data model as the C library::
+
+    import numpy as np
+    from mpi4py import MPI
+    import cairn
+
+    with cairn.Checkpointer("heat", MPI.COMM_WORLD) as ck:
+        u = ck.protect(1, np.zeros((rows, cols)))
+        for step in ck.steps(range(1000), every=100):   # resumes, checkpoints every 100
+            compute(u)
+
+The principal names are :class:`Checkpointer`, its loop helper :meth:`Checkpointer.steps`,
+and the exceptions in :mod:`cairn.errors`, rooted at :class:`CairnError`. The PyTorch helper
+is :mod:`cairn.torch`.
+"""
+
+from . import errors
+from ._cairn import __version__
+from .checkpointer import DTYPES, STEP_REGION, VALUE_REGION, Checkpointer, ExitRequested
+from .errors import *  # noqa: F403 - the exception classes, listed in errors.__all__
+
+__all__ = [
+    "__version__",
+    "errors",
+    "Checkpointer",
+    "ExitRequested",
+    "DTYPES",
+    "STEP_REGION",
+    "VALUE_REGION",
+]
+__all__ += errors.__all__
