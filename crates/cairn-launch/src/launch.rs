@@ -455,10 +455,20 @@ pub fn restart(
 
 /// Refuses, before any process starts, images that cannot run here: taken on another kernel
 /// build or on a CPU with a feature this one lacks (the restorer would refuse each alone).
+/// Only images of `libcairn-ckpt.so` are checked (by their magic): another preload library's
+/// images are for its own restorer to judge.
 fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<()> {
     let here = cairn_ckpt::Machine::here()
         .map_err(|e| Error::new(ErrorKind::Io, format!("uname: {e}")))?;
     for (i, p) in paths.iter().enumerate() {
+        let mut magic = [0u8; 8];
+        let read = std::fs::File::open(p).and_then(|mut f| {
+            use std::io::Read;
+            f.read_exact(&mut magic)
+        });
+        if read.is_err() || &magic != cairn_ckpt::IMAGE_MAGIC {
+            continue;
+        }
         let h = cairn_ckpt::read_header(p).map_err(|e| {
             Error::new(
                 ErrorKind::Engine,
