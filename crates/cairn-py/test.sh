@@ -11,7 +11,7 @@
 # 3. Builds libcairn.so (the C programs of the interoperability tests link it) and installs the
 #    package with `pip install ./crates/cairn-py`, as a user would.
 # 4. Runs the single-process tests, then the tests that start 4-rank jobs under mpirun with 2
-#    simulated nodes. With CAIRN_REQUIRE_MPI=1 (set here) a missing mpirun or mpi4py fails
+#    simulated nodes. With PYCAIRN_REQUIRE_MPI=1 (set here) a missing mpirun or mpi4py fails
 #    the MPI tests instead of skipping them.
 #
 # PYTHON selects the interpreter the environment is made from (default python3).
@@ -82,8 +82,8 @@ say "installing the package (pip install ./crates/cairn-py)"
 # Without build isolation the build uses the maturin installed above rather than fetching one.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation ./crates/cairn-py
 
-export CAIRN_REQUIRE_MPI=1
-export CAIRN_LIBDIR=$ROOT/target/release
+export PYCAIRN_REQUIRE_MPI=1
+export PYCAIRN_LIBDIR=$ROOT/target/release
 cd crates/cairn-py
 say "Python tests, one process"
 "$VENV/bin/python" -m pytest -q -m "not mpi" "$@"

@@ -2,7 +2,7 @@
 
 The MPI tests start real jobs (``mpirun -n 4``) with two simulated nodes, as the C API's
 tests do (crates/cairn-capi/tests/support). They need mpirun and mpi4py; without them they
-are skipped, or fail when ``CAIRN_REQUIRE_MPI=1`` (test.sh sets it).
+are skipped, or fail when ``PYCAIRN_REQUIRE_MPI=1`` (test.sh sets it).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ TIMEOUT = 180
 def _no_cairn_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests see only the configuration they set, never the caller's CAIRN_* variables."""
     for k in list(os.environ):
-        if k.startswith("CAIRN_") and k not in ("CAIRN_REQUIRE_MPI", "CAIRN_LIBDIR"):
+        if k.startswith("CAIRN_"):
             monkeypatch.delenv(k)
 
 
@@ -95,7 +95,7 @@ def mpi_available() -> str | None:
 def mpi() -> None:
     why = mpi_available()
     if why is not None:
-        if os.environ.get("CAIRN_REQUIRE_MPI") == "1":
+        if os.environ.get("PYCAIRN_REQUIRE_MPI") == "1":
             pytest.fail(why)
         pytest.skip(why)
 
@@ -182,9 +182,9 @@ def rank_pids(mpirun: int) -> list[int]:
 
 @pytest.fixture(scope="session")
 def c_programs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """examples/heat2d.c and nbody.c built with mpicc against libcairn.so (from CAIRN_LIBDIR,
+    """examples/heat2d.c and nbody.c built with mpicc against libcairn.so (from PYCAIRN_LIBDIR,
     default target/release of the repository)."""
-    libdir = Path(os.environ.get("CAIRN_LIBDIR", REPO / "target" / "release"))
+    libdir = Path(os.environ.get("PYCAIRN_LIBDIR", REPO / "target" / "release"))
     if not (libdir / "libcairn.so").exists():
         pytest.fail(f"no libcairn.so in {libdir}: run cargo build --release -p cairn-capi (test.sh does)")
     if shutil.which("mpicc") is None:

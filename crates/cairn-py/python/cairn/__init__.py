@@ -17,18 +17,12 @@ and the exceptions in :mod:`cairn.errors`, rooted at :class:`CairnError`. The Py
 is :mod:`cairn.torch`.
 """
 
-from . import errors
-from ._cairn import __version__
-from .checkpointer import DTYPES, STEP_REGION, VALUE_REGION, Checkpointer, ExitRequested
-from .errors import *  # noqa: F403 - the exception classes, listed in errors.__all__
-
-__all__ = [
-    "__version__",
-    "errors",
-    "Checkpointer",
-    "ExitRequested",
-    "DTYPES",
-    "STEP_REGION",
-    "VALUE_REGION",
-]
-__all__ += errors.__all__
+# Re-exported names are imported "as" themselves, so type checkers see them as the package's.
+from . import errors as errors
+from ._cairn import __version__ as __version__
+from .checkpointer import DTYPES as DTYPES
+from .checkpointer import STEP_REGION as STEP_REGION
+from .checkpointer import VALUE_REGION as VALUE_REGION
+from .checkpointer import Checkpointer as Checkpointer
+from .checkpointer import ExitRequested as ExitRequested
+from .errors import *  # noqa: F403 - the exception classes, named in errors.__all__

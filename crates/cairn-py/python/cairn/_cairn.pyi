@@ -6,6 +6,10 @@ protected buffers, with the C API's data model.
 
 from typing import Any, Optional, Sequence, Tuple
 
+from typing_extensions import final
+
+__all__ = ["Engine", "check_name", "DTYPES", "__version__"]
+
 __version__: str
 #: Dtype names and their C API codes (CAIRN_BYTE = 0 ... CAIRN_UINT64 = 8).
 DTYPES: dict[str, int]
@@ -13,6 +17,7 @@ DTYPES: dict[str, int]
 def check_name(name: str) -> None:
     """Raise InvalidArgumentError unless ``name`` is a valid checkpoint name."""
 
+@final
 class Engine:
     """A checkpoint engine, collective over an MPI communicator handle or one process."""
 

@@ -23,6 +23,13 @@ import numpy as np
 
 import cairn
 
+
+def say(line: str) -> None:
+    """One write per line: with unbuffered output under mpirun, print()'s separate write of
+    the newline lets other ranks' lines in between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64", "float32", "float64"]
 
 
@@ -56,14 +63,14 @@ def main() -> int:
 
         steps = ck.steps(range(args.steps), every=args.every)
         if ck.restored_version is not None:
-            print(f"loop: rank {r} restored v{ck.restored_version}", flush=True)
+            say(f"loop: rank {r} restored v{ck.restored_version}")
             rng.bit_generator.state = ck.state["rng"]
             random.setstate(ck.state["random"])
         seen = ck.stats()["checkpoints"]
         for step in steps:
             n = ck.stats()["checkpoints"]
             if n > seen and r == 0:
-                print(f"loop: checkpoint v{step}", flush=True)
+                say(f"loop: checkpoint v{step}")
             seen = n
             for dt, a in arrays.items():
                 if a.dtype.kind == "f":
@@ -85,7 +92,7 @@ def main() -> int:
         out["history"] = np.array(ck.state["history"], dtype=np.int64)
         out["random"] = np.array(random.getstate()[1], dtype=np.int64)
         np.savez(f"{args.out}.rank{r}.npz", **out)
-        print(f"loop: rank {r} done", flush=True)
+        say(f"loop: rank {r} done")
     return 0
 
 
