@@ -42,7 +42,7 @@ struct Inner {
 }
 
 /// `cairn._cairn.Engine`: a checkpoint engine over an MPI communicator or one process.
-#[pyclass(module = "cairn._cairn", name = "Engine")]
+#[pyclass(module = "cairn._cairn", name = "Engine", frozen)]
 pub struct PyEngine {
     /// `None` once finalized or released.
     inner: Mutex<Option<Inner>>,

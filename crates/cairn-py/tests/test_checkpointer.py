@@ -341,3 +341,28 @@ def test_killed_process_restarts_bit_identically(tiers: Tiers, tmp_path: Path) -
     assert sorted(want.files) == sorted(got.files)
     for k in want.files:
         assert want[k].tobytes() == got[k].tobytes(), k
+
+
+def test_threads_share_a_checkpointer_without_deadlock(tiers: Tiers) -> None:
+    errors: list[BaseException] = []
+    with cairn.Checkpointer("threads", config=tiers.config()) as ck:
+        ck.protect(1, np.random.default_rng(1).random(1 << 20))
+
+        def poll() -> None:
+            try:
+                for _ in range(50):
+                    ck.restart_test()
+                    ck.stats()
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=poll) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for v in range(1, 6):
+            ck.checkpoint(v)  # waits for the lock without the GIL, as the others do
+        for t in threads:
+            t.join(timeout=60)
+            assert not t.is_alive()
+        assert not errors
+        assert ck.restart_test() == 5
