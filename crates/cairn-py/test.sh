@@ -8,8 +8,9 @@
 # 2. Creates (or reuses) the virtual environment target/pyenv and installs into it maturin,
 #    numpy, pytest, mypy and mpi4py. mpi4py is built from source against the system's Open MPI
 #    (--no-binary), so that it and cairn use the same MPI library.
-# 3. Builds libcairn.so (the C programs of the interoperability tests link it) and installs the
-#    package with `pip install ./crates/cairn-py`, as a user would.
+# 3. Builds libcairn.so (the C programs of the interoperability tests link it) and the cairn
+#    CLI (a test lists Python checkpoints with it), and installs the package with
+#    `pip install ./crates/cairn-py`, as a user would.
 # 4. Runs the single-process tests, then the tests that start 4-rank jobs under mpirun with 2
 #    simulated nodes. With PYCAIRN_REQUIRE_MPI=1 (set here) a missing mpirun or mpi4py fails
 #    the MPI tests instead of skipping them.
@@ -76,8 +77,8 @@ ensure_system
 ensure_venv
 # maturin's build backend runs the `maturin` program, so the environment's bin/ goes first.
 export PATH="$VENV/bin:$PATH"
-say "building libcairn (cargo build --release -p cairn-capi)"
-cargo build --release -p cairn-capi --quiet
+say "building libcairn and the CLI (cargo build --release -p cairn-capi -p cairn-cli)"
+cargo build --release -p cairn-capi -p cairn-cli --quiet
 say "installing the package (pip install ./crates/cairn-py)"
 # Without build isolation the build uses the maturin installed above rather than fetching one.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation ./crates/cairn-py
