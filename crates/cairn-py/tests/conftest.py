@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -143,23 +143,30 @@ def run_and_kill(program: Path | str, args: list[str], tiers: Tiers, ranks: int 
     ``times`` output lines contain ``after``."""
     cmd = command(program, args, ranks)
     p = subprocess.Popen(cmd, env=tiers.env(), cwd=tiers.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A program that hangs without printing is killed, so reading its output ends.
+    guard = threading.Timer(TIMEOUT, p.kill)
+    guard.start()
     seen, out = 0, []
-    deadline = time.monotonic() + TIMEOUT
     assert p.stdout is not None
-    for line in p.stdout:
-        out.append(line)
-        seen += after in line
-        if seen >= times or time.monotonic() > deadline:
-            break
-    assert seen >= times, "".join(out)
-    victims = rank_pids(p.pid) if ranks is not None else [p.pid]
-    assert victims, f"no rank processes under mpirun {p.pid}"
-    os.kill(victims[-1], signal.SIGKILL)
     try:
+        for line in p.stdout:
+            out.append(line)
+            seen += after in line
+            if seen >= times:
+                break
+        assert seen >= times, "".join(out)
+        victims = rank_pids(p.pid) if ranks is not None else [p.pid]
+        assert victims, f"no rank processes under mpirun {p.pid}"
+        try:
+            os.kill(victims[-1], signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it ended first; the caller sees its exit status
         rest, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        rest, err = p.communicate()
+    finally:
+        guard.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
     return Run(cmd, p.returncode, "".join(out) + rest, err)
 
 

@@ -332,7 +332,7 @@ def test_killed_process_restarts_bit_identically(tiers: Tiers, tmp_path: Path) -
     clean = Tiers(tmp_path / "clean")
     clean.root.mkdir()
     run(PROGS / "loop.py", [str(tmp_path / "clean")] + args, clean).ok()
-    killed = run_and_kill(PROGS / "loop.py", [str(tmp_path / "killed")] + args + ["--sleep-ms", "40"], tiers, None, "checkpoint v", 2)
+    killed = run_and_kill(PROGS / "loop.py", [str(tmp_path / "killed")] + args + ["--sleep-ms", "60"], tiers, None, "checkpoint v", 2)
     assert killed.returncode == -9, killed.show()
     again = run(PROGS / "loop.py", [str(tmp_path / "killed")] + args, tiers).ok()
     assert "restored v" in again.stdout, again.show()

@@ -53,7 +53,7 @@ def programs(c_programs: dict[str, Path]) -> dict[str, Path]:
 @pytest.mark.parametrize("writer, reader", [("python", "c"), ("c", "python")])
 def test_killed_run_finishes_in_the_other_language(tiers: Tiers, programs: dict[str, Path], writer: str, reader: str) -> None:
     want = run(programs["c"], ARGS + ["--name", "clean"], tiers, RANKS).ok().line("heat2d: final checksum")
-    killed = run_and_kill(programs[writer], ARGS + ["--name", "x", "--sleep-ms", "30"], tiers, RANKS, "checkpoint v", 2)
+    killed = run_and_kill(programs[writer], ARGS + ["--name", "x", "--sleep-ms", "40"], tiers, RANKS, "checkpoint v", 2)
     assert killed.returncode != 0, killed.show()
     assert "final checksum" not in killed.stdout
     done = run(programs[reader], ARGS + ["--name", "x"], tiers, RANKS).ok()

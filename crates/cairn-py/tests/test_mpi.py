@@ -34,7 +34,7 @@ def test_python_examples_print_what_the_c_examples_print(tiers: Tiers, c_program
 
 
 def _loop(tiers: Tiers, out: Path, *extra: str) -> list[str]:
-    return [str(out), "--mpi", "--steps", "24", "--every", "4", *extra]
+    return [str(out), "--mpi", "--steps", "32", "--every", "4", *extra]
 
 
 def _same_arrays(a: Path, b: Path) -> None:
@@ -49,7 +49,7 @@ def test_killed_rank_restarts_bit_identically(tiers: Tiers, tmp_path: Path) -> N
     clean = Tiers(tmp_path / "clean", sim_nodes=2)
     clean.root.mkdir()
     run(PROGS / "loop.py", _loop(clean, tmp_path / "clean"), clean, RANKS).ok()
-    killed = run_and_kill(PROGS / "loop.py", _loop(tiers, tmp_path / "killed", "--sleep-ms", "50"), tiers, RANKS, "checkpoint v", 2)
+    killed = run_and_kill(PROGS / "loop.py", _loop(tiers, tmp_path / "killed", "--sleep-ms", "60"), tiers, RANKS, "checkpoint v", 2)
     assert killed.returncode != 0, killed.show()
     again = run(PROGS / "loop.py", _loop(tiers, tmp_path / "killed"), tiers, RANKS).ok()
     assert again.stdout.count("restored v") == RANKS, again.show()
@@ -62,7 +62,7 @@ def test_lost_node_is_rebuilt_from_partner_copies(tiers: Tiers, tmp_path: Path) 
     clean = Tiers(tmp_path / "clean", sim_nodes=2)
     clean.root.mkdir()
     run(PROGS / "loop.py", _loop(clean, tmp_path / "clean"), clean, RANKS).ok()
-    killed = run_and_kill(PROGS / "loop.py", _loop(tiers, tmp_path / "killed", "--sleep-ms", "50"), tiers, RANKS, "checkpoint v", 2)
+    killed = run_and_kill(PROGS / "loop.py", _loop(tiers, tmp_path / "killed", "--sleep-ms", "60"), tiers, RANKS, "checkpoint v", 2)
     assert killed.returncode != 0, killed.show()
     node1 = tiers.local / "node1"
     assert node1.is_dir(), sorted(p.name for p in tiers.local.iterdir())
