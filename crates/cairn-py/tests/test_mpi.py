@@ -91,3 +91,8 @@ def test_checkpointer_over_a_split_communicator(tiers: Tiers) -> None:
 def test_mpi_finalized_before_close_is_an_error_not_an_abort(tiers: Tiers) -> None:
     out = run(PROGS / "mpi_cases.py", ["finalized"], tiers, RANKS).ok()
     assert out.stdout.count("finalized: ok") == RANKS, out.show()
+
+
+def test_cairn_never_initialises_mpi_itself(tiers: Tiers) -> None:
+    out = run(PROGS / "mpi_cases.py", ["uninitialised"], tiers, 1).ok()
+    assert "uninitialised: ok" in out.stdout, out.show()

@@ -66,6 +66,11 @@ def _comm_handle(comm: Any) -> int:
         ) from e
     if not isinstance(comm, MPI.Comm):
         raise TypeError(f"comm must be an mpi4py communicator or None, not {type(comm).__name__}")
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        raise StateError(
+            "MPI is not initialised (mpi4py.rc.initialize = False?) or already finalized: "
+            "cairn never initialises MPI itself; call MPI.Init() first"
+        )
     if comm == MPI.COMM_NULL:
         raise InvalidArgumentError("comm is MPI.COMM_NULL")
     if comm.Is_inter():

@@ -6,12 +6,19 @@
                    change, restart; prints "split: rank <r> ok <size>"
   finalized        MPI finalized before the checkpointer is closed: close() is an error,
                    dropping it is not, and the process ends normally ("finalized: ok")
+  uninitialised    mpi4py told not to initialise MPI: a Checkpointer over a communicator
+                   is a StateError, not an MPI_Init behind mpi4py's back
 """
 
 import sys
 
-import numpy as np
-from mpi4py import MPI
+import mpi4py
+
+if sys.argv[1:] == ["uninitialised"]:
+    mpi4py.rc.initialize = False
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
 import cairn
 
@@ -25,7 +32,7 @@ def say(line: str) -> None:
 
 def main(case: str) -> int:
     comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
+    rank = comm.Get_rank() if MPI.Is_initialized() else 0
     if case == "mismatch-write":
         with cairn.Checkpointer("mm", comm) as ck:
             ck.protect(1, np.full(100 + rank, rank, dtype=np.float64))
@@ -59,6 +66,13 @@ def main(case: str) -> int:
         ck2 = cairn.Checkpointer  # the module still works for solo use
         assert ck2 is not None
         say("finalized: ok")
+    elif case == "uninitialised":
+        try:
+            cairn.Checkpointer("uninit", comm)
+        except cairn.StateError as e:
+            assert "MPI is not initialised" in str(e), e
+            assert not MPI.Is_initialized()
+            say("uninitialised: ok")
     else:
         print(f"unknown case {case}", file=sys.stderr)
         return 2
