@@ -70,3 +70,16 @@ def test_check_name() -> None:
     for bad in ["", ".hidden", "a/b", "x" * 129, "sp ace"]:
         with pytest.raises(cairn.InvalidArgumentError):
             _cairn.check_name(bad)
+
+
+def test_scalars_and_memoryviews_are_regions(tiers: Tiers) -> None:
+    with cairn.Checkpointer("scalar", config=tiers.config()) as ck:
+        a = ck.protect(1, np.array(3.5, dtype=np.float32))  # 0-d, like a PyTorch step count
+        m = ck.protect(2, memoryview(bytearray(16)).cast("d"))
+        m[1] = 2.25
+        assert ck.regions() == {1: ("float", 1), 2: ("double", 2)}
+        ck.checkpoint(1)
+        a[()] = 0
+        m[1] = 0
+        ck.restart(1)
+        assert a[()] == 3.5 and m[1] == 2.25
