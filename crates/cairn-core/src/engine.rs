@@ -43,7 +43,7 @@ use crate::part::{self, Codec, Codecs, Hashes, PartMeta, Reduction, RegionMut, R
 use crate::policy::{Covers, Policy};
 use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
-use cairn_format::{check_name, CkptState, Manifest, MANIFEST_FORMAT};
+use cairn_format::{CkptState, Manifest, MANIFEST_FORMAT};
 use cairn_redundancy::{Plan, Scheme, Settings};
 use cairn_tier::{DirTier, MemTier, Scope, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -225,6 +225,13 @@ pub struct Engine {
     max_ckpt: f64,
     /// Set once `should_exit` said yes; it never turns false again.
     exiting: bool,
+}
+
+/// A checkpoint name the application gave: a bad one is an invalid argument (the same check
+/// on a name read from storage means damage, which is what `FormatError` converts to).
+fn check_name(name: &str) -> Result<()> {
+    cairn_format::check_name(name)
+        .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))
 }
 
 fn unix_ms() -> u64 {
@@ -1158,9 +1165,7 @@ impl Engine {
 
     /// Collective: this rank's candidates, once every rank could list its own.
     fn agreed_candidates(&self, name: &str) -> Result<Found> {
-        let res = check_name(name)
-            .map_err(Error::from)
-            .and_then(|()| self.candidates(name));
+        let res = check_name(name).and_then(|()| self.candidates(name));
         agree(&*self.comm, res, "look for checkpoints")
     }
 
@@ -1574,8 +1579,30 @@ pub(crate) fn agree<T>(comm: &dyn Comm, res: Result<T>, what: &str) -> Result<T>
 
 #[cfg(test)]
 mod tests {
-    use super::window;
+    use super::{window, Engine};
+    use crate::{Config, ErrorKind};
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_bad_checkpoint_name_is_an_invalid_argument() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            local: Some(dir.path().join("local")),
+            global: dir.path().join("global"),
+            finalize_flush: false,
+            ..Config::default()
+        };
+        let mut e = Engine::new(Box::new(cairn_comm::Solo), cfg).unwrap();
+        for name in ["../up", "a/b", "", ".hidden", "node3"] {
+            let err = e.checkpoint(name, 1, &[]).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidArgument, "{name:?}: {err}");
+            assert!(err.to_string().contains("checkpoint name"), "{err}");
+            let err = e.restart_test(name).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidArgument, "{name:?}: {err}");
+        }
+        e.checkpoint("fine-name_1.0", 1, &[]).unwrap();
+        assert_eq!(e.restart_test("fine-name_1.0").unwrap(), Some(1));
+    }
 
     #[test]
     fn window_keeps_the_newest() {
