@@ -43,7 +43,7 @@ use crate::part::{self, Codec, Codecs, Hashes, PartMeta, Reduction, RegionMut, R
 use crate::policy::{Covers, Policy};
 use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
-use cairn_format::{CkptState, Manifest, MANIFEST_FORMAT};
+use cairn_format::{CkptState, Dtype, Manifest, MANIFEST_FORMAT};
 use cairn_redundancy::{Plan, Scheme, Settings};
 use cairn_tier::{DirTier, MemTier, Scope, Tier};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -128,6 +128,45 @@ struct Restored {
     hashes: Option<Hashes>,
     /// Parts read: 1 for a full checkpoint.
     chain: usize,
+    /// The buffers [`Engine::restart_sized`] was given, filled.
+    extra: Vec<OwnedRegion>,
+}
+
+/// The shape of a stored region: what a buffer for it must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub id: i32,
+    pub dtype: Dtype,
+    /// Elements of `dtype`.
+    pub count: u64,
+}
+
+impl Shape {
+    /// Bytes of the region.
+    pub fn bytes(&self) -> u64 {
+        self.count * self.dtype.size() as u64
+    }
+}
+
+/// What [`Engine::restart_sized`] asks for buffers: given the version being read and the
+/// shapes of the regions that need one.
+pub type SizedFn<'a> = dyn FnMut(i64, &[Shape]) -> Result<Vec<OwnedRegion>> + 'a;
+
+/// A buffer the caller of [`Engine::restart_sized`] owns, for one stored region: a `Vec<u8>`,
+/// or a writable mapping of the file the region becomes.
+pub struct OwnedRegion {
+    pub id: i32,
+    pub dtype: Dtype,
+    pub buf: Box<dyn AsMut<[u8]> + Send>,
+}
+
+impl std::fmt::Debug for OwnedRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRegion")
+            .field("id", &self.id)
+            .field("dtype", &self.dtype)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Versions a rank can restore, each with the tiers holding its part (fastest first).
@@ -1190,6 +1229,53 @@ impl Engine {
         }
     }
 
+    /// Collective: the newest version of `name` below `below` every rank can restore, or
+    /// `None` (the file API's fallback past a version the application found invalid).
+    pub fn restart_test_below(&mut self, name: &str, below: i64) -> Result<Option<i64>> {
+        self.rebuild_missing(name)?;
+        let (cands, _, _) = self.agreed_candidates(name)?;
+        self.agree_newest(&cands, below.saturating_sub(1))
+    }
+
+    /// Collective: true on every rank when `ok` is true on every rank.
+    pub fn all_agree(&self, ok: bool) -> Result<bool> {
+        Ok(self.comm.all_agree(ok)?)
+    }
+
+    /// Collective: `res` where every rank succeeded; an error on every rank otherwise (a
+    /// rank whose own step succeeded reports that another failed at `what`).
+    pub fn agreed<T>(&self, res: Result<T>, what: &str) -> Result<T> {
+        agree(&*self.comm, res, what)
+    }
+
+    /// Where this rank stages the files of the file API: beside the node-local tier's data
+    /// (`<local>/node<k>/.files/rank<r>`), in `/dev/shm` beside the shared-memory store with
+    /// the `mem` tier, or in the temporary directory without a node-local tier.
+    pub fn files_dir(&self) -> std::path::PathBuf {
+        let rank = format!("rank{}", self.topo.rank);
+        match self.cfg.node_local() {
+            NodeLocal::Dir(local) => local
+                .join(format!("node{}", self.topo.node))
+                .join(".files")
+                .join(rank),
+            NodeLocal::Mem => {
+                let store =
+                    memstore::store_config(&self.cfg, memstore::owner(&self.cfg, &self.topo));
+                std::path::Path::new("/dev/shm")
+                    .join(format!("{}.files", store.name.trim_start_matches('/')))
+                    .join(rank)
+            }
+            NodeLocal::None => std::env::temp_dir()
+                .join(format!(
+                    "cairn-{}-{}.files",
+                    // SAFETY: getuid cannot fail.
+                    unsafe { libc::getuid() },
+                    memstore::job_name()
+                ))
+                .join(rank),
+        }
+    }
+
     /// Collective: the newest version of `name` every rank can restore, from any tier, or
     /// `None`. A checkpoint written by a different number of ranks is an error when nothing
     /// else can be restored.
@@ -1227,6 +1313,33 @@ impl Engine {
         version: i64,
         regions: &mut [RegionMut<'_>],
     ) -> Result<i64> {
+        self.restart_inner(name, version, regions, None)
+            .map(|(v, _)| v)
+    }
+
+    /// Collective: [`Engine::restart`] of a checkpoint that also holds regions whose sizes
+    /// only the checkpoint knows (the files of the file API). `regions` must match the
+    /// checkpoint's regions with those ids exactly, as in `restart`; for every other stored
+    /// region `sized` is asked for a buffer, given the version being read and those regions'
+    /// shapes (this rank's), and may be asked again for an older version if the first turns
+    /// out to be damaged. Returns the version restored and the buffers, filled.
+    pub fn restart_sized(
+        &mut self,
+        name: &str,
+        version: i64,
+        regions: &mut [RegionMut<'_>],
+        sized: &mut SizedFn<'_>,
+    ) -> Result<(i64, Vec<OwnedRegion>)> {
+        self.restart_inner(name, version, regions, Some(sized))
+    }
+
+    fn restart_inner(
+        &mut self,
+        name: &str,
+        version: i64,
+        regions: &mut [RegionMut<'_>],
+        mut sized: Option<&mut SizedFn<'_>>,
+    ) -> Result<(i64, Vec<OwnedRegion>)> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
         // Background flushes and deletions must not race with the clean-up of newer versions
@@ -1245,7 +1358,7 @@ impl Engine {
         let mut repaired = BTreeSet::new();
         let restored = loop {
             let tiers = cands.get(&v).cloned().unwrap_or_default();
-            let res = self.restore_from(name, v, &tiers, regions);
+            let res = self.restore_from(name, v, &tiers, regions, sized.as_deref_mut());
             let mismatch = matches!(&res, Err(e) if e.kind == ErrorKind::Mismatch);
             let mut flags = [res.is_ok() as i64, -(mismatch as i64)];
             self.comm.allreduce_i64(&mut flags, Op::Min)?;
@@ -1380,7 +1493,7 @@ impl Engine {
         if rank == 0 {
             info!("cairn: restored {name} v{v}");
         }
-        Ok(v)
+        Ok((v, restored.extra))
     }
 
     /// Restore `regions` from `name` v`v` on the first of `tiers` that holds it intact (with
@@ -1391,6 +1504,7 @@ impl Engine {
         v: i64,
         tiers: &[Arc<dyn Tier>],
         regions: &mut [RegionMut<'_>],
+        mut sized: Option<&mut SizedFn<'_>>,
     ) -> Result<Restored> {
         let rank = self.topo.rank;
         let key = rank_key(name, v, rank);
@@ -1404,17 +1518,48 @@ impl Engine {
                 tier.label(),
                 tier.location()
             );
-            let attempt = (|| -> Result<Restored> {
+            let mut attempt = || -> Result<Restored> {
                 let chain = part::open_chain(&**tier, name, v, rank, Some(self.topo.size))?;
-                part::check_fits(&chain[0].index, regions)?;
-                part::restore(&chain, regions)?;
+                let mut extra = Vec::new();
+                if let Some(sized) = sized.as_deref_mut() {
+                    let shapes: Vec<Shape> = chain[0]
+                        .index
+                        .regions
+                        .iter()
+                        .filter(|e| !regions.iter().any(|r| r.id == e.id))
+                        .map(|e| Shape {
+                            id: e.id,
+                            dtype: e.dtype,
+                            count: e.count,
+                        })
+                        .collect();
+                    extra = sized(v, &shapes)?;
+                }
+                let mut all: Vec<RegionMut<'_>> = regions
+                    .iter_mut()
+                    .map(|r| RegionMut {
+                        id: r.id,
+                        dtype: r.dtype,
+                        bytes: &mut *r.bytes,
+                    })
+                    .chain(extra.iter_mut().map(|o| RegionMut {
+                        id: o.id,
+                        dtype: o.dtype,
+                        bytes: o.buf.as_mut().as_mut(),
+                    }))
+                    .collect();
+                part::check_fits(&chain[0].index, &all)?;
+                part::restore(&chain, &mut all)?;
+                drop(all);
                 let on_first = Arc::ptr_eq(tier, &self.first);
                 let hashes = Hashes::from_index(&chain[0].index).filter(|_| on_first);
                 Ok(Restored {
                     hashes,
                     chain: chain.len(),
+                    extra,
                 })
-            })();
+            };
+            let attempt = attempt();
             match attempt {
                 Ok(r) => return Ok(r),
                 Err(e) if e.kind == ErrorKind::Mismatch => {

@@ -31,6 +31,7 @@ pub mod catalog;
 pub mod config;
 mod engine;
 mod error;
+pub mod files;
 pub mod flush;
 pub mod inventory;
 pub mod memstore;
@@ -42,6 +43,7 @@ pub mod stage;
 
 pub use cairn_format::{CkptState, Dtype};
 pub use config::{Config, MemConfig, NodeLocal};
-pub use engine::{Engine, Stats};
+pub use engine::{Engine, OwnedRegion, Shape, SizedFn, Stats};
+pub use files::Files;
 pub use error::{Error, ErrorKind, Result};
 pub use part::{Element, RegionMut, RegionRef};

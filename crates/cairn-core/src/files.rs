@@ -1,0 +1,698 @@
+//! The file API (SCR style): checkpoints made of files the application writes itself.
+//!
+//! An application that writes its own checkpoint files (HDF5, netCDF, its own format) asks
+//! Cairn where to write each one, writes it there with ordinary I/O, and says when the set is
+//! complete. The files then become the rank's part of a checkpoint, one region per file plus
+//! one region describing them, so they get the tiers, redundancy, compression, incremental
+//! blocks, flush and restart selection of protected memory. Protected memory regions may be
+//! stored in the same checkpoint (VeloC does that).
+//!
+//! ```text
+//!          start_output                    complete_output(valid)
+//!   IDLE -----------------> OUTPUT ------------------------------> IDLE
+//!     |                    route_file: a path in the staging directory; the ranks agree
+//!     |                    on `valid`, then the files are stored (checkpoint) and/or copied
+//!     |                    to their own paths (output), and the staging directory removed
+//!     |
+//!     |   start_restart                     complete_restart(valid)
+//!     +-----------------> RESTART ---------------------------------> IDLE
+//!                         route_file: the restored file; if any rank says invalid, every
+//!                         rank passes over that version, and the next start_restart
+//!                         restores the newest one older than it
+//! ```
+//!
+//! [`Files`] performs every transition; each collective one is collective over the engine's
+//! communicator and leaves every rank in the same state. In IDLE `route_file` returns the
+//! name unchanged, as SCR does.
+//!
+//! Names given by the application are keys, never trusted as storage paths: a file is staged
+//! and restored as `f<index>-<base name>` in a private directory, and the names read back
+//! from a checkpoint are only compared with the names the application asks for.
+
+use crate::engine::{Engine, OwnedRegion, Shape};
+use crate::error::{Error, ErrorKind, Result};
+use crate::part::{RegionMut, RegionRef};
+use cairn_format::Dtype;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The dataset is a checkpoint: restart may use it.
+pub const FLAG_CHECKPOINT: u32 = 1;
+/// The dataset is output: its files are copied to the paths the application named and kept.
+pub const FLAG_OUTPUT: u32 = 2;
+
+/// Region id of the description of a checkpoint's files.
+pub const META_REGION: i32 = -1;
+/// Region id of the `i`-th file of a checkpoint; ids below 0 belong to the file API.
+pub fn file_region(i: usize) -> i32 {
+    -2 - i as i32
+}
+
+/// Most files one rank may route into one dataset.
+pub const MAX_FILES: usize = 1 << 20;
+
+/// The description of a checkpoint's files, stored as region [`META_REGION`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Meta {
+    /// Format of this record.
+    format: u32,
+    /// The application's name for the dataset (SCR's dataset name), if it gave one.
+    label: Option<String>,
+    flags: u32,
+    files: Vec<MetaFile>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct MetaFile {
+    /// The name the application routed, as it gave it.
+    name: String,
+    region: i32,
+    bytes: u64,
+    mode: u32,
+}
+
+const META_FORMAT: u32 = 1;
+
+/// What a dataset being written is.
+#[derive(Debug)]
+struct Output {
+    name: String,
+    version: i64,
+    flags: u32,
+    label: Option<String>,
+    dir: PathBuf,
+    /// Routed names, in routing order, with their staged paths.
+    routed: Vec<(String, PathBuf)>,
+}
+
+/// A checkpoint being restarted from.
+#[derive(Debug)]
+struct Restart {
+    name: String,
+    version: i64,
+    dir: PathBuf,
+    files: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug)]
+enum State {
+    Idle,
+    Output(Output),
+    Restart(Restart),
+}
+
+/// What [`Files::start_restart`] restored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub version: i64,
+    /// The dataset name given to `start_output`, if any.
+    pub label: Option<String>,
+    /// The names of the restored files, as the application routed them.
+    pub files: Vec<String>,
+}
+
+/// The file API of one rank: its state and its staging directory. See the module docs.
+#[derive(Debug)]
+pub struct Files {
+    root: PathBuf,
+    state: State,
+    /// Versions (per checkpoint name) some rank found invalid at `complete_restart`: never
+    /// restarted from again in this run.
+    passed_over: BTreeMap<String, BTreeSet<i64>>,
+}
+
+impl Files {
+    /// The file API over `engine`, staging under [`Engine::files_dir`].
+    pub fn new(engine: &Engine) -> Files {
+        Files {
+            root: engine.files_dir(),
+            state: State::Idle,
+            passed_over: BTreeMap::new(),
+        }
+    }
+
+    /// The directory this rank stages files in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Collective: begin dataset `version` of `name` (flags: [`FLAG_CHECKPOINT`] and/or
+    /// [`FLAG_OUTPUT`]), optionally with the application's own name for it.
+    pub fn start_output(
+        &mut self,
+        engine: &mut Engine,
+        name: &str,
+        version: i64,
+        flags: u32,
+        label: Option<&str>,
+    ) -> Result<()> {
+        let res = (|| {
+            self.idle("start_output")?;
+            cairn_format::check_name(name).map_err(|e| Error::invalid(e.to_string()))?;
+            if flags & (FLAG_CHECKPOINT | FLAG_OUTPUT) == 0
+                || flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0
+            {
+                return Err(Error::invalid(format!(
+                    "start_output flags {flags:#x}: give checkpoint (1), output (2) or both"
+                )));
+            }
+            if version < 0 {
+                return Err(Error::invalid(format!("version {version} is negative")));
+            }
+            let dir = self.root.join(format!("out-{name}-v{version}"));
+            fresh_dir(&dir)?;
+            Ok(dir)
+        })();
+        let dir = engine.agreed(res, "start the output")?;
+        self.state = State::Output(Output {
+            name: name.to_string(),
+            version,
+            flags,
+            label: label.map(str::to_string),
+            dir,
+            routed: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Where this rank must write `file` (during an output) or read it (during a restart);
+    /// `file` itself outside both. Local: no other rank takes part.
+    pub fn route_file(&mut self, file: &str) -> Result<PathBuf> {
+        if file.is_empty() || file.contains('\0') {
+            return Err(Error::invalid(format!(
+                "route_file: {file:?} is not a file name"
+            )));
+        }
+        match &mut self.state {
+            State::Idle => Ok(PathBuf::from(file)),
+            State::Output(o) => {
+                if let Some((_, p)) = o.routed.iter().find(|(n, _)| n == file) {
+                    return Ok(p.clone());
+                }
+                if o.routed.len() >= MAX_FILES {
+                    return Err(Error::invalid(format!(
+                        "route_file: more than {MAX_FILES} files in one dataset"
+                    )));
+                }
+                let p = o.dir.join(staged_name(o.routed.len(), file));
+                o.routed.push((file.to_string(), p.clone()));
+                Ok(p)
+            }
+            State::Restart(r) => r.files.get(file).cloned().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "route_file: {file:?} is not a file of checkpoint {} v{} (it has {})",
+                        r.name,
+                        r.version,
+                        list(r.files.keys())
+                    ),
+                )
+            }),
+        }
+    }
+
+    /// Collective: end the output begun by `start_output`. Every rank says whether its files
+    /// are `valid`; a rank whose routed file does not exist counts as invalid. When all are
+    /// valid, a checkpoint is stored (with `memory`, the protected regions to keep with the
+    /// files, if any) and an output's files are copied to their own paths; otherwise nothing
+    /// is kept. Returns whether the dataset was kept.
+    pub fn complete_output(
+        &mut self,
+        engine: &mut Engine,
+        valid: bool,
+        memory: &[RegionRef<'_>],
+    ) -> Result<bool> {
+        let State::Output(o) = std::mem::replace(&mut self.state, State::Idle) else {
+            // Every rank is in the same state, so every rank fails here alike.
+            return Err(state_error("complete_output", "no output was started"));
+        };
+        let res = (|| -> Result<bool> {
+            let missing: Vec<&str> = o
+                .routed
+                .iter()
+                .filter(|(_, p)| !p.is_file())
+                .map(|(n, _)| n.as_str())
+                .collect();
+            if valid && !missing.is_empty() {
+                tracing::warn!(
+                    "cairn: rank {}: {} v{}: routed but not written: {}; the dataset is invalid",
+                    engine.rank(),
+                    o.name,
+                    o.version,
+                    missing.join(", ")
+                );
+            }
+            if let Some(r) = memory.iter().find(|r| r.id < 0) {
+                return Err(Error::invalid(format!(
+                    "region {} is protected with a negative id, which the file API reserves",
+                    r.id
+                )));
+            }
+            Ok(valid && missing.is_empty())
+        })();
+        let kept = match engine.agreed(res, "complete the output") {
+            Ok(mine) => engine.all_agree(mine)?,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&o.dir);
+                return Err(e);
+            }
+        };
+        let outcome = if kept {
+            store(engine, &o, memory)
+        } else {
+            Ok(())
+        };
+        let _ = std::fs::remove_dir_all(&o.dir);
+        outcome.map(|()| kept)
+    }
+
+    /// Collective: the newest version of checkpoint `name` every rank can restore and no rank
+    /// has found invalid in this run, or `None`.
+    pub fn have_restart(&mut self, engine: &mut Engine, name: &str) -> Result<Option<i64>> {
+        let below = self.below(name);
+        engine.restart_test_below(name, below)
+    }
+
+    /// Collective: restore the newest version of checkpoint `name` that [`Files::have_restart`]
+    /// offers: its files into this rank's restart directory, and `memory` if it holds
+    /// protected regions too. A damaged version falls back to an older one, as
+    /// [`Engine::restart`] does. `Ok(None)` when there is nothing to restart from.
+    pub fn start_restart(
+        &mut self,
+        engine: &mut Engine,
+        name: &str,
+        memory: &mut [RegionMut<'_>],
+    ) -> Result<Option<Restored>> {
+        engine.agreed(self.idle("start_restart"), "start the restart")?;
+        let Some(v) = self.have_restart(engine, name)? else {
+            return Ok(None);
+        };
+        let root = self.root.clone();
+        let mut dir = PathBuf::new();
+        let mut sized = |version: i64, shapes: &[Shape]| -> Result<Vec<OwnedRegion>> {
+            dir = root.join(format!("restart-{name}-v{version}"));
+            fresh_dir(&dir)?;
+            shapes.iter().map(|s| buffer(&dir, s)).collect()
+        };
+        let (version, bufs) = engine.restart_sized(name, v, memory, &mut sized)?;
+        let res = restored_files(&dir, name, version, bufs);
+        let (meta, files) = match engine.agreed(res, "read the restored files") {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let names = meta.files.iter().map(|f| f.name.clone()).collect();
+        self.state = State::Restart(Restart {
+            name: name.to_string(),
+            version,
+            dir,
+            files,
+        });
+        Ok(Some(Restored {
+            version,
+            label: meta.label,
+            files: names,
+        }))
+    }
+
+    /// Collective: end the restart begun by `start_restart`. If any rank says its files are
+    /// not `valid`, every rank passes over that version: the next `have_restart` /
+    /// `start_restart` offers the newest one older than it. Returns whether all were valid.
+    pub fn complete_restart(&mut self, engine: &mut Engine, valid: bool) -> Result<bool> {
+        let State::Restart(r) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Err(state_error("complete_restart", "no restart was started"));
+        };
+        let _ = std::fs::remove_dir_all(&r.dir);
+        let all = engine.all_agree(valid)?;
+        if !all {
+            if engine.rank() == 0 {
+                tracing::warn!(
+                    "cairn: checkpoint {} v{} was found invalid by the application; \
+                     passing over it",
+                    r.name,
+                    r.version
+                );
+            }
+            self.passed_over
+                .entry(r.name)
+                .or_default()
+                .insert(r.version);
+        }
+        Ok(all)
+    }
+
+    /// Never restart from `version` of `name` in this run (SCR_Drop); the data stays.
+    pub fn drop_version(&mut self, name: &str, version: i64) {
+        self.passed_over
+            .entry(name.to_string())
+            .or_default()
+            .insert(version);
+    }
+
+    fn below(&self, name: &str) -> i64 {
+        self.passed_over
+            .get(name)
+            .and_then(|s| s.first().copied())
+            .unwrap_or(i64::MAX)
+    }
+
+    fn idle(&self, what: &str) -> Result<()> {
+        match &self.state {
+            State::Idle => Ok(()),
+            State::Output(o) => Err(state_error(
+                what,
+                &format!("output {} v{} is not complete", o.name, o.version),
+            )),
+            State::Restart(r) => Err(state_error(
+                what,
+                &format!("the restart from {} v{} is not complete", r.name, r.version),
+            )),
+        }
+    }
+}
+
+fn state_error(what: &str, why: &str) -> Error {
+    Error::new(ErrorKind::State, format!("{what}: {why}"))
+}
+
+fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<&str> = names.map(String::as_str).collect();
+    if v.is_empty() {
+        "no files".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// `f<index>-<base name>`, the base name reduced to safe characters.
+fn staged_name(i: usize, file: &str) -> String {
+    let base = file.rsplit('/').next().unwrap_or("");
+    let safe: String = base
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("f{i}-{safe}")
+}
+
+/// An empty private directory at `dir` (whatever was there removed).
+fn fresh_dir(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e, "remove", dir)),
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| io(e, "create", dir))
+}
+
+fn io(e: std::io::Error, what: &str, path: &Path) -> Error {
+    Error::new(ErrorKind::Io, format!("{what} {}: {e}", path.display()))
+}
+
+/// Store a complete dataset: the checkpoint, then the output copies.
+fn store(engine: &mut Engine, o: &Output, memory: &[RegionRef<'_>]) -> Result<()> {
+    let res = (|| {
+        let mut maps = Vec::with_capacity(o.routed.len());
+        let mut meta = Meta {
+            format: META_FORMAT,
+            label: o.label.clone(),
+            flags: o.flags,
+            files: Vec::with_capacity(o.routed.len()),
+        };
+        for (i, (name, path)) in o.routed.iter().enumerate() {
+            let m = Mapped::read(path)?;
+            meta.files.push(MetaFile {
+                name: name.clone(),
+                region: file_region(i),
+                bytes: m.len as u64,
+                mode: m.mode,
+            });
+            maps.push(m);
+        }
+        let meta = serde_json::to_vec(&meta).expect("a plain record serialises");
+        Ok((maps, meta))
+    })();
+    let (maps, meta) = engine.agreed(res, "read the routed files")?;
+    if o.flags & FLAG_CHECKPOINT != 0 {
+        let mut regions: Vec<RegionRef<'_>> = memory.to_vec();
+        regions.push(RegionRef {
+            id: META_REGION,
+            dtype: Dtype::Byte,
+            bytes: &meta,
+        });
+        for (i, m) in maps.iter().enumerate() {
+            regions.push(RegionRef {
+                id: file_region(i),
+                dtype: Dtype::Byte,
+                bytes: m.bytes(),
+            });
+        }
+        engine.checkpoint(&o.name, o.version, &regions)?;
+    }
+    drop(maps);
+    if o.flags & FLAG_OUTPUT != 0 {
+        let res = o
+            .routed
+            .iter()
+            .try_for_each(|(name, staged)| copy_out(staged, Path::new(name)));
+        engine.agreed(res, "copy the output files to their paths")?;
+    }
+    Ok(())
+}
+
+/// Copy a staged output file to the path the application named: into a temporary beside it,
+/// synced, then renamed, so a reader never sees half a file.
+fn copy_out(staged: &Path, dest: &Path) -> Result<()> {
+    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| io(e, "create", parent))?;
+    }
+    let file = dest
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{} names no file", dest.display())))?;
+    let tmp = dest.with_file_name(format!(".{}.cairn-tmp", file.to_string_lossy()));
+    std::fs::copy(staged, &tmp).map_err(|e| io(e, "copy to", &tmp))?;
+    File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io(e, "sync", &tmp))?;
+    std::fs::rename(&tmp, dest).map_err(|e| io(e, "rename to", dest))
+}
+
+/// A buffer for one stored region: the description in memory, a file as a writable mapping
+/// of a new file of its size (so restored bytes go straight into the file).
+fn buffer(dir: &Path, s: &Shape) -> Result<OwnedRegion> {
+    if s.id >= 0 {
+        return Err(Error::new(
+            ErrorKind::Mismatch,
+            format!(
+                "region {} ({} x {}) is in the checkpoint but is not protected now",
+                s.id, s.count, s.dtype
+            ),
+        ));
+    }
+    let bytes = usize::try_from(s.bytes())
+        .map_err(|_| Error::new(ErrorKind::Corrupt, format!("region {} is too large", s.id)))?;
+    let buf: Box<dyn AsMut<[u8]> + Send> = if s.id == META_REGION {
+        if bytes > 64 << 20 {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("the description of the files is {bytes} bytes"),
+            ));
+        }
+        Box::new(vec![0u8; bytes])
+    } else {
+        Box::new(Mapped::create(
+            &dir.join(format!("region{}", -s.id)),
+            bytes,
+        )?)
+    };
+    Ok(OwnedRegion {
+        id: s.id,
+        dtype: s.dtype,
+        buf,
+    })
+}
+
+/// After a restore: read the description, check it against the regions, and give each file
+/// its staged name and mode. Returns the description and the routed names' paths.
+fn restored_files(
+    dir: &Path,
+    name: &str,
+    version: i64,
+    bufs: Vec<OwnedRegion>,
+) -> Result<(Meta, BTreeMap<String, PathBuf>)> {
+    let damaged = |why: String| {
+        Error::new(
+            ErrorKind::Corrupt,
+            format!("checkpoint {name} v{version}: {why}"),
+        )
+    };
+    let mut meta = None;
+    let mut sizes = BTreeMap::new();
+    for mut b in bufs {
+        if b.id == META_REGION {
+            meta = Some(
+                serde_json::from_slice::<Meta>(b.buf.as_mut().as_mut())
+                    .map_err(|e| damaged(format!("the description of its files: {e}")))?,
+            );
+        } else {
+            sizes.insert(b.id, b.buf.as_mut().as_mut().len() as u64);
+        }
+        // Dropping the buffer unmaps the file, whose bytes are in the page cache.
+    }
+    let meta = meta.ok_or_else(|| damaged("it holds no files (no description region)".into()))?;
+    if meta.format != META_FORMAT {
+        return Err(damaged(format!(
+            "file description format {} (this build reads {META_FORMAT})",
+            meta.format
+        )));
+    }
+    let mut files = BTreeMap::new();
+    for (i, f) in meta.files.iter().enumerate() {
+        if f.region != file_region(i) || sizes.remove(&f.region) != Some(f.bytes) {
+            return Err(damaged(format!(
+                "file {:?} does not match its region {}",
+                f.name, f.region
+            )));
+        }
+        if f.name.is_empty() || f.name.contains('\0') || files.contains_key(&f.name) {
+            return Err(damaged(format!(
+                "file name {:?} is empty or repeated",
+                f.name
+            )));
+        }
+        let from = dir.join(format!("region{}", -f.region));
+        let to = dir.join(staged_name(i, &f.name));
+        std::fs::rename(&from, &to).map_err(|e| io(e, "rename to", &to))?;
+        // Only the owner's permission bits: the restored copy stays private to the user.
+        let mode = f.mode & 0o700;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode | 0o400))
+            .map_err(|e| io(e, "chmod", &to))?;
+        files.insert(f.name.clone(), to);
+    }
+    if let Some(id) = sizes.keys().next() {
+        return Err(damaged(format!(
+            "region {id} is no file of its description"
+        )));
+    }
+    Ok((meta, files))
+}
+
+/// A file mapped into memory: read-only to store it, writable to restore into it.
+struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+    mode: u32,
+    _file: File,
+}
+
+// SAFETY: the mapping is owned by this value alone and freed in Drop; nothing else refers to
+// the pointer, so moving it to another thread is sound.
+unsafe impl Send for Mapped {}
+
+impl Mapped {
+    fn read(path: &Path) -> Result<Mapped> {
+        let file = File::open(path).map_err(|e| io(e, "open", path))?;
+        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
+        let len = usize::try_from(md.len()).map_err(|_| Error::invalid("file too large"))?;
+        Mapped::map(
+            file,
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            md.permissions().mode(),
+            path,
+        )
+    }
+
+    fn create(path: &Path, len: usize) -> Result<Mapped> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io(e, "create", path))?;
+        file.set_len(len as u64).map_err(|e| io(e, "size", path))?;
+        Mapped::map(
+            file,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            0o600,
+            path,
+        )
+    }
+
+    fn map(
+        file: File,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        mode: u32,
+        path: &Path,
+    ) -> Result<Mapped> {
+        use std::os::fd::AsRawFd;
+        let ptr = if len == 0 {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: a fresh mapping of `len` bytes of an open file; the kernel picks the
+            // address, and the result is checked.
+            let p =
+                unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, file.as_raw_fd(), 0) };
+            if p == libc::MAP_FAILED {
+                return Err(io(std::io::Error::last_os_error(), "map", path));
+            }
+            p.cast::<u8>()
+        };
+        Ok(Mapped {
+            ptr,
+            len,
+            mode,
+            _file: file,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` maps `len` readable bytes for the life of self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl AsMut<[u8]> for Mapped {
+    fn as_mut(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: buffers for restoring are writable shared mappings of `len` bytes, owned
+        // by self and borrowed exclusively here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping made in `map`, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}

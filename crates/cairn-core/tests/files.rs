@@ -1,0 +1,256 @@
+//! The file API over the engine: 4 ranks (threads) on 2 simulated nodes write files of their
+//! own through `route_file`, under every redundancy scheme; a later job (new engines)
+//! restarts from them, also after a node's storage is deleted; an invalid rank makes every
+//! rank fall back together; output datasets land at their own paths. Incremental parts and
+//! LZ4 are on throughout.
+
+mod common;
+
+use cairn_core::files::{FLAG_CHECKPOINT, FLAG_OUTPUT};
+use cairn_core::{Config, Engine, ErrorKind, Files, RegionMut, RegionRef};
+use common::job;
+use std::path::{Path, PathBuf};
+
+const RANKS: usize = 4;
+
+fn config(root: &Path, scheme: &str) -> Config {
+    let mut cfg = Config {
+        local: Some(root.join("local")),
+        global: root.join("global"),
+        fsync_global: false,
+        sim_nodes: 2,
+        keep: 3,
+        block: 4096,
+        finalize_flush: false,
+        // Files change size from version to version: incremental parts and compression must
+        // cope with regions that grow, shrink and appear.
+        incremental: true,
+        ..Config::default()
+    };
+    cfg.compress = "lz4".to_string();
+    cfg.redundancy = scheme.to_string();
+    cfg.parity = if scheme == "rs" { 1 } else { 0 };
+    cfg
+}
+
+/// The bytes rank `rank` writes into file `k` of version `v`: sizes differ per rank, file
+/// and version (one file is empty on rank 3), so no two restored files could be confused.
+fn content(rank: usize, k: usize, v: i64) -> Vec<u8> {
+    let len = if rank == 3 && k == 1 {
+        0
+    } else {
+        1000 * (rank + 1) + 37 * k + 5000 * v as usize
+    };
+    (0..len)
+        .map(|i| (i as u64 * 31 + rank as u64 * 7 + k as u64 * 3 + v as u64) as u8)
+        .collect()
+}
+
+fn names(rank: usize) -> [String; 2] {
+    [format!("out/field.{rank}.h5"), "params.txt".to_string()]
+}
+
+/// One checkpoint of files (and a protected step counter) through the file API.
+fn write_version(files: &mut Files, e: &mut Engine, rank: usize, v: i64) {
+    files
+        .start_output(e, "sim", v, FLAG_CHECKPOINT, Some(&format!("ckpt.{v}")))
+        .unwrap();
+    for (k, n) in names(rank).iter().enumerate() {
+        let p = files.route_file(n).unwrap();
+        assert_eq!(
+            files.route_file(n).unwrap(),
+            p,
+            "routing twice gives one path"
+        );
+        assert!(p.starts_with(files.root()), "{}", p.display());
+        std::fs::write(&p, content(rank, k, v)).unwrap();
+    }
+    let step = [v * 10];
+    let kept = files
+        .complete_output(e, true, &[RegionRef::new(0, &step)])
+        .unwrap();
+    assert!(kept, "rank {rank} v{v}");
+}
+
+/// Restart through the file API and check every file and the step counter.
+fn read_back(files: &mut Files, e: &mut Engine, rank: usize, want: i64) {
+    let mut step = [0i64];
+    let got = files
+        .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
+        .unwrap()
+        .expect("a checkpoint to restart from");
+    assert_eq!(got.version, want, "rank {rank}");
+    assert_eq!(got.label.as_deref(), Some(format!("ckpt.{want}").as_str()));
+    assert_eq!(step[0], want * 10);
+    for (k, n) in names(rank).iter().enumerate() {
+        let p = files.route_file(n).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(
+            bytes == content(rank, k, want),
+            "rank {rank} file {n} of v{want}: {} bytes",
+            bytes.len()
+        );
+    }
+    let e2 = files.route_file("never-written.dat").unwrap_err();
+    assert_eq!(e2.kind, ErrorKind::NotFound, "{e2}");
+    assert!(e2.to_string().contains("params.txt"), "{e2}");
+    assert!(files.complete_restart(e, true).unwrap());
+}
+
+#[test]
+fn files_restart_bit_exactly_under_every_scheme_and_after_a_lost_node() {
+    for scheme in ["single", "partner", "xor", "rs"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), scheme);
+        job(RANKS, &cfg, |rank, e| {
+            let mut files = Files::new(e);
+            // Outside output and restart, a name routes to itself.
+            assert_eq!(files.route_file("a/b").unwrap(), PathBuf::from("a/b"));
+            for v in 1..=2 {
+                write_version(&mut files, e, rank, v);
+            }
+            // The staging directory is gone once the files are stored.
+            assert!(!files.root().join("out-sim-v2").exists());
+        });
+        job(RANKS, &cfg, |rank, e| {
+            let mut files = Files::new(e);
+            assert_eq!(files.have_restart(e, "sim").unwrap(), Some(2));
+            read_back(&mut files, e, rank, 2);
+        });
+        if scheme == "single" {
+            continue;
+        }
+        // Node 1 is lost: its storage (parts, copies, parity, staging) is deleted for real.
+        std::fs::remove_dir_all(dir.path().join("local/node1")).unwrap();
+        job(RANKS, &cfg, |rank, e| {
+            let mut files = Files::new(e);
+            read_back(&mut files, e, rank, 2);
+            // And the job goes on checkpointing files.
+            write_version(&mut files, e, rank, 3);
+        });
+        job(RANKS, &cfg, |rank, e| {
+            read_back(&mut Files::new(e), e, rank, 3);
+        });
+    }
+}
+
+#[test]
+fn an_invalid_rank_at_complete_restart_makes_every_rank_fall_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "partner");
+    job(RANKS, &cfg, |rank, e| {
+        let mut files = Files::new(e);
+        for v in 1..=3 {
+            write_version(&mut files, e, rank, v);
+        }
+    });
+    job(RANKS, &cfg, |rank, e| {
+        let mut files = Files::new(e);
+        let mut step = [0i64];
+        let got = files
+            .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.version, 3);
+        // Rank 2 finds its files of v3 unusable; every rank passes over v3 with it.
+        assert!(!files.complete_restart(e, rank != 2).unwrap());
+        assert_eq!(files.have_restart(e, "sim").unwrap(), Some(2));
+        let got = files
+            .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.version, 2);
+        assert!(!files.complete_restart(e, rank != 0).unwrap());
+        read_back(&mut files, e, rank, 1);
+        // Every version passed over: nothing is left to restart from.
+        files.drop_version("sim", 1);
+        assert_eq!(files.have_restart(e, "sim").unwrap(), None);
+        assert!(files
+            .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
+            .unwrap()
+            .is_none());
+    });
+}
+
+#[test]
+fn an_invalid_or_unwritten_output_is_not_kept_on_any_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "single");
+    job(RANKS, &cfg, |rank, e| {
+        let mut files = Files::new(e);
+        write_version(&mut files, e, rank, 1);
+        // Rank 1 reports failure.
+        files
+            .start_output(e, "sim", 2, FLAG_CHECKPOINT, None)
+            .unwrap();
+        let p = files.route_file("x").unwrap();
+        std::fs::write(&p, b"x").unwrap();
+        assert!(!files.complete_output(e, rank != 1, &[]).unwrap());
+        // Rank 3 routes a file and never writes it.
+        files
+            .start_output(e, "sim", 3, FLAG_CHECKPOINT, None)
+            .unwrap();
+        let p = files.route_file("y").unwrap();
+        if rank != 3 {
+            std::fs::write(&p, b"y").unwrap();
+        }
+        assert!(!files.complete_output(e, true, &[]).unwrap());
+        assert_eq!(files.have_restart(e, "sim").unwrap(), Some(1));
+        // State errors are the same on every rank and leave the API usable.
+        let err = files.complete_output(e, true, &[]).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::State, "{err}");
+        let err = files
+            .start_output(e, "../bad", 4, FLAG_CHECKPOINT, None)
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
+        let err = files.start_output(e, "sim", 4, 0, None).unwrap_err();
+        assert!(err.to_string().contains("flags"), "{err}");
+        // A protected region may not use the ids the file API reserves.
+        files
+            .start_output(e, "sim", 4, FLAG_CHECKPOINT, None)
+            .unwrap();
+        let err = files
+            .complete_output(e, true, &[RegionRef::new(-1, &[1u8])])
+            .unwrap_err();
+        assert!(err.to_string().contains("negative id"), "{err}");
+    });
+}
+
+#[test]
+fn output_datasets_are_copied_to_their_paths_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "partner");
+    let results = dir.path().join("results");
+    let res = results.clone();
+    job(RANKS, &cfg, move |rank, e| {
+        let mut files = Files::new(e);
+        let mine = res.join(format!("step5/rank{rank}.dat"));
+        // An output only: copied to its own path, not a checkpoint.
+        files.start_output(e, "viz", 5, FLAG_OUTPUT, None).unwrap();
+        let p = files.route_file(mine.to_str().unwrap()).unwrap();
+        assert_ne!(p, mine);
+        std::fs::write(&p, content(rank, 0, 5)).unwrap();
+        assert!(files.complete_output(e, true, &[]).unwrap());
+        assert_eq!(std::fs::read(&mine).unwrap(), content(rank, 0, 5));
+        assert_eq!(files.have_restart(e, "viz").unwrap(), None);
+        // Both: a checkpoint, and its files at their paths.
+        let both = res.join(format!("step6/rank{rank}.dat"));
+        files
+            .start_output(e, "viz", 6, FLAG_CHECKPOINT | FLAG_OUTPUT, None)
+            .unwrap();
+        let p = files.route_file(both.to_str().unwrap()).unwrap();
+        std::fs::write(&p, content(rank, 0, 6)).unwrap();
+        assert!(files.complete_output(e, true, &[]).unwrap());
+        assert_eq!(std::fs::read(&both).unwrap(), content(rank, 0, 6));
+        assert_eq!(files.have_restart(e, "viz").unwrap(), Some(6));
+    });
+    // No temporaries are left beside the outputs.
+    for d in ["step5", "step6"] {
+        let left: Vec<_> = std::fs::read_dir(results.join(d))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.starts_with("rank"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}
