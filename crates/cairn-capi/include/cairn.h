@@ -73,6 +73,23 @@
 #define CAIRN_ERR_PANIC -10
 
 /**
+ * `cairn_start_output` flag: the dataset is a checkpoint that a restart may use.
+ */
+#define CAIRN_FLAG_CHECKPOINT 1
+
+/**
+ * `cairn_start_output` flag: the dataset is output: its files are copied to the paths the
+ * application routed and kept there.
+ */
+#define CAIRN_FLAG_OUTPUT 2
+
+/**
+ * `cairn_start_output` / `cairn_start_restart` flag: the protected regions are stored with
+ * the files (and restored with them).
+ */
+#define CAIRN_FLAG_REGIONS 4
+
+/**
  * Element type of a protected region: one of the `CAIRN_BYTE` ... `CAIRN_UINT64` values.
  */
 typedef int cairn_dtype;
@@ -271,6 +288,92 @@ const char *cairn_strerror(int code);
  * the next failing Cairn call on this thread.
  */
 const char *cairn_last_error(void);
+
+/**
+ * Begin dataset `version` of `name`: files routed until `cairn_complete_output` belong to
+ * it. `flags`: `CAIRN_FLAG_CHECKPOINT` and/or `CAIRN_FLAG_OUTPUT`, plus `CAIRN_FLAG_REGIONS`
+ * to store the protected regions with the files. `label` (may be NULL) is the application's
+ * own name for the dataset, given back by `cairn_restart_label`. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `label` NULL or a NUL-terminated string.
+ */
+int cairn_start_output(const char *name, int64_t version, int flags, const char *label);
+
+/**
+ * Put into `path` (a buffer of `len` bytes) where this rank must write `file` during an
+ * output, or read it during a restart; outside both, `file` itself. An output's files are
+ * staged privately under the node-local tier; a restart's are restored there. Fails with
+ * `CAIRN_ERR_NOT_FOUND` during a restart for a file the checkpoint does not hold, and with
+ * `CAIRN_ERR_INVALID` if `path` is too small (the message says how large it must be; 4096
+ * bytes is always enough for a name that fits PATH_MAX). Local: no other rank takes part.
+ *
+ * # Safety
+ * `file` must be a NUL-terminated string; `path` valid for `len` bytes of writes.
+ */
+int cairn_route_file(const char *file, char *path, uintptr_t len);
+
+/**
+ * End the output begun by `cairn_start_output`. `valid` is this rank's verdict on its files;
+ * a routed file that was never written counts as invalid. When every rank's files are valid
+ * the dataset is stored (checkpoint) and/or copied to its paths (output) and `*kept` is set
+ * to 1; otherwise nothing is kept and `*kept` is 0. `kept` may be NULL. Collective.
+ *
+ * # Safety
+ * `kept` must be NULL or a valid pointer.
+ */
+int cairn_complete_output(int valid, int *kept);
+
+/**
+ * Set `*version` to the newest version of checkpoint `name` that every rank can restore
+ * and no rank has found invalid in this run (`cairn_complete_restart`), or -1. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `version` a valid pointer.
+ */
+int cairn_have_restart(const char *name, int64_t *version);
+
+/**
+ * Restore the checkpoint of `name` that `cairn_have_restart` offers: its files (found with
+ * `cairn_route_file` until `cairn_complete_restart`), and with `CAIRN_FLAG_REGIONS` in
+ * `flags` the protected regions too. A damaged version falls back to an older one. Sets
+ * `*version` to the version restored, or -1 when there is none (then nothing changes).
+ * `version` may be NULL. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `version` NULL or a valid pointer.
+ */
+int cairn_start_restart(const char *name, int flags, int64_t *version);
+
+/**
+ * Put into `label` (a buffer of `len` bytes) the dataset name given to `cairn_start_output`
+ * for the checkpoint being restarted from ("" if none was given, or no restart is under
+ * way). Local.
+ *
+ * # Safety
+ * `label` must be valid for `len` bytes of writes.
+ */
+int cairn_restart_label(char *label, uintptr_t len);
+
+/**
+ * End the restart begun by `cairn_start_restart`. `valid` is this rank's verdict on the
+ * files it read; if any rank says 0, every rank passes over that version, and the next
+ * `cairn_have_restart` / `cairn_start_restart` offers the newest one older than it.
+ * `*all_valid` (may be NULL) tells whether every rank said 1. Collective.
+ *
+ * # Safety
+ * `all_valid` must be NULL or a valid pointer.
+ */
+int cairn_complete_restart(int valid, int *all_valid);
+
+/**
+ * Never restart from `version` of `name` in this run (its data stays stored). Local, but
+ * to keep every rank's choice the same, call it on every rank.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_drop(const char *name, int64_t version);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -24,7 +24,10 @@
 //! ```
 #![allow(non_camel_case_types)]
 
-use cairn_core::{Config, Dtype, Engine, Error, ErrorKind, RegionMut, RegionRef};
+mod files;
+pub use files::*;
+
+use cairn_core::{Config, Dtype, Engine, Error, ErrorKind, Files, RegionMut, RegionRef};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -87,6 +90,12 @@ struct Protected {
 struct State {
     engine: Engine,
     regions: BTreeMap<i32, Protected>,
+    /// The file API (`files.rs`).
+    files: Files,
+    /// Whether the output under way stores the protected regions with its files.
+    output_regions: bool,
+    /// The dataset name of the checkpoint being restarted from through the file API.
+    restart_label: CString,
 }
 
 // SAFETY: the raw pointers are the application's buffers, which it promised (cairn_protect's
@@ -214,8 +223,11 @@ fn start(
     };
     let engine = Engine::new(comm, cfg)?;
     *g = Some(State {
+        files: Files::new(&engine),
         engine,
         regions: BTreeMap::new(),
+        output_regions: false,
+        restart_label: CString::default(),
     });
     Ok(())
 }
@@ -408,9 +420,9 @@ pub extern "C" fn cairn_unprotect(id: c_int) -> c_int {
     })
 }
 
-fn checkpoint(st: &mut State, name: &str, version: i64) -> Result<(), Error> {
-    let regions: Vec<RegionRef<'_>> = st
-        .regions
+/// The protected regions, to save.
+fn refs(regions: &BTreeMap<i32, Protected>) -> Vec<RegionRef<'_>> {
+    regions
         .iter()
         .map(|(id, p)| RegionRef {
             id: *id,
@@ -422,14 +434,13 @@ fn checkpoint(st: &mut State, name: &str, version: i64) -> Result<(), Error> {
                 unsafe { std::slice::from_raw_parts(p.ptr, p.len) }
             },
         })
-        .collect();
-    st.engine.checkpoint(name, version, &regions)
+        .collect()
 }
 
-fn restart(st: &mut State, name: &str, version: i64) -> Result<i64, Error> {
-    let mut regions: Vec<RegionMut<'_>> = st
-        .regions
-        .iter()
+/// The protected regions, to restore in place.
+fn muts(regions: &mut BTreeMap<i32, Protected>) -> Vec<RegionMut<'_>> {
+    regions
+        .iter_mut()
         .map(|(id, p)| RegionMut {
             id: *id,
             dtype: p.dtype,
@@ -441,7 +452,16 @@ fn restart(st: &mut State, name: &str, version: i64) -> Result<i64, Error> {
                 unsafe { std::slice::from_raw_parts_mut(p.ptr, p.len) }
             },
         })
-        .collect();
+        .collect()
+}
+
+fn checkpoint(st: &mut State, name: &str, version: i64) -> Result<(), Error> {
+    let regions = refs(&st.regions);
+    st.engine.checkpoint(name, version, &regions)
+}
+
+fn restart(st: &mut State, name: &str, version: i64) -> Result<i64, Error> {
+    let mut regions = muts(&mut st.regions);
     st.engine.restart(name, version, &mut regions)
 }
 

@@ -90,6 +90,34 @@ pub fn copy_libcairn(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("rename {}: {e}", tmp.display()))
 }
 
+/// A private install prefix under target/ for the compatibility library `lib` (scr, fti or
+/// veloc): libcairn and its headers copied in, then `native/compat/build.sh` run on it, as
+/// `./run build` does. Returns the prefix (`include/`, `lib/`).
+pub fn compat_prefix(lib: &str) -> Result<PathBuf, String> {
+    check_mpi_tools()?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let prefix = profile_dir().join(format!("compat-{lib}"));
+    copy_libcairn(&prefix.join("lib"))?;
+    std::fs::create_dir_all(prefix.join("include")).map_err(|e| format!("mkdir: {e}"))?;
+    for h in ["cairn.h", "cairn_mpi.h"] {
+        std::fs::copy(manifest.join("include").join(h), prefix.join("include").join(h))
+            .map_err(|e| format!("copy {h}: {e}"))?;
+    }
+    let out = Command::new(manifest.join("../../native/compat/build.sh"))
+        .arg(&prefix)
+        .arg(lib)
+        .output()
+        .map_err(|e| format!("run native/compat/build.sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "native/compat/build.sh {lib} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(prefix)
+}
+
 fn build() -> Result<Bins, String> {
     check_mpi_tools()?;
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
