@@ -201,6 +201,25 @@ int cairn_checkpoint(const char *name, int64_t version);
 int cairn_restart_test(const char *name, int64_t *version);
 
 /**
+ * Set `*version` to the newest version of `name` no newer than `upto` that every rank can
+ * restore, or -1. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string and `version` a valid pointer.
+ */
+int cairn_restart_test_upto(const char *name, int64_t upto, int64_t *version);
+
+/**
+ * Delete version `version` of checkpoint `name` from every tier. A version that a newer
+ * incremental checkpoint is based on is refused (`CAIRN_ERR_INVALID`); a version that does
+ * not exist is no error. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_delete(const char *name, int64_t version);
+
+/**
  * Fill the protected regions from checkpoint `version` of `name`. Collective. If it is
  * damaged on any rank, the newest older checkpoint every rank can restore is used instead
  * (a message names the damage); `cairn_restart_version` tells which version was restored.

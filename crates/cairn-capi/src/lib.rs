@@ -500,6 +500,47 @@ pub unsafe extern "C" fn cairn_restart_test(name: *const c_char, version: *mut i
     })
 }
 
+/// Set `*version` to the newest version of `name` no newer than `upto` that every rank can
+/// restore, or -1. Collective.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string and `version` a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_restart_test_upto(
+    name: *const c_char,
+    upto: i64,
+    version: *mut i64,
+) -> c_int {
+    guard("cairn_restart_test_upto", || {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        if version.is_null() {
+            return Err(invalid(
+                "cairn_restart_test_upto: version pointer is NULL".into(),
+            ));
+        }
+        let v = with_state(|st| st.engine.restart_test_below(name, upto.saturating_add(1)))?;
+        // SAFETY: non-NULL, and valid per this function's contract.
+        unsafe { *version = v.unwrap_or(-1) };
+        Ok(())
+    })
+}
+
+/// Delete version `version` of checkpoint `name` from every tier. A version that a newer
+/// incremental checkpoint is based on is refused (`CAIRN_ERR_INVALID`); a version that does
+/// not exist is no error. Collective.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_delete(name: *const c_char, version: i64) -> c_int {
+    guard("cairn_delete", || {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        with_state(|st| st.engine.delete(name, version))
+    })
+}
+
 /// Fill the protected regions from checkpoint `version` of `name`. Collective. If it is
 /// damaged on any rank, the newest older checkpoint every rank can restore is used instead
 /// (a message names the damage); `cairn_restart_version` tells which version was restored.

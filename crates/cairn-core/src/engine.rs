@@ -1237,6 +1237,60 @@ impl Engine {
         self.agree_newest(&cands, below.saturating_sub(1))
     }
 
+    /// Collective: delete version `version` of checkpoint `name` from every tier (SCR_Delete).
+    /// A version that a newer incremental checkpoint is based on is refused: delete the newer
+    /// one first. Deleting a version that does not exist is not an error.
+    pub fn delete(&mut self, name: &str, version: i64) -> Result<()> {
+        let rank = self.topo.rank;
+        check_name(name)?;
+        self.settle_all()?;
+        self.deleter.drain();
+        let (_, _, bases) = self.agreed_candidates(name)?;
+        let ns = self.names.entry(name.to_string()).or_default();
+        let dependent = bases
+            .iter()
+            .map(|(k, (b, _))| (*k, *b))
+            .chain(ns.bases.iter().map(|(k, b)| (*k, *b)))
+            .find(|(_, b)| *b == Some(version))
+            .map(|(k, _)| k);
+        let mut newest_dep = [dependent.unwrap_or(-1)];
+        self.comm.allreduce_i64(&mut newest_dep, Op::Max)?;
+        if newest_dep[0] >= 0 {
+            return Err(Error::invalid(format!(
+                "cannot delete {name} v{version}: v{} is an incremental checkpoint based on it (delete v{} first)",
+                newest_dep[0], newest_dep[0]
+            )));
+        }
+        let tiers: Vec<Arc<dyn Tier>> = std::iter::once(self.first.clone())
+            .chain(self.global.clone())
+            .collect();
+        for tier in &tiers {
+            let publisher = if tier.scope() == Scope::Global {
+                rank == 0
+            } else {
+                self.topo.is_node_leader()
+            };
+            delete_version(&**tier, name, version, rank, publisher);
+        }
+        let ns = self.names.entry(name.to_string()).or_default();
+        ns.first.remove(&version);
+        ns.global.remove(&version);
+        ns.protected.remove(&version);
+        ns.bases.remove(&version);
+        ns.pinned.remove(&version);
+        ns.deferred.remove(&version);
+        if ns.hashes.as_ref().is_some_and(|(b, _)| *b == version) {
+            ns.hashes = None;
+        }
+        // Ranks of a node share its tier: none may look for the version while another is
+        // still removing it.
+        self.comm.barrier()?;
+        if rank == 0 {
+            info!("cairn: deleted {name} v{version}");
+        }
+        Ok(())
+    }
+
     /// Collective: true on every rank when `ok` is true on every rank.
     pub fn all_agree(&self, ok: bool) -> Result<bool> {
         Ok(self.comm.all_agree(ok)?)

@@ -254,3 +254,53 @@ fn output_datasets_are_copied_to_their_paths_and_kept() {
         assert!(left.is_empty(), "{left:?}");
     }
 }
+
+#[test]
+fn deleted_versions_are_gone_from_every_tier_and_bases_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "partner");
+    cfg.flush_every = 1;
+    cfg.flush_sync = true;
+    job(RANKS, &cfg, |rank, e| {
+        let mut files = Files::new(e);
+        for v in 1..=3 {
+            write_version(&mut files, e, rank, v);
+        }
+        // v2 and v3 are incrementals: v3 is based on v2, v2 on v1.
+        let err = e.delete("sim", 2).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
+        assert!(err.to_string().contains("v3 is an incremental"), "{err}");
+        e.delete("sim", 3).unwrap();
+        assert_eq!(files.have_restart(e, "sim").unwrap(), Some(2));
+        // Deleting what is not there is no error.
+        e.delete("sim", 3).unwrap();
+        e.delete("sim", 2).unwrap();
+        read_back(&mut files, e, rank, 1);
+        // The next checkpoint is full again: its base is gone.
+        write_version(&mut files, e, rank, 4);
+    });
+    // The paths checked are the ones the versions kept do have.
+    for v in [1, 4] {
+        assert!(dir.path().join(format!("global/sim/v{v}")).is_dir(), "v{v}");
+        assert!(
+            dir.path().join(format!("local/node1/sim/v{v}")).is_dir(),
+            "v{v}"
+        );
+    }
+    for v in [2, 3] {
+        let gone = |p: PathBuf| !p.exists();
+        assert!(
+            gone(dir.path().join(format!("global/sim/v{v}"))),
+            "v{v} global"
+        );
+        for node in 0..2 {
+            assert!(
+                gone(dir.path().join(format!("local/node{node}/sim/v{v}"))),
+                "v{v} node {node}"
+            );
+        }
+    }
+    job(RANKS, &cfg, |rank, e| {
+        read_back(&mut Files::new(e), e, rank, 4);
+    });
+}
