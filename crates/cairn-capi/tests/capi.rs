@@ -794,6 +794,85 @@ fn solo_mode_checkpoints_and_restarts() {
 
 // ---- The committed header ---------------------------------------------------------------------
 
+// ---- The file API: an application writing its own checkpoint files ----------------------------
+
+fn files_lines<'a>(o: &'a Outcome, what: &'a str) -> impl Iterator<Item = (usize, i64)> + 'a {
+    let what = format!(" {what} v");
+    o.lines().filter_map(move |l| {
+        let rest = l.strip_prefix("files: rank ")?;
+        let (r, rest) = rest.split_once(&what)?;
+        let v = rest.split_whitespace().next()?.parse().ok()?;
+        Some((r.parse().ok()?, v))
+    })
+}
+
+#[test]
+fn routed_files_survive_kill9_and_an_invalid_rank_falls_back_everywhere() {
+    let _mpi = mpi_lock();
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_REDUNDANCY_SCHEME", "partner");
+    let files = |args: &[&str]| command(&bins().files, Some(4), args, &tiers);
+    let mut job = spawn(
+        files(&["--steps", "400", "--every", "5", "--sleep-ms", "20"]),
+        "files, to be killed",
+    );
+    let victim = rank_pid(job.pid(), "files", 1, Duration::from_secs(30))
+        .expect("rank 1 of the files program");
+    job.wait_line(Duration::from_secs(60), |l| {
+        l.starts_with("files: rank 1 checkpoint v15 ")
+    })
+    .expect("checkpoint v15");
+    kill9(victim);
+    let killed = job.finish(Duration::from_secs(60));
+    assert!(!killed.status.success(), "{}", killed.show());
+    let newest = files_lines(&killed, "checkpoint")
+        .map(|(_, v)| v)
+        .max()
+        .unwrap();
+    // Node 1 (ranks 2 and 3) is lost too: its storage goes, the partner copies rebuild it.
+    std::fs::remove_dir_all(tiers.local().join("node1")).unwrap();
+
+    let again = run(
+        files(&["--steps", "60", "--every", "5"]),
+        "files, relaunched",
+    );
+    again.assert_ok();
+    let restored: BTreeMap<usize, i64> = files_lines(&again, "restored").collect();
+    assert_eq!(restored.len(), 4, "{}", again.show());
+    let from = restored[&0];
+    assert!(
+        restored.values().all(|v| *v == from) && from >= 15 && from <= newest,
+        "restored {restored:?}, newest written v{newest}\n{}",
+        again.show()
+    );
+    assert_eq!(
+        files_lines(&again, "finished").count(),
+        4,
+        "{}",
+        again.show()
+    );
+
+    // v60 is the newest; rank 2 rejects the first checkpoint it is offered, and every rank
+    // falls back to v55 with it.
+    let fallback = run(
+        files(&["--steps", "70", "--every", "5", "--invalid-rank", "2"]),
+        "files, an invalid rank",
+    );
+    fallback.assert_ok();
+    let rejected: BTreeMap<usize, i64> = files_lines(&fallback, "rejected").collect();
+    let restored: BTreeMap<usize, i64> = files_lines(&fallback, "restored").collect();
+    assert!(
+        rejected.len() == 4 && rejected.values().all(|v| *v == 60),
+        "{}",
+        fallback.show()
+    );
+    assert!(
+        restored.len() == 4 && restored.values().all(|v| *v == 55),
+        "{}",
+        fallback.show()
+    );
+}
+
 #[test]
 fn header_is_current() {
     let committed_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cairn.h");

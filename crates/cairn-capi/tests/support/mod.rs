@@ -25,6 +25,7 @@ pub struct Bins {
     pub heat2d: PathBuf,
     pub stress: PathBuf,
     pub vector: PathBuf,
+    pub files: PathBuf,
 }
 
 /// `target/<profile>` of this test binary (`target/<profile>/deps/capi-<hash>`).
@@ -100,8 +101,11 @@ pub fn compat_prefix(lib: &str) -> Result<PathBuf, String> {
     copy_libcairn(&prefix.join("lib"))?;
     std::fs::create_dir_all(prefix.join("include")).map_err(|e| format!("mkdir: {e}"))?;
     for h in ["cairn.h", "cairn_mpi.h"] {
-        std::fs::copy(manifest.join("include").join(h), prefix.join("include").join(h))
-            .map_err(|e| format!("copy {h}: {e}"))?;
+        std::fs::copy(
+            manifest.join("include").join(h),
+            prefix.join("include").join(h),
+        )
+        .map_err(|e| format!("copy {h}: {e}"))?;
     }
     let out = Command::new(manifest.join("../../native/compat/build.sh"))
         .arg(&prefix)
@@ -143,6 +147,12 @@ fn build() -> Result<Bins, String> {
             manifest.join("tests/c/stress.c"),
         ),
         (
+            "files",
+            "mpicc",
+            "-std=c11",
+            manifest.join("tests/c/files.c"),
+        ),
+        (
             "vector",
             "mpicxx",
             "-DOMPI_SKIP_MPICXX",
@@ -177,6 +187,7 @@ fn build() -> Result<Bins, String> {
         heat2d: dir.join("heat2d"),
         stress: dir.join("stress"),
         vector: dir.join("vector"),
+        files: dir.join("files"),
         dir,
     })
 }
