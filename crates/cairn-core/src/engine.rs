@@ -1282,6 +1282,14 @@ impl Engine {
         if ns.hashes.as_ref().is_some_and(|(b, _)| *b == version) {
             ns.hashes = None;
         }
+        // The newest checkpoint of the name (which finalize makes durable) is now the newest
+        // one left on the first tier, if any.
+        if ns.last == Some(version) {
+            ns.last = ns.first.last().copied();
+        }
+        if ns.restored == Some(version) {
+            ns.restored = None;
+        }
         // Ranks of a node share its tier: none may look for the version while another is
         // still removing it.
         self.comm.barrier()?;

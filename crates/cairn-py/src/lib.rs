@@ -27,7 +27,8 @@ mod buffer;
 mod error;
 
 use buffer::Region;
-use cairn_core::{CkptState, Config, Engine, Error, ErrorKind, RegionMut, RegionRef};
+use cairn_core::files::{FLAG_CHECKPOINT, FLAG_OUTPUT};
+use cairn_core::{CkptState, Config, Engine, Error, ErrorKind, Files, RegionMut, RegionRef};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
@@ -39,6 +40,43 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 struct Inner {
     engine: Engine,
     regions: BTreeMap<i32, Region>,
+    /// The file API; whether the output under way keeps the protected regions too.
+    files: Files,
+    output_regions: bool,
+}
+
+/// What `start_restart` gives Python: the version, its label and the routed names.
+type RestartedFiles = (i64, Option<String>, Vec<String>);
+
+/// The protected regions, to save.
+fn refs(regions: &BTreeMap<i32, Region>) -> Vec<RegionRef<'_>> {
+    regions
+        .iter()
+        .map(|(id, r)| RegionRef {
+            id: *id,
+            dtype: r.dtype(),
+            bytes: r.bytes(),
+        })
+        .collect()
+}
+
+/// Split `inner` into the engine, the file API and the protected regions to restore in
+/// place (all of them, or none).
+fn muts(inner: &mut Inner, all: bool) -> (&mut Engine, &mut Files, Vec<RegionMut<'_>>) {
+    let regions = if all {
+        inner
+            .regions
+            .iter_mut()
+            .map(|(id, r)| RegionMut {
+                id: *id,
+                dtype: r.dtype(),
+                bytes: r.bytes_mut(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (&mut inner.engine, &mut inner.files, regions)
 }
 
 /// `cairn._cairn.Engine`: a checkpoint engine over an MPI communicator or one process.
@@ -132,7 +170,9 @@ impl PyEngine {
     /// initialised; after MPI_Finalize it is leaked instead (the process is ending anyway), as
     /// freeing it then would make Open MPI abort the process.
     fn discard(&self, py: Python<'_>, inner: Inner) {
-        let Inner { engine, regions } = inner;
+        let Inner {
+            engine, regions, ..
+        } = inner;
         drop(regions);
         if self.mpi && !mpi_alive(py) {
             std::mem::forget(engine);
@@ -208,8 +248,10 @@ impl PyEngine {
             node: topo.node,
             nodes: topo.nodes,
             inner: Mutex::new(Some(Inner {
+                files: Files::new(&engine),
                 engine,
                 regions: BTreeMap::new(),
+                output_regions: false,
             })),
         })
     }
@@ -276,15 +318,7 @@ impl PyEngine {
 
     fn checkpoint(&self, py: Python<'_>, name: &str, version: i64) -> PyResult<()> {
         self.run(py, "checkpoint", |inner| {
-            let regions: Vec<RegionRef<'_>> = inner
-                .regions
-                .iter()
-                .map(|(id, r)| RegionRef {
-                    id: *id,
-                    dtype: r.dtype(),
-                    bytes: r.bytes(),
-                })
-                .collect();
+            let regions = refs(&inner.regions);
             inner.engine.checkpoint(name, version, &regions)
         })
     }
@@ -297,16 +331,8 @@ impl PyEngine {
     /// returns the version restored.
     fn restart(&self, py: Python<'_>, name: &str, version: i64) -> PyResult<i64> {
         self.run(py, "restart", |inner| {
-            let mut regions: Vec<RegionMut<'_>> = inner
-                .regions
-                .iter_mut()
-                .map(|(id, r)| RegionMut {
-                    id: *id,
-                    dtype: r.dtype(),
-                    bytes: r.bytes_mut(),
-                })
-                .collect();
-            inner.engine.restart(name, version, &mut regions)
+            let (engine, _, mut regions) = muts(inner, true);
+            engine.restart(name, version, &mut regions)
         })
     }
 
@@ -329,6 +355,102 @@ impl PyEngine {
             Some(CkptState::Protected) => Some("protected"),
             Some(CkptState::Durable) => Some("durable"),
         })
+    }
+
+    /// Collective: begin dataset `version` of `name` for the file API (`checkpoint`: a restart
+    /// may use it; `output`: its files are copied to their own paths and kept; `regions`: the
+    /// protected regions are stored with the files).
+    #[pyo3(signature = (name, version, checkpoint=true, output=false, label=None, regions=false))]
+    // The Python keywords, one argument each.
+    #[allow(clippy::too_many_arguments)]
+    fn start_output(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        version: i64,
+        checkpoint: bool,
+        output: bool,
+        label: Option<&str>,
+        regions: bool,
+    ) -> PyResult<()> {
+        let flags =
+            if checkpoint { FLAG_CHECKPOINT } else { 0 } | if output { FLAG_OUTPUT } else { 0 };
+        self.run(py, "start_output", |inner| {
+            inner
+                .files
+                .start_output(&mut inner.engine, name, version, flags, label)?;
+            inner.output_regions = regions;
+            Ok(())
+        })
+    }
+
+    /// Where to write `file` (during an output) or read it (during a restart); `file` itself
+    /// outside both.
+    fn route_file(&self, py: Python<'_>, file: &str) -> PyResult<PathBuf> {
+        self.run(py, "route_file", |inner| inner.files.route_file(file))
+    }
+
+    /// Collective: end the output; returns whether every rank's files were valid (and so
+    /// the dataset was kept).
+    fn complete_output(&self, py: Python<'_>, valid: bool) -> PyResult<bool> {
+        self.run(py, "complete_output", |inner| {
+            let Inner {
+                engine,
+                files,
+                regions,
+                output_regions,
+            } = inner;
+            let memory = if *output_regions {
+                refs(regions)
+            } else {
+                Vec::new()
+            };
+            files.complete_output(engine, valid, &memory)
+        })
+    }
+
+    /// Collective: the newest version of `name` the file API may restart from, or None.
+    fn have_restart(&self, py: Python<'_>, name: &str) -> PyResult<Option<i64>> {
+        self.run(py, "have_restart", |inner| {
+            inner.files.have_restart(&mut inner.engine, name)
+        })
+    }
+
+    /// Collective: restore the files (and with `regions`, the protected regions) of the
+    /// newest version `have_restart` offers; `(version, label, files)` or None.
+    #[pyo3(signature = (name, regions=false))]
+    fn start_restart(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        regions: bool,
+    ) -> PyResult<Option<RestartedFiles>> {
+        self.run(py, "start_restart", |inner| {
+            let (engine, files, mut memory) = muts(inner, regions);
+            let got = files.start_restart(engine, name, &mut memory)?;
+            Ok(got.map(|r| (r.version, r.label, r.files)))
+        })
+    }
+
+    /// Collective: end the restart; False (on every rank) if any rank said its files were
+    /// not valid, and then that version is passed over.
+    fn complete_restart(&self, py: Python<'_>, valid: bool) -> PyResult<bool> {
+        self.run(py, "complete_restart", |inner| {
+            inner.files.complete_restart(&mut inner.engine, valid)
+        })
+    }
+
+    /// Never restart from `version` of `name` in this run (the data stays).
+    fn drop_version(&self, py: Python<'_>, name: &str, version: i64) -> PyResult<()> {
+        self.run(py, "drop_version", |inner| {
+            inner.files.drop_version(name, version);
+            Ok(())
+        })
+    }
+
+    /// Collective: delete `version` of `name` from every tier.
+    fn delete(&self, py: Python<'_>, name: &str, version: i64) -> PyResult<()> {
+        self.run(py, "delete", |inner| inner.engine.delete(name, version))
     }
 
     /// Make `version` durable on the global tier and wait until it is.
@@ -369,7 +491,9 @@ impl PyEngine {
                  with block) before MPI.Finalize(); its newest checkpoint was not flushed",
             ));
         }
-        let Inner { engine, regions } = inner;
+        let Inner {
+            engine, regions, ..
+        } = inner;
         drop(regions);
         match py.detach(|| catch_unwind(AssertUnwindSafe(|| engine.finalize()))) {
             Ok(Ok(())) => Ok(()),

@@ -25,4 +25,6 @@ from .checkpointer import STEP_REGION as STEP_REGION
 from .checkpointer import VALUE_REGION as VALUE_REGION
 from .checkpointer import Checkpointer as Checkpointer
 from .checkpointer import ExitRequested as ExitRequested
+from .checkpointer import FileSet as FileSet
+from .checkpointer import RestoredFiles as RestoredFiles
 from .errors import *  # noqa: F403 - the exception classes, named in errors.__all__

@@ -19,15 +19,26 @@ The loop helper :meth:`Checkpointer.steps` makes a loop restartable in two lines
 from __future__ import annotations
 
 import array
+import contextlib
 import os
 import pickle
+import warnings
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar, Union
 
 from . import _cairn
 from .errors import CorruptError, InvalidArgumentError, MismatchError, StateError
 
-__all__ = ["Checkpointer", "ExitRequested", "STEP_REGION", "VALUE_REGION", "DTYPES"]
+__all__ = [
+    "Checkpointer",
+    "ExitRequested",
+    "FileSet",
+    "RestoredFiles",
+    "STEP_REGION",
+    "VALUE_REGION",
+    "DTYPES",
+]
 
 #: Region id of the step counter of :meth:`Checkpointer.steps` (unless given another id).
 STEP_REGION = 2**31 - 2
@@ -40,6 +51,42 @@ _HEADER = 8  # the value region starts with the pickle's length, 8 bytes little-
 
 T = TypeVar("T")
 Config = Union[str, "os.PathLike[str]", Mapping[str, object], None]
+
+
+@dataclass
+class FileSet:
+    """A dataset of files being written (:meth:`Checkpointer.output`).
+
+    ``route(name)`` gives the path to write ``name`` at. Set ``valid = False`` if this rank's
+    files are not good; after the block, ``kept`` says whether every rank's were, and so
+    whether the dataset was stored.
+    """
+
+    version: int
+    _engine: Any = field(repr=False)
+    valid: bool = True
+    kept: bool | None = None
+
+    def route(self, name: str) -> str:
+        """The path where this rank must write ``name``."""
+        return os.fspath(self._engine.route_file(name))
+
+
+@dataclass
+class RestoredFiles:
+    """The files of a checkpoint restored by :meth:`Checkpointer.start_restart`."""
+
+    version: int
+    #: The ``label`` given when it was written, if any.
+    label: str | None
+    #: The names the files were routed under, in routing order.
+    files: list[str]
+    _engine: Any = field(repr=False)
+
+    def route(self, name: str) -> str:
+        """The path where this rank reads its file ``name``; FileNotFoundError-like
+        :class:`NotFoundError` for a name the checkpoint does not hold."""
+        return os.fspath(self._engine.route_file(name))
 
 
 class ExitRequested(SystemExit):
@@ -144,6 +191,7 @@ class Checkpointer:
         self._restored: int | None = None
         self._stepping = False
         self._after_restart: list[Callable[[], None]] = []
+        self._output_regions = False
 
     # ---- the job ---------------------------------------------------------------------------
 
@@ -324,6 +372,139 @@ class Checkpointer:
     def stats(self) -> dict[str, Any]:
         """This rank's counters: checkpoints, bytes written and stored, restarts, flushes."""
         return self._engine.stats()
+
+    # ---- the file API ----------------------------------------------------------------------
+
+    def start_output(
+        self,
+        version: int,
+        *,
+        checkpoint: bool = True,
+        output: bool = False,
+        label: str | None = None,
+        regions: bool = False,
+    ) -> FileSet:
+        """Collective: begin dataset ``version`` of files this program writes itself.
+
+        ``checkpoint``: a restart may use it; ``output``: its files are copied to the paths
+        they were routed under and kept there; ``regions``: the protected regions (and
+        ``state``) are stored with the files. Route each file with :meth:`route_file` (or the
+        returned :class:`FileSet`), write it, then :meth:`complete_output`.
+        """
+        self._engine.start_output(self.name, version, checkpoint, output, label, regions)
+        self._output_regions = regions
+        return FileSet(version, self._engine)
+
+    def route_file(self, name: str) -> str:
+        """Where to write ``name`` during an output, or read it during a restart; ``name``
+        itself outside both. Local to this rank."""
+        return os.fspath(self._engine.route_file(name))
+
+    def complete_output(self, valid: bool = True) -> bool:
+        """Collective: end the output. Returns whether every rank's files were valid (a
+        routed file never written counts as invalid), and so whether the dataset was kept."""
+        if self._output_regions:
+            # The values as they are now, when the regions are stored.
+            self._pack_values()
+        self._output_regions = False
+        return self._engine.complete_output(bool(valid))
+
+    @contextlib.contextmanager
+    def output(
+        self,
+        version: int,
+        *,
+        checkpoint: bool = True,
+        output: bool = False,
+        label: str | None = None,
+        regions: bool = False,
+    ) -> Iterator[FileSet]:
+        """Collective: a dataset of files as a ``with`` block::
+
+            with ck.output(step) as out:
+                np.save(out.route("field.npy"), u)
+
+        The output is completed when the block ends: valid unless ``out.valid`` was set to
+        False or the block raised (then this rank's files count as invalid, every rank drops
+        the dataset, and the exception goes on).
+        """
+        fs = self.start_output(version, checkpoint=checkpoint, output=output, label=label, regions=regions)
+        try:
+            yield fs
+        except BaseException:
+            fs.kept = self.complete_output(False)
+            raise
+        fs.kept = self.complete_output(fs.valid)
+
+    def have_restart(self) -> int | None:
+        """Collective: the newest version the file API may restart from (restorable on every
+        rank, and not found invalid in this run), or None."""
+        return self._engine.have_restart(self.name)
+
+    def start_restart(self, *, regions: bool = False) -> RestoredFiles | None:
+        """Collective: restore the files of the version :meth:`have_restart` offers (and with
+        ``regions``, the protected regions and ``state``); None when there is none. Read
+        them, then :meth:`complete_restart`."""
+        if regions:
+            # As in restart: the values region is read when ``state`` is not empty.
+            self._protect_values(bool(self.state))
+        try:
+            got = self._engine.start_restart(self.name, regions)
+        except MismatchError as e:
+            raise MismatchError(self._explain(str(e))) from None
+        if got is None:
+            return None
+        version, label, files = got
+        if regions:
+            if self._values_protected:
+                self._unpack_values()
+            self._restored = version
+            for hook in self._after_restart:
+                hook()
+        return RestoredFiles(version, label, list(files), self._engine)
+
+    def complete_restart(self, valid: bool = True) -> bool:
+        """Collective: end the restart. If any rank says False, every rank passes over that
+        version, and the next :meth:`have_restart` / :meth:`start_restart` offers an older
+        one. Returns whether every rank said True."""
+        return self._engine.complete_restart(bool(valid))
+
+    def restart_files(
+        self, read: Callable[[RestoredFiles], bool], *, regions: bool = False
+    ) -> RestoredFiles | None:
+        """Collective: restart from the newest checkpoint whose files every rank accepts.
+
+        ``read(restored)`` reads this rank's files (``restored.route(name)``) and returns
+        whether they are good; an exception counts as not good (with a warning), so that every
+        rank falls back together rather than one rank leaving the others waiting. Returns the
+        accepted checkpoint, or None when none is left.
+        """
+        while True:
+            got = self.start_restart(regions=regions)
+            if got is None:
+                return None
+            try:
+                ok = bool(read(got))
+            except Exception as e:  # noqa: BLE001 - reported, and counted as invalid
+                warnings.warn(
+                    f"cairn: reading the files of {self.name} v{got.version} failed: {e!r}; "
+                    "treating them as invalid",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                ok = False
+            if self.complete_restart(ok):
+                return got
+
+    def drop(self, version: int) -> None:
+        """Never restart from ``version`` in this run (its data stays). Call it on every
+        rank."""
+        self._engine.drop_version(self.name, version)
+
+    def delete(self, version: int) -> None:
+        """Collective: delete ``version`` from every tier (refused while a newer incremental
+        checkpoint is based on it)."""
+        self._engine.delete(self.name, version)
 
     # ---- the loop helper -------------------------------------------------------------------
 
