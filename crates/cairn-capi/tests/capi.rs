@@ -874,6 +874,46 @@ fn routed_files_survive_kill9_and_an_invalid_rank_falls_back_everywhere() {
 }
 
 #[test]
+fn routed_files_live_in_the_shared_memory_tier() {
+    let _mpi = mpi_lock();
+    let stores = MemStores {
+        job: format!("capi-files-{}", std::process::id()),
+        nodes: 2,
+    };
+    let mut t = Tiers::new(2);
+    t.set("CAIRN_JOB", &stores.job);
+    t.set("CAIRN_TIERS_LOCAL", "mem");
+    t.set("CAIRN_TIERS_MEM_SIZE", "64M");
+    t.set("CAIRN_REDUNDANCY_SCHEME", "partner");
+    let files = |args: &[&str]| command(&bins().files, Some(4), args, &t);
+    run(
+        files(&["--steps", "20", "--every", "5"]),
+        "files in mem stores",
+    )
+    .assert_ok();
+    let again = run(
+        files(&["--steps", "30", "--every", "5"]),
+        "files in mem stores, again",
+    );
+    again.assert_ok();
+    let restored: BTreeMap<usize, i64> = files_lines(&again, "restored").collect();
+    assert!(
+        restored.len() == 4 && restored.values().all(|v| *v == 20),
+        "{}",
+        again.show()
+    );
+    assert!(!t.local().exists(), "a node directory was written");
+    // Staged and restored files were in /dev/shm beside the stores, and nothing is left.
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    for node in 0..2 {
+        let store = cairn_shm::store_name(uid, &stores.job, cairn_shm::StoreOwner::Node(node));
+        let dir = format!("/dev/shm/{}.files", store.trim_start_matches('/'));
+        assert!(!Path::new(&dir).exists(), "{dir} was left behind");
+    }
+}
+
+#[test]
 fn header_is_current() {
     let committed_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cairn.h");
     let committed = std::fs::read_to_string(&committed_path).expect("read include/cairn.h");

@@ -644,6 +644,14 @@ fn wipe(g: &GlobalOpts, node: Option<u32>) -> Result<()> {
         Store::wipe(&f.name, spill.as_deref())
             .with_context(|| format!("cannot wipe {}", f.describe()))?;
         println!("removed {}", f.describe());
+        // The file API's staging directory beside the store (its ranks' routed files) is
+        // the node's too.
+        let files = Path::new("/dev/shm").join(format!("{}.files", f.name.trim_start_matches('/')));
+        if files.is_dir() {
+            std::fs::remove_dir_all(&files)
+                .with_context(|| format!("cannot remove {}", files.display()))?;
+            println!("removed {}", files.display());
+        }
         match spill {
             Some(p) if spill_existed => println!("removed {}", p.display()),
             None if spill_chunks.is_some_and(|n| n > 0) => eprintln!(

@@ -417,10 +417,22 @@ fn wipe_removes_the_stores_and_their_spill_files() {
     let spill = |n: u32| spill_path(&job.spill_dir(), &job.store_name(n));
     assert!(spill(0).is_file() && spill(1).is_file());
     assert_eq!(job.shm_files().len(), 2);
+    // Node 1's file API staging directory, with a routed file in it, goes with its store.
+    let staging = Path::new("/dev/shm").join(format!(
+        "{}.files",
+        job.store_name(1).trim_start_matches('/')
+    ));
+    std::fs::create_dir_all(staging.join("rank2")).unwrap();
+    std::fs::write(staging.join("rank2/f0-field.h5"), b"routed").unwrap();
+    assert_eq!(job.shm_files().len(), 3);
 
     let o = job.cairn(&["fs", "wipe", "--node", "1"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     let out = text(&o.stdout);
+    assert!(
+        out.contains(&format!("removed {}", staging.display())),
+        "{out}"
+    );
     assert!(
         out.contains(&format!("removed /dev/shm{} (node 1)", job.store_name(1))),
         "{out}"

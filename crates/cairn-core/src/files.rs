@@ -377,6 +377,18 @@ impl Files {
     }
 }
 
+impl Drop for Files {
+    /// Leave no empty staging directories behind (`rank<r>`, then its parent if the last
+    /// rank of the node is gone); anything still in them stays.
+    fn drop(&mut self) {
+        if std::fs::remove_dir(&self.root).is_ok() {
+            if let Some(parent) = self.root.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+    }
+}
+
 fn state_error(what: &str, why: &str) -> Error {
     Error::new(ErrorKind::State, format!("{what}: {why}"))
 }
