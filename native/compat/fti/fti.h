@@ -1,0 +1,142 @@
+/*
+ * fti.h: the public C API of FTI (the Fault Tolerance Interface, 1.x) implemented over Cairn.
+ *
+ * Applications written against FTI compile against this header unchanged and link with
+ * -lfti (libfti.so, which needs libcairn.so). Written from FTI's documented API; what maps to
+ * what and what differs is in docs/migrate-fti.md. In short:
+ *
+ *   FTI_Init        reads FTI's configuration file, sets the Cairn keys that have an FTI
+ *                   equivalent, reports every other setting once on stderr, starts Cairn over
+ *                   the communicator and looks for a checkpoint to restart from.
+ *   FTI_Protect     protects a region (FTI's basic types map to Cairn's element types).
+ *   FTI_Checkpoint  writes a checkpoint; level 4 also waits until it is on the global tier.
+ *   FTI_Status, FTI_Recover, FTI_Snapshot, FTI_Finalize as FTI documents them.
+ *
+ * Every function returns FTI_SCES (FTI_DONE where a checkpoint was written) or FTI_NSCS, and
+ * prints why on stderr (lines starting with "fti: "). The library never aborts, exits or calls
+ * MPI_Abort. Functions marked "collective" must be called by every rank of the communicator
+ * given to FTI_Init, in the same order.
+ */
+#ifndef FTI_H
+#define FTI_H
+
+#include <stdint.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. Compare with the names; the values are FTI's. */
+#define FTI_SCES 0    /* success */
+#define FTI_NSCS (-1) /* failure (the reason is printed on stderr) */
+#define FTI_NREC (-2) /* kept for FTI compatibility: no call returns it */
+#define FTI_DONE 1    /* FTI_Checkpoint / FTI_Snapshot: a checkpoint was written */
+
+/* A data type handle: one of the basic types below or a handle from FTI_InitType. */
+typedef int fti_id_t;
+/* The name FTI releases before 1.5 gave to type handles. */
+typedef fti_id_t FTIT_type;
+
+/* FTI's basic types. Stored with Cairn's matching element type where there is one (so
+ * compression can shuffle their bytes), as bytes otherwise. */
+#define FTI_CHAR ((fti_id_t)0)  /* char */
+#define FTI_SHRT ((fti_id_t)1)  /* short */
+#define FTI_INTG ((fti_id_t)2)  /* int */
+#define FTI_LONG ((fti_id_t)3)  /* long */
+#define FTI_UCHR ((fti_id_t)4)  /* unsigned char */
+#define FTI_USHT ((fti_id_t)5)  /* unsigned short */
+#define FTI_UINT ((fti_id_t)6)  /* unsigned int */
+#define FTI_ULNG ((fti_id_t)7)  /* unsigned long */
+#define FTI_SFLT ((fti_id_t)8)  /* float */
+#define FTI_DBLE ((fti_id_t)9)  /* double */
+#define FTI_LDBE ((fti_id_t)10) /* long double */
+
+/*
+ * The communicator the application uses instead of MPI_COMM_WORLD after FTI_Init: a
+ * duplicate of the communicator given to FTI_Init (Cairn runs no dedicated head processes, so
+ * it holds every rank). It stays valid after FTI_Finalize, until MPI_Finalize or the next
+ * FTI_Init. MPI_COMM_WORLD before the first FTI_Init.
+ */
+extern MPI_Comm FTI_COMM_WORLD;
+
+/*
+ * Start FTI. Collective over globalComm.
+ *   configFile [IN] FTI's configuration file (INI: [basic], [restart], [advanced], ...), or
+ *                   NULL for none (Cairn's configuration and CAIRN_* variables only)
+ *   globalComm [IN] an intra-communicator of the initialised MPI library
+ * Returns FTI_SCES, or FTI_NSCS on every rank if the file is missing, unreadable or invalid,
+ * or Cairn cannot start. FTI_Status() then says whether a checkpoint can be recovered.
+ */
+int FTI_Init(const char *configFile, MPI_Comm globalComm);
+
+/*
+ * The recovery status, fixed by FTI_Init. Local.
+ * Returns 0 when there is nothing to recover (a first run, after FTI_Recover, or after a run
+ * that ended with FTI_Finalize), 1 when a checkpoint of a run that did not finish can be
+ * recovered, 2 when the previous run finished with Keep_last_ckpt = 1 and kept its last
+ * checkpoint for recovery.
+ */
+int FTI_Status(void);
+
+/*
+ * Define a data type of `size` bytes (stored as bytes). Local.
+ * Two forms, chosen by the number of arguments:
+ *   fti_id_t t = FTI_InitType(size);   FTI 1.5 and later: the handle, or FTI_NSCS
+ *   FTI_InitType(&t, size);            earlier releases: FTI_SCES or FTI_NSCS, handle in *t
+ */
+fti_id_t(FTI_InitType)(int size);
+int cairn_fti_init_type_ptr(fti_id_t *type, int size);
+#define FTI_INITTYPE_PICK_(a1, a2, fn, ...) fn
+#define FTI_InitType(...) \
+    FTI_INITTYPE_PICK_(__VA_ARGS__, cairn_fti_init_type_ptr, FTI_InitType, unused)(__VA_ARGS__)
+
+/*
+ * Protect `count` elements of type `type` at `ptr` under `id`; protecting an id again updates
+ * its pointer, count and type (after a realloc). Local.
+ *   id    [IN] the application's id for the region (any int)
+ *   ptr   [IN] the data; it must stay valid until FTI_Finalize or the id is protected again
+ *   count [IN] number of elements (>= 0; FTI's int32_t or long counts convert implicitly)
+ *   type  [IN] a basic type or a handle from FTI_InitType
+ */
+int FTI_Protect(int id, void *ptr, int64_t count, fti_id_t type);
+
+/*
+ * Write a checkpoint of every protected region. Collective.
+ *   id    [IN] the application's checkpoint id (any int; Cairn numbers versions itself)
+ *   level [IN] 1 (node-local), 2 (partner copy), 3 (Reed-Solomon encoding) or 4 (global tier:
+ *              returns once the checkpoint is durable there)
+ * Levels 1 to 3 all get the redundancy scheme chosen at FTI_Init from the configuration's
+ * Ckpt_L2 / Ckpt_L3; a level 2 or 3 checkpoint without one is made durable like level 4.
+ * Returns FTI_DONE, or FTI_NSCS on every rank.
+ */
+int FTI_Checkpoint(int id, int level);
+
+/*
+ * Restore every protected region from the checkpoint FTI_Status offers (or, if it is damaged,
+ * the newest older one every rank can restore). Collective. Returns FTI_SCES (FTI_Status() is
+ * then 0), or FTI_NSCS on every rank.
+ */
+int FTI_Recover(void);
+
+/*
+ * Call once per iteration. On a restart the first call recovers (as FTI_Recover); afterwards
+ * a call writes a checkpoint when the interval of a level (Ckpt_L1..Ckpt_L4, in minutes) has
+ * passed, at the highest level due. The ranks agree on the time now and then (at most every
+ * Max_sync_intv calls). Collective.
+ * Returns FTI_DONE when it wrote a checkpoint, FTI_SCES otherwise, FTI_NSCS on failure.
+ */
+int FTI_Snapshot(void);
+
+/*
+ * Finish: record that the run ended (so the next run starts afresh, or with Keep_last_ckpt = 1
+ * may recover the last checkpoint), wait for background flushes and stop Cairn. Collective.
+ * Call it before MPI_Finalize. Returns FTI_SCES or FTI_NSCS.
+ */
+int FTI_Finalize(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FTI_H */
