@@ -1,0 +1,701 @@
+/*
+ * scr.c: the functions of scr.h over libcairn.
+ *
+ * Every SCR dataset of a job is a version of one Cairn checkpoint name (SCR_CKPT_NAME): the
+ * dataset id that SCR assigns is the version, and the application's dataset name is the
+ * label Cairn stores with it (cairn_start_output), so a restart gets the name back with the
+ * data (cairn_restart_label). The index (index.c) keeps what must be known by name or across
+ * runs without loading data. The file is divided into: the library's state and its helpers,
+ * SCR_Init / SCR_Finalize and the simple queries, the output calls, the restart calls, and
+ * the dataset management calls.
+ *
+ * The state machine. Each transition is collective, and the ranks agree on its arguments and
+ * outcome before it happens, so every rank is always in the same state:
+ *
+ *                 SCR_Init                     SCR_Start_output
+ *   UNINIT -----------------> IDLE  <----------------------------------> OUTPUT
+ *                            |  ^  ^           SCR_Complete_output
+ *     SCR_Have_restart       |  |  |
+ *     (a checkpoint found)   v  |  |  SCR_Complete_restart (all valid: done; otherwise
+ *                          LOADED  |  Cairn passes over that version, and the next
+ *                            |  |  |  SCR_Have_restart loads the next older one)
+ *     SCR_Start_restart      |  |  |
+ *                            v  |  |
+ *                          RESTART-+
+ *                               |
+ *     SCR_Start_output, SCR_Current, SCR_Drop, SCR_Delete, SCR_Finalize in LOADED: the
+ *     loaded checkpoint is put back (cairn_complete_restart(1)), as if never loaded.
+ *
+ *   IDLE     no files are routed: SCR_Route_file returns the name unchanged.
+ *   OUTPUT   SCR_Route_file registers a file and gives its path in the node-local staging
+ *            directory (cairn_start_output is under way).
+ *   LOADED   the newest checkpoint every rank can restore is restored into a private
+ *            directory (cairn_start_restart) and its name is known; files are not routed yet.
+ *   RESTART  SCR_Route_file gives the restored file's path, or fails for a file the
+ *            checkpoint does not hold.
+ *
+ * Why SCR_Have_restart restores the checkpoint rather than only looking it up: it must name
+ * the dataset, and the name is stored with the data, so that it is right whichever version
+ * Cairn's restart ends up with (a damaged one falls back to an older one inside
+ * cairn_start_restart). SCR 3 itself fetches the checkpoint in SCR_Have_restart. An
+ * application that asks and then does not restart costs one restore into node-local storage.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compat.h"
+
+enum phase { UNINIT, IDLE, LOADED, RESTART, OUTPUT, DONE };
+
+static struct {
+    enum phase phase;
+    MPI_Comm comm; /* a duplicate of MPI_COMM_WORLD for libscr's own messages */
+    int rank;
+    struct scr_settings set;
+    struct scr_index ix;
+    int current_done; /* SCR_CURRENT was acted on */
+    /* OUTPUT: the dataset being written, and (for output) the files routed into it. */
+    int64_t out_id;
+    int out_flags;
+    char out_name[SCR_MAX_FILENAME];
+    char **routed;
+    size_t nrouted;
+    /* LOADED, RESTART: the checkpoint loaded. */
+    int64_t loaded_id;
+    char loaded_name[SCR_MAX_FILENAME];
+} S;
+
+/* ---- Helpers ------------------------------------------------------------------------------- */
+
+/* Whether SCR is initialised; otherwise says so for `fn`. */
+static int ready(const char *fn)
+{
+    if (S.phase == UNINIT || S.phase == DONE) {
+        scr_say(fn, S.phase == UNINIT ? "SCR_Init has not been called"
+                                      : "SCR_Finalize has been called");
+        return 0;
+    }
+    return 1;
+}
+
+
+/* 64-bit FNV-1a of a string, continued from h. */
+static uint64_t hash(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+#define HASH0 0xcbf29ce484222325ULL
+
+/*
+ * Agree before a collective step: every rank must have passed the same arguments (`sum`, a
+ * hash of them) and none may have found an error (`err`, NULL if none). Returns 1 on every
+ * rank when both hold; otherwise 0 on every rank, after one line from the lowest rank that
+ * found an error (or from rank 0 when the arguments differ). Collective.
+ */
+static int agree(const char *fn, const char *err, uint64_t sum)
+{
+    uint64_t v[3] = { sum, ~sum, err ? (uint64_t)S.rank : UINT64_MAX };
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MIN, S.comm);
+    if (v[0] != ~v[1]) {
+        if (S.rank == 0)
+            scr_say(fn, "the ranks passed different arguments; every rank must pass the same");
+        return 0;
+    }
+    if (v[2] != UINT64_MAX) {
+        if (v[2] == (uint64_t)S.rank)
+            scr_say(fn, "%s", err);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * A collective Cairn call failed, which it does on every rank alike (a rank whose own step
+ * succeeded gets CAIRN_ERR_PEER). The lowest rank with a failure of its own says why, so a
+ * failure shared by every rank (a bad setting, a missing directory) is one line. Collective.
+ */
+static int cairn_failed(const char *fn, int rc)
+{
+    char msg[1536];
+    snprintf(msg, sizeof msg, "%s (%s)", cairn_last_error(), cairn_strerror(rc));
+    agree(fn, rc == CAIRN_ERR_PEER ? NULL : msg, HASH0);
+    return SCR_FAILURE;
+}
+
+/* cairn_failed for the internal steps, which return -1. */
+static int step_failed(const char *fn, int rc)
+{
+    cairn_failed(fn, rc);
+    return -1;
+}
+
+/* Put a loaded but unused checkpoint back (LOADED -> IDLE). Collective. */
+static int unload(const char *fn)
+{
+    if (S.phase != LOADED)
+        return SCR_SUCCESS;
+    S.phase = IDLE;
+    int rc = cairn_complete_restart(1, NULL);
+    return rc == CAIRN_OK ? SCR_SUCCESS : cairn_failed(fn, rc);
+}
+
+/* Why `fn` cannot be called now (for the phases other than those it accepts), or NULL. */
+static const char *busy(void)
+{
+    switch (S.phase) {
+    case OUTPUT:
+        return "an output is under way (call SCR_Complete_output first)";
+    case RESTART:
+        return "a restart is under way (call SCR_Complete_restart first)";
+    default:
+        return NULL;
+    }
+}
+
+static void forget_routed(void)
+{
+    for (size_t i = 0; i < S.nrouted; i++)
+        free(S.routed[i]);
+    free(S.routed);
+    S.routed = NULL;
+    S.nrouted = 0;
+}
+
+static struct scr_entry *entry_of(int64_t id)
+{
+    for (size_t i = 0; i < S.ix.n; i++)
+        if (S.ix.e[i].id == id)
+            return &S.ix.e[i];
+    return NULL;
+}
+
+/* ---- Init, finalize, queries ---------------------------------------------------------------- */
+
+SCR_API const char *SCR_Config(const char *config)
+{
+    return scr_config(config, S.phase != UNINIT);
+}
+
+SCR_API int SCR_Init(void)
+{
+    if (S.phase != UNINIT) {
+        scr_say("SCR_Init", S.phase == DONE ? "SCR_Finalize has been called; SCR_Init may be "
+                                              "called only once"
+                                            : "SCR is already initialised");
+        return SCR_FAILURE;
+    }
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (!up || down) {
+        scr_say("SCR_Init", "MPI is not running: call SCR_Init after MPI_Init and before "
+                            "MPI_Finalize");
+        return SCR_FAILURE;
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &S.comm);
+    MPI_Comm_rank(S.comm, &S.rank);
+    int rc;
+    if (scr_settings_apply(S.comm, S.rank, &S.set) != 0) {
+        MPI_Comm_free(&S.comm);
+        return SCR_FAILURE;
+    }
+    if ((rc = cairn_init(MPI_COMM_WORLD, NULL)) != CAIRN_OK) {
+        cairn_failed("SCR_Init", rc);
+        MPI_Comm_free(&S.comm);
+        return SCR_FAILURE;
+    }
+    scr_index_load(&S.ix, S.set.prefix, S.comm, S.rank);
+    /* Ids must also stay above every checkpoint Cairn holds, should the index have been lost.
+     * Looking also rebuilds what lost nodes held, as SCR_Init does. */
+    int64_t newest = -1;
+    if (cairn_have_restart(SCR_CKPT_NAME, &newest) == CAIRN_OK && newest >= S.ix.next)
+        S.ix.next = newest + 1;
+    S.phase = IDLE;
+    return SCR_SUCCESS;
+}
+
+SCR_API int SCR_Finalize(void)
+{
+    if (!ready("SCR_Finalize"))
+        return SCR_FAILURE;
+    int ok = unload("SCR_Finalize") == SCR_SUCCESS;
+    if (S.phase == OUTPUT) {
+        if (S.rank == 0)
+            scr_say("SCR_Finalize", "dataset %s was not completed (SCR_Complete_output); it is "
+                                    "discarded", S.out_name);
+        ok &= cairn_complete_output(0, NULL) == CAIRN_OK;
+    } else if (S.phase == RESTART) {
+        ok &= cairn_complete_restart(1, NULL) == CAIRN_OK;
+    }
+    int rc = cairn_finalize();
+    if (rc != CAIRN_OK && rc != CAIRN_ERR_PEER)
+        scr_say("SCR_Finalize", "%s (%s)", cairn_last_error(), cairn_strerror(rc));
+    ok &= rc == CAIRN_OK;
+    forget_routed();
+    scr_index_clear(&S.ix);
+    scr_config_clear();
+    MPI_Comm_free(&S.comm);
+    S.phase = DONE;
+    return ok ? SCR_SUCCESS : SCR_FAILURE;
+}
+
+SCR_API char *SCR_Get_version(void)
+{
+    static char version[] = SCR_VERSION " (Cairn)";
+    return version;
+}
+
+/* SCR_Need_checkpoint and SCR_Should_exit: a Cairn flag query. */
+static int flag_query(const char *fn, int (*query)(int *), int *flag)
+{
+    if (!ready(fn) || !agree(fn, flag ? NULL : "flag is NULL", HASH0))
+        return SCR_FAILURE;
+    int rc = query(flag);
+    return rc == CAIRN_OK ? SCR_SUCCESS : cairn_failed(fn, rc);
+}
+
+SCR_API int SCR_Need_checkpoint(int *flag)
+{
+    return flag_query("SCR_Need_checkpoint", cairn_need_checkpoint, flag);
+}
+
+SCR_API int SCR_Should_exit(int *flag)
+{
+    return flag_query("SCR_Should_exit", cairn_should_exit, flag);
+}
+
+SCR_API int SCR_Route_file(const char *name, char *file)
+{
+    const char *fn = "SCR_Route_file";
+    if (!ready(fn))
+        return SCR_FAILURE;
+    if (!name || !file || !*name) {
+        scr_say(fn, "the name is NULL or empty, or the buffer is NULL");
+        return SCR_FAILURE;
+    }
+    if (S.phase != OUTPUT && S.phase != RESTART) {
+        /* Outside output and restart SCR returns the name as it is. */
+        size_t len = strlen(name);
+        if (len >= SCR_MAX_FILENAME) {
+            scr_say(fn, "%.64s... is longer than SCR_MAX_FILENAME", name);
+            return SCR_FAILURE;
+        }
+        memmove(file, name, len + 1);
+        return SCR_SUCCESS;
+    }
+    /* Files are known by their absolute paths, so a relative name routed from the same
+     * directory finds its file, as in SCR. */
+    char path[SCR_PATH_MAX];
+    if (scr_abspath(name, path, sizeof path) != 0) {
+        scr_say(fn, "%.64s...: the path is too long (or the current directory unknown)", name);
+        return SCR_FAILURE;
+    }
+    int rc = cairn_route_file(path, file, SCR_MAX_FILENAME);
+    if (rc == CAIRN_ERR_NOT_FOUND) {
+        /* Applications probe for optional files this way: quiet unless debugging. */
+        if (S.set.debug)
+            scr_say(fn, "%s is not a file of checkpoint %s", path, S.loaded_name);
+        return SCR_FAILURE;
+    }
+    if (rc != CAIRN_OK) {
+        scr_say(fn, "%s (%s)", cairn_last_error(), cairn_strerror(rc));
+        return SCR_FAILURE;
+    }
+    if (S.phase == OUTPUT && (S.out_flags & SCR_FLAG_OUTPUT)) {
+        for (size_t i = 0; i < S.nrouted; i++)
+            if (strcmp(S.routed[i], path) == 0)
+                return SCR_SUCCESS;
+        char **grown = realloc(S.routed, (S.nrouted + 1) * sizeof *grown);
+        if (!grown || !(grown[S.nrouted] = strdup(path))) {
+            if (grown)
+                S.routed = grown;
+            scr_say(fn, "out of memory");
+            return SCR_FAILURE;
+        }
+        S.routed = grown;
+        S.nrouted++;
+    }
+    return SCR_SUCCESS;
+}
+
+/* ---- Output --------------------------------------------------------------------------------- */
+
+SCR_API int SCR_Start_output(const char *name, int flags)
+{
+    const char *fn = "SCR_Start_output";
+    if (!ready(fn) || unload(fn) != SCR_SUCCESS)
+        return SCR_FAILURE;
+    char generated[64];
+    if (!name) {
+        snprintf(generated, sizeof generated, "dataset.%" PRId64, S.ix.next);
+        name = generated;
+    }
+    const char *err = busy();
+    if (!err && (flags & ~(SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT)))
+        err = "flags holds bits other than SCR_FLAG_CHECKPOINT and SCR_FLAG_OUTPUT";
+    else if (!err && !flags)
+        err = "flags must hold SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT or both";
+    else if (!err && (!*name || strlen(name) >= SCR_MAX_FILENAME || strchr(name, '\n')))
+        err = "the name is empty, contains a newline, or is not shorter than SCR_MAX_FILENAME";
+    uint64_t sum = hash(HASH0 ^ (uint64_t)flags, name);
+    if (!agree(fn, err, sum))
+        return SCR_FAILURE;
+    int cflags = ((flags & SCR_FLAG_CHECKPOINT) ? CAIRN_FLAG_CHECKPOINT : 0) |
+                 ((flags & SCR_FLAG_OUTPUT) ? CAIRN_FLAG_OUTPUT : 0);
+    int rc = cairn_start_output(SCR_CKPT_NAME, S.ix.next, cflags, name);
+    if (rc != CAIRN_OK)
+        return cairn_failed(fn, rc);
+    S.out_id = S.ix.next++;
+    S.out_flags = flags;
+    snprintf(S.out_name, sizeof S.out_name, "%s", name);
+    forget_routed();
+    S.phase = OUTPUT;
+    return SCR_SUCCESS;
+}
+
+SCR_API int SCR_Start_checkpoint(void)
+{
+    return SCR_Start_output(NULL, SCR_FLAG_CHECKPOINT);
+}
+
+/* Rank 0 writes the output files every rank routed into dataset `id` to the list SCR_Delete
+ * reads (NUL-separated paths), through a temporary file. Collective. */
+static void save_output_list(int64_t id)
+{
+    size_t mine = 0;
+    for (size_t i = 0; i < S.nrouted; i++)
+        mine += strlen(S.routed[i]) + 1;
+    char *flat = malloc(mine + 1), *all = NULL;
+    size_t at = 0;
+    for (size_t i = 0; flat && i < S.nrouted; i++) {
+        size_t l = strlen(S.routed[i]) + 1;
+        memcpy(flat + at, S.routed[i], l);
+        at += l;
+    }
+    int count = flat && mine <= (1u << 30) ? (int)mine : 0, size;
+    MPI_Comm_size(S.comm, &size);
+    int *counts = S.rank == 0 ? calloc((size_t)size, sizeof *counts) : NULL;
+    int *displs = S.rank == 0 ? calloc((size_t)size, sizeof *displs) : NULL;
+    MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, S.comm);
+    long long total = 0;
+    if (S.rank == 0 && counts && displs) {
+        for (int r = 0; r < size; r++) {
+            displs[r] = (int)total;
+            total += counts[r];
+        }
+        all = total < (1ll << 31) ? malloc((size_t)total + 1) : NULL;
+    }
+    MPI_Gatherv(flat, count, MPI_CHAR, all, counts, displs, MPI_CHAR, 0, S.comm);
+    if (S.rank == 0) {
+        char path[SCR_PATH_MAX + 64], tmp[SCR_PATH_MAX + 96];
+        scr_index_files_path(&S.ix, id, path, sizeof path);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        FILE *f = all ? fopen(tmp, "wb") : NULL;
+        int ok = f && fwrite(all, 1, (size_t)total, f) == (size_t)total;
+        ok = f && fclose(f) == 0 && ok;
+        if (!ok || rename(tmp, path) != 0) {
+            scr_say("SCR_Complete_output", "cannot write %s: %s; SCR_Delete of %s will not "
+                                           "remove its output files", path, strerror(errno),
+                    S.out_name);
+            unlink(tmp);
+        }
+    }
+    free(flat);
+    free(all);
+    free(counts);
+    free(displs);
+}
+
+SCR_API int SCR_Complete_output(int valid)
+{
+    const char *fn = "SCR_Complete_output";
+    if (!ready(fn) ||
+        !agree(fn, S.phase == OUTPUT ? NULL : "no output was started (SCR_Start_output)", HASH0))
+        return SCR_FAILURE;
+    int kept = 0;
+    int rc = cairn_complete_output(valid ? 1 : 0, &kept);
+    S.phase = IDLE;
+    if (rc != CAIRN_OK) {
+        forget_routed();
+        return cairn_failed(fn, rc);
+    }
+    if (kept) {
+        if (scr_index_add(&S.ix, S.out_id, S.out_flags, S.out_name) != 0 && S.rank == 0)
+            scr_say(fn, "out of memory for the index; %s is stored but not indexed", S.out_name);
+        if (S.out_flags & SCR_FLAG_OUTPUT)
+            save_output_list(S.out_id);
+        scr_index_save(&S.ix, S.rank);
+    } else if (S.rank == 0) {
+        scr_say(fn, "dataset %s is invalid on at least one rank; it is not kept", S.out_name);
+    }
+    forget_routed();
+    return kept ? SCR_SUCCESS : SCR_FAILURE;
+}
+
+SCR_API int SCR_Complete_checkpoint(int valid)
+{
+    return SCR_Complete_output(valid);
+}
+
+/* ---- Restart -------------------------------------------------------------------------------- */
+
+/*
+ * SCR_CURRENT: pass over every checkpoint newer than the named one, so that the restart
+ * offers it. Returns 0, or -1 after rank 0 said why. Collective.
+ */
+static int pick_current(const char *fn)
+{
+    struct scr_entry *e = scr_index_find(&S.ix, S.set.current);
+    if (!e || !(e->flags & SCR_FLAG_CHECKPOINT)) {
+        if (S.rank == 0)
+            scr_say(fn, "SCR_CURRENT=%s names no checkpoint of this prefix (%s)",
+                    S.set.current, S.set.prefix);
+        return -1;
+    }
+    int64_t want = e->id, v = -1;
+    int rc;
+    while ((rc = cairn_have_restart(SCR_CKPT_NAME, &v)) == CAIRN_OK && v > want)
+        cairn_drop(SCR_CKPT_NAME, v);
+    if (rc != CAIRN_OK)
+        return step_failed(fn, rc);
+    if (v != want) {
+        if (S.rank == 0)
+            scr_say(fn, "SCR_CURRENT=%s: that checkpoint cannot be restored by every rank",
+                    S.set.current);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Load the newest checkpoint to restart from (IDLE -> LOADED). Versions the index marks
+ * invalid or dropped are passed over first, and again should Cairn's own fallback past a
+ * damaged version land on one. Returns 1 when loaded, 0 when there is none, -1 on failure
+ * (said). Collective.
+ */
+static int load(const char *fn)
+{
+    if (!S.set.fetch)
+        return 0;
+    if (S.set.current[0] && !S.current_done) {
+        S.current_done = 1;
+        if (pick_current(fn) != 0)
+            return -1;
+    }
+    for (;;) {
+        int64_t v = -1;
+        struct scr_entry *e;
+        int rc;
+        while ((rc = cairn_have_restart(SCR_CKPT_NAME, &v)) == CAIRN_OK && v >= 0 &&
+               (e = entry_of(v)) && e->state != SCR_DS_OK)
+            cairn_drop(SCR_CKPT_NAME, v);
+        if (rc != CAIRN_OK)
+            return step_failed(fn, rc);
+        if (v < 0)
+            return 0;
+        if ((rc = cairn_start_restart(SCR_CKPT_NAME, 0, &v)) != CAIRN_OK)
+            return step_failed(fn, rc);
+        if (v < 0)
+            return 0;
+        if ((e = entry_of(v)) && e->state != SCR_DS_OK) {
+            if ((rc = cairn_complete_restart(0, NULL)) != CAIRN_OK)
+                return step_failed(fn, rc);
+            continue;
+        }
+        if ((rc = cairn_restart_label(S.loaded_name, sizeof S.loaded_name)) != CAIRN_OK)
+            snprintf(S.loaded_name, sizeof S.loaded_name, "dataset.%" PRId64, v);
+        S.loaded_id = v;
+        S.phase = LOADED;
+        /* Cairn's restart removed every version newer than v from its tiers: those datasets
+         * are no checkpoints any more (their output files stay where they are). */
+        int changed = 0;
+        for (size_t i = S.ix.n; i-- > 0;) {
+            struct scr_entry *x = &S.ix.e[i];
+            if (x->id <= v || !(x->flags & SCR_FLAG_CHECKPOINT))
+                continue;
+            x->flags &= ~SCR_FLAG_CHECKPOINT;
+            if (!x->flags)
+                scr_index_remove(&S.ix, x);
+            changed = 1;
+        }
+        if (changed)
+            scr_index_save(&S.ix, S.rank);
+        return 1;
+    }
+}
+
+/* Copy the loaded checkpoint's name to an application buffer (SCR_MAX_FILENAME bytes). */
+static void give_name(char *name)
+{
+    if (name)
+        snprintf(name, SCR_MAX_FILENAME, "%s", S.loaded_name);
+}
+
+SCR_API int SCR_Have_restart(int *flag, char *name)
+{
+    const char *fn = "SCR_Have_restart";
+    if (flag)
+        *flag = 0;
+    if (!ready(fn) || !agree(fn, flag ? busy() : "flag is NULL", HASH0))
+        return SCR_FAILURE;
+    int got = S.phase == LOADED ? 1 : load(fn);
+    if (got < 0)
+        return SCR_FAILURE;
+    *flag = got;
+    if (got)
+        give_name(name);
+    else if (name)
+        name[0] = '\0';
+    return SCR_SUCCESS;
+}
+
+SCR_API int SCR_Start_restart(char *name)
+{
+    const char *fn = "SCR_Start_restart";
+    if (!ready(fn) || !agree(fn, busy(), HASH0))
+        return SCR_FAILURE;
+    int got = S.phase == LOADED ? 1 : load(fn);
+    if (got <= 0) {
+        if (got == 0 && S.rank == 0)
+            scr_say(fn, "there is no checkpoint to restart from (SCR_Have_restart reports 0)");
+        return SCR_FAILURE;
+    }
+    S.phase = RESTART;
+    give_name(name);
+    return SCR_SUCCESS;
+}
+
+SCR_API int SCR_Complete_restart(int valid)
+{
+    const char *fn = "SCR_Complete_restart";
+    if (!ready(fn) ||
+        !agree(fn, S.phase == RESTART ? NULL : "no restart was started (SCR_Start_restart)",
+               HASH0))
+        return SCR_FAILURE;
+    int all = 0;
+    int rc = cairn_complete_restart(valid ? 1 : 0, &all);
+    S.phase = IDLE;
+    if (rc != CAIRN_OK)
+        return cairn_failed(fn, rc);
+    if (all)
+        return SCR_SUCCESS;
+    /* Cairn passes over it for the rest of this run; the index, for later runs. */
+    struct scr_entry *e = entry_of(S.loaded_id);
+    if (e) {
+        e->state = SCR_DS_INVALID;
+        scr_index_save(&S.ix, S.rank);
+    }
+    if (S.rank == 0)
+        scr_say(fn, "checkpoint %s was found invalid on at least one rank; it is never "
+                    "restarted from again, and SCR_Have_restart offers the next older one",
+                S.loaded_name);
+    return SCR_FAILURE;
+}
+
+/* ---- Datasets ------------------------------------------------------------------------------- */
+
+/* The start of SCR_Current, SCR_Drop and SCR_Delete: ready, the loaded checkpoint put back,
+ * the same name on every rank. Returns its index entry (NULL after a message). Collective. */
+static struct scr_entry *named(const char *fn, const char *name)
+{
+    if (!ready(fn) || unload(fn) != SCR_SUCCESS)
+        return NULL;
+    const char *err = name ? busy() : "the name is NULL";
+    if (!agree(fn, err, name ? hash(HASH0, name) : HASH0))
+        return NULL;
+    struct scr_entry *e = scr_index_find(&S.ix, name);
+    if (!e && S.rank == 0)
+        scr_say(fn, "no dataset is named %s (in %s)", name, S.ix.dir);
+    return e;
+}
+
+SCR_API int SCR_Current(const char *name)
+{
+    /* Dataset ids only grow, so datasets written from here on are ordered after it already;
+     * what is left is to check that the application names a dataset SCR knows. */
+    return named("SCR_Current", name) ? SCR_SUCCESS : SCR_FAILURE;
+}
+
+SCR_API int SCR_Drop(const char *name)
+{
+    struct scr_entry *e = named("SCR_Drop", name);
+    if (!e)
+        return SCR_FAILURE;
+    e->state = SCR_DS_DROPPED;
+    scr_index_save(&S.ix, S.rank);
+    return SCR_SUCCESS;
+}
+
+/* Rank 0: remove the output files of dataset `id` and the directories they leave empty below
+ * the prefix. Returns 0, or -1 (said). */
+static int remove_outputs(int64_t id)
+{
+    char list[SCR_PATH_MAX + 64];
+    scr_index_files_path(&S.ix, id, list, sizeof list);
+    FILE *f = fopen(list, "rb");
+    if (!f) {
+        scr_say("SCR_Delete", "cannot read the list of output files %s: %s", list,
+                strerror(errno));
+        return -1;
+    }
+    int ok = 1;
+    size_t plen = strlen(S.set.prefix);
+    char path[SCR_PATH_MAX];
+    int ch;
+    size_t n = 0;
+    while ((ch = fgetc(f)) != EOF) {
+        if (ch != '\0') {
+            if (n + 1 < sizeof path)
+                path[n++] = (char)ch;
+            continue;
+        }
+        path[n] = '\0';
+        n = 0;
+        if (unlink(path) != 0 && errno != ENOENT) {
+            scr_say("SCR_Delete", "cannot remove %s: %s", path, strerror(errno));
+            ok = 0;
+            continue;
+        }
+        for (char *slash = strrchr(path, '/'); slash && (size_t)(slash - path) > plen;
+             slash = strrchr(path, '/')) {
+            *slash = '\0';
+            if (strncmp(path, S.set.prefix, plen) != 0 || path[plen] != '/' || rmdir(path) != 0)
+                break;
+        }
+    }
+    fclose(f);
+    if (ok)
+        unlink(list);
+    return ok ? 0 : -1;
+}
+
+SCR_API int SCR_Delete(const char *name)
+{
+    const char *fn = "SCR_Delete";
+    struct scr_entry *e = named(fn, name);
+    if (!e)
+        return SCR_FAILURE;
+    int64_t id = e->id;
+    int flags = e->flags;
+    if (flags & SCR_FLAG_CHECKPOINT) {
+        int rc = cairn_delete(SCR_CKPT_NAME, id);
+        if (rc != CAIRN_OK)
+            return cairn_failed(fn, rc);
+    }
+    int ok = 1;
+    if ((flags & SCR_FLAG_OUTPUT) && S.rank == 0)
+        ok = remove_outputs(id) == 0;
+    MPI_Bcast(&ok, 1, MPI_INT, 0, S.comm);
+    scr_index_remove(&S.ix, entry_of(id));
+    scr_index_save(&S.ix, S.rank);
+    return ok ? SCR_SUCCESS : SCR_FAILURE;
+}
