@@ -616,14 +616,14 @@ fn cairn_variables_win_over_the_configuration_file() {
 }
 
 /// heatdis must leave with its own exit code 5 (FTI_Init returned FTI_NSCS) after exactly one
-/// `fti: FTI_Init` line containing every needle, never an abort.
+/// `fti: rank <r>: FTI_Init: ...` line containing every needle, never an abort.
 fn init_fails(tiers: &Tiers, cfg: &str, needles: &[&str], what: &str) {
     let o = run(heatdis(cfg, &HEAT, tiers), what);
     o.assert_exit5();
     let lines: Vec<&str> = o
         .stderr
         .lines()
-        .filter(|l| l.starts_with("fti: FTI_Init"))
+        .filter(|l| l.starts_with("fti: rank ") && l.contains(": FTI_Init: "))
         .collect();
     assert_eq!(
         lines.len(),

@@ -74,17 +74,26 @@ static struct {
     long long ticks[5];      /* intervals of each level passed when last checked */
 } st;
 
-/* A local failure: say why on stderr and return FTI_NSCS. The line is written at once, so
- * the lines of ranks sharing a terminal do not interleave. */
+/* A failure: say why on stderr ("fti: rank <r>: ...", the rank in MPI_COMM_WORLD while MPI
+ * runs) and return FTI_NSCS. The line is written at once, so the lines of ranks sharing a
+ * terminal do not interleave. */
 static int fail(const char *fmt, ...)
 {
     char line[5120];
+    int inited = 0, finalized = 0, rank = -1;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized)
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int head = rank < 0 ? snprintf(line, sizeof line, "fti: ")
+                        : snprintf(line, sizeof line, "fti: rank %d: ", rank);
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line + 5, sizeof line - 6, fmt, ap);
+    int n = vsnprintf(line + head, sizeof line - (size_t)head - 1, fmt, ap);
     va_end(ap);
-    memcpy(line, "fti: ", 5);
-    size_t len = n < 0 ? 5 : 5 + ((size_t)n < sizeof line - 7 ? (size_t)n : sizeof line - 7);
+    size_t len = (size_t)head + (n < 0 ? 0 : (size_t)n);
+    if (len > sizeof line - 2)
+        len = sizeof line - 2;
     line[len] = '\n';
     line[len + 1] = '\0';
     fputs(line, stderr);
