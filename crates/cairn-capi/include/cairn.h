@@ -365,6 +365,15 @@ int cairn_have_restart(const char *name, int64_t *version);
 int cairn_start_restart(const char *name, int flags, int64_t *version);
 
 /**
+ * `cairn_start_restart` from the newest version no newer than `upto` (and not passed over).
+ * Collective.
+ *
+ * # Safety
+ * As `cairn_start_restart`.
+ */
+int cairn_start_restart_upto(const char *name, int64_t upto, int flags, int64_t *version);
+
+/**
  * Put into `label` (a buffer of `len` bytes) the dataset name given to `cairn_start_output`
  * for the checkpoint being restarted from ("" if none was given, or no restart is under
  * way). Local.

@@ -199,12 +199,41 @@ pub unsafe extern "C" fn cairn_start_restart(
     flags: c_int,
     version: *mut i64,
 ) -> c_int {
-    guard("cairn_start_restart", || {
+    // SAFETY: forwarded contract.
+    unsafe { start_restart("cairn_start_restart", name, i64::MAX, flags, version) }
+}
+
+/// `cairn_start_restart` from the newest version no newer than `upto` (and not passed over).
+/// Collective.
+///
+/// # Safety
+/// As `cairn_start_restart`.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_start_restart_upto(
+    name: *const c_char,
+    upto: i64,
+    flags: c_int,
+    version: *mut i64,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { start_restart("cairn_start_restart_upto", name, upto, flags, version) }
+}
+
+/// # Safety
+/// As `cairn_start_restart`.
+unsafe fn start_restart(
+    what: &str,
+    name: *const c_char,
+    upto: i64,
+    flags: c_int,
+    version: *mut i64,
+) -> c_int {
+    guard(what, || {
         // SAFETY: forwarded contract.
         let name = unsafe { c_str(name, "name") }?;
         if flags & !CAIRN_FLAG_REGIONS != 0 {
             return Err(invalid(format!(
-                "cairn_start_restart: flags {flags:#x}: only CAIRN_FLAG_REGIONS (4) is known"
+                "{what}: flags {flags:#x}: only CAIRN_FLAG_REGIONS (4) is known"
             )));
         }
         let got = with_state(|st| {
@@ -213,7 +242,9 @@ pub unsafe extern "C" fn cairn_start_restart(
             } else {
                 Vec::new()
             };
-            let got = st.files.start_restart(&mut st.engine, name, &mut memory)?;
+            let got = st
+                .files
+                .start_restart_upto(&mut st.engine, name, upto, &mut memory)?;
             drop(memory);
             let label = got
                 .as_ref()

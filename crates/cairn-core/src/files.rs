@@ -287,8 +287,21 @@ impl Files {
         name: &str,
         memory: &mut [RegionMut<'_>],
     ) -> Result<Option<Restored>> {
+        self.start_restart_upto(engine, name, i64::MAX, memory)
+    }
+
+    /// Collective: [`Files::start_restart`] from the newest version no newer than `upto`
+    /// (VeloC restarts from a version the application names).
+    pub fn start_restart_upto(
+        &mut self,
+        engine: &mut Engine,
+        name: &str,
+        upto: i64,
+        memory: &mut [RegionMut<'_>],
+    ) -> Result<Option<Restored>> {
         engine.agreed(self.idle("start_restart"), "start the restart")?;
-        let Some(v) = self.have_restart(engine, name)? else {
+        let below = self.below(name).min(upto.saturating_add(1));
+        let Some(v) = engine.restart_test_below(name, below)? else {
             return Ok(None);
         };
         let root = self.root.clone();

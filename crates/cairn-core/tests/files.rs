@@ -147,6 +147,13 @@ fn an_invalid_rank_at_complete_restart_makes_every_rank_fall_back() {
     job(RANKS, &cfg, |rank, e| {
         let mut files = Files::new(e);
         let mut step = [0i64];
+        // A version the application names (VeloC's restart of version N): no newer than 2.
+        let got = files
+            .start_restart_upto(e, "sim", 2, &mut [RegionMut::new(0, &mut step)])
+            .unwrap()
+            .unwrap();
+        assert_eq!((got.version, step[0]), (2, 20));
+        assert!(files.complete_restart(e, true).unwrap());
         let got = files
             .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
             .unwrap()
