@@ -147,13 +147,6 @@ fn an_invalid_rank_at_complete_restart_makes_every_rank_fall_back() {
     job(RANKS, &cfg, |rank, e| {
         let mut files = Files::new(e);
         let mut step = [0i64];
-        // A version the application names (VeloC's restart of version N): no newer than 2.
-        let got = files
-            .start_restart_upto(e, "sim", 2, &mut [RegionMut::new(0, &mut step)])
-            .unwrap()
-            .unwrap();
-        assert_eq!((got.version, step[0]), (2, 20));
-        assert!(files.complete_restart(e, true).unwrap());
         let got = files
             .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
             .unwrap()
@@ -176,6 +169,33 @@ fn an_invalid_rank_at_complete_restart_makes_every_rank_fall_back() {
             .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
             .unwrap()
             .is_none());
+    });
+}
+
+#[test]
+fn a_named_older_version_restarts_and_the_run_goes_on_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "xor");
+    job(RANKS, &cfg, |rank, e| {
+        let mut files = Files::new(e);
+        for v in 1..=3 {
+            write_version(&mut files, e, rank, v);
+        }
+    });
+    job(RANKS, &cfg, |rank, e| {
+        let mut files = Files::new(e);
+        let mut step = [0i64];
+        // A version the application names (VeloC restarts version N): the newest up to 2.
+        let got = files
+            .start_restart_upto(e, "sim", 2, &mut [RegionMut::new(0, &mut step)])
+            .unwrap()
+            .unwrap();
+        assert_eq!((got.version, step[0]), (2, 20));
+        let p = files.route_file(&names(rank)[0]).unwrap();
+        assert!(std::fs::read(p).unwrap() == content(rank, 0, 2));
+        assert!(files.complete_restart(e, true).unwrap());
+        // As with any restart, the run continues from v2: v3 is not its future.
+        assert_eq!(files.have_restart(e, "sim").unwrap(), Some(2));
     });
 }
 
