@@ -148,7 +148,7 @@ static int unload(const char *fn)
     return rc == CAIRN_OK ? SCR_SUCCESS : cairn_failed(fn, rc);
 }
 
-/* Why `fn` cannot be called now (for the phases other than those it accepts), or NULL. */
+/* Why a call made outside output and restart cannot be made now, or NULL. */
 static const char *busy(void)
 {
     switch (S.phase) {

@@ -130,15 +130,15 @@ int SCR_Complete_restart(int valid);
 
 /* ---- Datasets ----------------------------------------------------------------------------- */
 
-/* Tell SCR which checkpoint the application restarted from without the restart calls.
- * Collective. */
+/* Tell SCR which checkpoint the application restarted from without the restart calls;
+ * name [IN] is its dataset name. Collective. */
 int SCR_Current(const char *name);
 
-/* Forget a dataset: it is never restarted from again; its files stay. Collective. */
+/* Forget dataset name [IN]: it is never restarted from again; its files stay. Collective. */
 int SCR_Drop(const char *name);
 
-/* Delete a dataset: its checkpoint from every tier and its output files under the prefix
- * directory. Collective. */
+/* Delete dataset name [IN]: its checkpoint from every tier and its output files under the
+ * prefix directory. Collective. */
 int SCR_Delete(const char *name);
 
 #ifdef __cplusplus
