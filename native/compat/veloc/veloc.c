@@ -541,28 +541,12 @@ int VELOC_Restart_begin(const char *name, int version)
     char cname[NAME_LEN];
     if (begin(fn, name, version, cname) != VELOC_SUCCESS)
         return VELOC_FAILURE;
-    /* Cairn's file API restarts from the newest version it offers: pass over the newer ones
-     * (for the rest of this run) until it offers the version asked for. */
-    for (;;) {
-        int64_t offered = -1;
-        int rc = cairn_have_restart(cname, &offered);
-        if (rc != CAIRN_OK)
-            return cairn_fail(fn, rc);
-        if (offered < 0)
-            return fail(fn, "no checkpoint of %s to restart from", cname);
-        if (offered == version)
-            break;
-        if (offered < version)
-            return fail(fn, "%s v%d cannot be restarted from: the newest version every "
-                            "process can restore is v%lld",
-                        cname, version, (long long)offered);
-        if ((rc = cairn_drop(cname, offered)) != CAIRN_OK)
-            return cairn_fail(fn, rc);
-    }
     if (copy(&V.restored, &V.regions) != 0)
         return fail(fn, "out of memory");
+    /* The newest version no newer than the one asked for (the application found it with
+     * VELOC_Restart_test); a damaged one falls back to an older one. */
     int64_t got = -1;
-    int rc = cairn_start_restart(cname, CAIRN_FLAG_REGIONS, &got);
+    int rc = cairn_start_restart_upto(cname, version, CAIRN_FLAG_REGIONS, &got);
     if (rc != CAIRN_OK)
         return cairn_fail(fn, rc);
     if (got < 0)
