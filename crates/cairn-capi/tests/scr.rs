@@ -4,8 +4,8 @@
 //! compiled against that prefix as an SCR application would be (`-lscr`). `heat.c` is a heat
 //! loop in the style of SCR's examples: it runs under mpirun with 4 ranks on 2 simulated
 //! nodes, is killed with SIGKILL after a checkpoint (with node 1's storage deleted under
-//! PARTNER and XOR) and relaunched, and must end bit-exactly like an uninterrupted run. Other
-//! tests check the fallback when a rank finds a restart invalid, output datasets under
+//! PARTNER, XOR and RS) and relaunched, and must end bit-exactly like an uninterrupted run.
+//! Other tests check the fallback when a rank finds a restart invalid, output datasets under
 //! SCR_PREFIX, SCR's settings (mapped, or reported once), and `api.c`'s dataset calls.
 //!
 //! SCR_PREFIX and SCR_CACHE_BASE under each test's directory stand for the parallel file
@@ -272,12 +272,17 @@ fn heat_survives_kill9_and_ends_like_an_uninterrupted_run() {
 }
 
 #[test]
-fn partner_and_xor_rebuild_a_lost_node_after_kill9() {
+fn partner_xor_and_rs_rebuild_a_lost_node_after_kill9() {
     let _mpi = mpi_lock();
     reference();
     for settings in [
         &[("SCR_COPY_TYPE", "PARTNER")][..],
         &[("SCR_COPY_TYPE", "XOR"), ("SCR_SET_SIZE", "2")][..],
+        &[
+            ("SCR_COPY_TYPE", "RS"),
+            ("SCR_SET_SIZE", "2"),
+            ("SCR_SET_FAILURES", "1"),
+        ][..],
     ] {
         let what = format!("heat, {settings:?}, rank 3 killed, node 1 lost");
         let scr = Scr::new(settings);
