@@ -361,6 +361,26 @@ fn a_finished_run_starts_afresh_unless_it_kept_its_last_checkpoint() {
         let cfg = config(&tiers, &format!("Keep_last_ckpt = {keep}\n"));
         let first = run(heatdis(&cfg, &args, &tiers), "first run");
         first.assert_ok();
+        // As FTI does, a finished run leaves its checkpoints only with Keep_last_ckpt.
+        let stored = |dir: PathBuf| -> usize {
+            std::fs::read_dir(dir)
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with('v'))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let left: usize = (0..NODES)
+            .map(|n| stored(tiers.local().join(format!("node{n}")).join("fti")))
+            .sum::<usize>()
+            + stored(tiers.global().join("fti"));
+        assert_eq!(
+            left > 0,
+            keep == 1,
+            "{left} versions left\n{}",
+            first.show()
+        );
         let second = run(
             heatdis(&cfg, &args, &tiers),
             &format!("run after a finished one, Keep_last_ckpt = {keep}"),
@@ -592,9 +612,10 @@ fn configuration_settings_reach_cairn_and_the_rest_is_reported_once() {
         !tiers.local().exists() && !tiers.global().exists(),
         "the default tiers should be unused"
     );
-    // Keep_L4_ckpt = 0: one level-4 checkpoint is kept on the global tier.
+    // Keep_L4_ckpt = 0 and Keep_last_ckpt = 0: as FTI does, the finished run deleted its
+    // checkpoints, from the global tier too.
     let kept = std::fs::read_dir(&global).unwrap().count();
-    assert_eq!(kept, 1, "Keep_L4_ckpt = 0 keeps one level-4 checkpoint");
+    assert_eq!(kept, 0, "a finished run's level-4 checkpoints are deleted");
 }
 
 #[test]

@@ -28,6 +28,7 @@ struct fti_config {
     char *path;                /* the file, for messages */
     double interval[5];        /* FTI_Snapshot interval of levels 1..4 in seconds, 0: off */
     int keep_last;             /* Keep_last_ckpt */
+    int keep_l4;               /* Keep_L4_ckpt: every level-4 checkpoint stays */
     int max_sync;              /* Max_sync_intv: most FTI_Snapshot calls between agreements */
     int node_size, local_test; /* Node_size (0: unset), Local_test */
     const char *scheme;        /* Cairn's redundancy scheme for levels 1..3 */

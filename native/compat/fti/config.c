@@ -199,6 +199,7 @@ static int k_keep_l4(struct reading *r, const struct key *k, const char *value)
     long v;
     if (whole(r, k, value, &v) != 0)
         return -1;
+    r->cfg->keep_l4 = (int)v;
     return assign(r->cfg, "cache.keep_global", v ? "0" : "1", r->origin) == 0 ? 0 : oom(r);
 }
 

@@ -12,10 +12,11 @@
  * FTI_Init reads the configuration (config.c), starts Cairn, and fixes FTI_Status: whether a
  * checkpoint of FTI_CKPT_NAME can be restored by every rank and was not left by a run that
  * ended with FTI_Finalize. FTI deletes a finished run's checkpoints (unless Keep_last_ckpt),
- * so that the next run starts afresh; Cairn keeps them, so FTI_Finalize stores a small record
- * instead, the checkpoint FTI_END_NAME holding the newest version and Keep_last_ckpt, and a
- * later FTI_Init that finds the record at least as new as the newest checkpoint knows the run
- * finished. In every state the protected regions belong to Cairn's region table; FTI's
+ * so that the next run starts afresh, and so does FTI_Finalize here (cairn_delete, newest
+ * first). It also stores a small record, the checkpoint FTI_END_NAME holding the newest
+ * version and Keep_last_ckpt, so that a later FTI_Init that finds the record at least as new
+ * as the newest checkpoint knows the run finished even where a deletion failed, and versions
+ * stay above every one a previous run used. In every state the protected regions belong to Cairn's region table; FTI's
  * checkpoint ids are the application's business, and Cairn's versions are counted here,
  * always above every version found on the tiers, so a new run never competes with an old one.
  *
@@ -468,6 +469,23 @@ int FTI_Snapshot(void)
 
 /* ---- FTI_Finalize ------------------------------------------------------------------------ */
 
+/* Collective: delete every restorable version of `name` no newer than `upto`, newest first
+ * (so no incremental checkpoint outlives its base). */
+static int delete_upto(const char *name, int64_t upto)
+{
+    for (;;) {
+        int64_t v = -1;
+        int rc = cairn_restart_test_upto(name, upto, &v);
+        if (rc == CAIRN_OK && v >= 0)
+            rc = cairn_delete(name, v);
+        if (rc != CAIRN_OK)
+            return rc;
+        if (v < 0)
+            return CAIRN_OK;
+        upto = v - 1;
+    }
+}
+
 /* Collective: store the end-of-run record and make it durable. */
 static int record_end(void)
 {
@@ -484,6 +502,13 @@ static int record_end(void)
     if (rc != CAIRN_OK)
         return cairn_failed(rc, "FTI_Finalize: recording the end of the run (the next run may "
                                 "recover this run's last checkpoint)");
+    /* The records of earlier runs, then (as FTI does) this run's checkpoints unless
+     * Keep_last_ckpt asks for the last one to stay or Keep_L4_ckpt for every level-4 one. */
+    rc = delete_upto(FTI_END_NAME, st.version - 1);
+    if (rc == CAIRN_OK && !st.cfg.keep_last && !st.cfg.keep_l4)
+        rc = delete_upto(FTI_CKPT_NAME, INT64_MAX);
+    if (rc != CAIRN_OK)
+        return cairn_failed(rc, "FTI_Finalize: deleting the run's checkpoints");
     return FTI_SCES;
 }
 
