@@ -5,7 +5,8 @@
 #   PREFIX/include/<lib>.h      the header of the original API (scr.h, fti.h, veloc.h)
 #   PREFIX/lib/lib<lib>.so      its functions, implemented over libcairn (link with -l<lib>)
 #
-# Each library is native/compat/<lib>/*.c, compiled with mpicc against PREFIX/include/cairn.h
+# Each library is native/compat/<lib>/*.c (with the shared headers of native/compat/common/),
+# compiled with mpicc against PREFIX/include/cairn.h
 # and cairn_mpi.h and linked to PREFIX/lib/libcairn.so, which must already be installed
 # (./run build does both). CC and CFLAGS may be overridden.
 set -eu
@@ -26,7 +27,8 @@ CFLAGS=${CFLAGS:--O2}
 if [ $# -eq 0 ]; then
     set --
     for d in "$here"/*/; do
-        [ -d "$d" ] && set -- "$@" "$(basename "$d")"
+        # common/ holds headers the libraries share, not a library.
+        [ -d "$d" ] && [ "$(basename "$d")" != common ] && set -- "$@" "$(basename "$d")"
     done
 fi
 mkdir -p "$prefix/include" "$prefix/lib"
@@ -39,7 +41,7 @@ for lib in "$@"; do
     tmp="$prefix/lib/.lib$lib.so.tmp.$$"
     # shellcheck disable=SC2086
     $CC $CFLAGS -std=c11 -Wall -Wextra -fPIC -shared -fvisibility=hidden -o "$tmp" \
-        "$src"/*.c -I "$src" -I "$prefix/include" -L "$prefix/lib" -lcairn \
+        "$src"/*.c -I "$src" -I "$here/common" -I "$prefix/include" -L "$prefix/lib" -lcairn \
         -Wl,-rpath,"$prefix/lib"
     mv "$tmp" "$prefix/lib/lib$lib.so"
     install -m 0644 "$src/$lib.h" "$prefix/include/$lib.h"

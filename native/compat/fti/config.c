@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "text.h"
 #include <strings.h>
 
 #include "compat.h"
@@ -347,20 +349,11 @@ static int derive(struct reading *r)
 
 /* ---- Reading the file -------------------------------------------------------------------- */
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
 
 /* The value of a "key = value" line: quotes removed, or a trailing comment. */
 static char *value_of(char *v, int *ok)
 {
-    v = trim(v);
+    v = compat_trim(v);
     *ok = 1;
     if (*v == '"' || *v == '\'') {
         char *close = strchr(v + 1, *v);
@@ -372,7 +365,7 @@ static char *value_of(char *v, int *ok)
         return v + 1;
     }
     v[strcspn(v, ";#")] = '\0';
-    return trim(v);
+    return compat_trim(v);
 }
 
 static void init(struct fti_config *cfg)
@@ -450,19 +443,19 @@ int fti_config_read(const char *path, struct fti_config *cfg, char *err, size_t 
             rc = -1;
             break;
         }
-        char *s = trim(line);
+        char *s = compat_trim(line);
         if (*s == '\0' || *s == ';' || *s == '#')
             continue;
         if (*s == '[') {
             char *close = strchr(s, ']');
-            char *rest = close ? trim(close + 1) : NULL;
+            char *rest = close ? compat_trim(close + 1) : NULL;
             if (!close || (*rest != '\0' && *rest != ';' && *rest != '#')) {
                 snprintf(err, errlen, "%s:%d: syntax error: expected [section]", path, lineno);
                 rc = -1;
                 break;
             }
             *close = '\0';
-            snprintf(section, sizeof section, "%s", trim(s + 1));
+            snprintf(section, sizeof section, "%s", compat_trim(s + 1));
             continue;
         }
         char *eq = strchr(s, '=');
@@ -472,7 +465,7 @@ int fti_config_read(const char *path, struct fti_config *cfg, char *err, size_t 
             *eq = '\0';
             value = value_of(eq + 1, &ok);
         }
-        char *name = trim(s);
+        char *name = compat_trim(s);
         if (!ok || *name == '\0') {
             snprintf(err, errlen, "%s:%d: syntax error: expected [section] or key = value",
                      path, lineno);

@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "text.h"
 #include <strings.h>
 
 #include "cairn.h"
@@ -38,15 +40,6 @@
 
 /* ---- Helpers --------------------------------------------------------------------------- */
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
 
 /* A whole decimal number in a long, or 0 on anything else. */
 static int parse_long(const char *s, long *out)
@@ -214,7 +207,7 @@ int veloc_cfg_read(const char *cfg_file, struct veloc_cfg *cfg, char *err, size_
     int line = 0, rc = 0;
     while (rc == 0 && getline(&buf, &cap, in) != -1) {
         line++;
-        char *s = trim(buf);
+        char *s = compat_trim(buf);
         if (*s == '\0' || *s == '#' || *s == ';')
             continue;
         char *eq = strchr(s, '=');
@@ -226,7 +219,7 @@ int veloc_cfg_read(const char *cfg_file, struct veloc_cfg *cfg, char *err, size_
             rc = 1;
         } else {
             *eq = '\0';
-            rc = setting(cfg, trim(s), trim(eq + 1), line, err, len);
+            rc = setting(cfg, compat_trim(s), compat_trim(eq + 1), line, err, len);
         }
     }
     if (rc == 0 && ferror(in)) {
