@@ -287,6 +287,13 @@ int cairn_test(const char *name, int64_t version, int *state);
 int cairn_wait(const char *name, int64_t version);
 
 /**
+ * Wait until every flush under way has ended, and publish the checkpoints that became
+ * durable. Never starts a flush (unlike `cairn_wait`); a flush that failed leaves its
+ * checkpoint on the node-local tier, and `cairn_test` / `cairn_wait` report it. Collective.
+ */
+int cairn_wait_flushes(void);
+
+/**
  * Set `*flag` to 1 when the run should stop now: the job's time limit is near enough that
  * only a last checkpoint and its flush fit (`[exit] time_limit`, or Slurm's end time), the
  * halt file exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals = true`); else 0.

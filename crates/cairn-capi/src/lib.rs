@@ -681,6 +681,16 @@ pub unsafe extern "C" fn cairn_wait(name: *const c_char, version: i64) -> c_int 
     })
 }
 
+/// Wait until every flush under way has ended, and publish the checkpoints that became
+/// durable. Never starts a flush (unlike `cairn_wait`); a flush that failed leaves its
+/// checkpoint on the node-local tier, and `cairn_test` / `cairn_wait` report it. Collective.
+#[no_mangle]
+pub extern "C" fn cairn_wait_flushes() -> c_int {
+    guard("cairn_wait_flushes", || {
+        with_state(|st| st.engine.wait_flushes())
+    })
+}
+
 /// Set `*flag` to 1 when the run should stop now: the job's time limit is near enough that
 /// only a last checkpoint and its flush fit (`[exit] time_limit`, or Slurm's end time), the
 /// halt file exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals = true`); else 0.

@@ -763,6 +763,13 @@ impl Engine {
         Ok(())
     }
 
+    /// Collective: wait until every flush under way has ended and publish the versions that
+    /// became durable; never starts a flush (a failed one is reported by `test` / `flush`
+    /// and leaves its version node-local, as always).
+    pub fn wait_flushes(&mut self) -> Result<()> {
+        self.settle_all()
+    }
+
     /// Collective: wait for every pending flush and settle it.
     fn settle_all(&mut self) -> Result<()> {
         match self.pending.back().cloned() {

@@ -222,3 +222,37 @@ fn auto_intervals_follow_the_measured_cost() {
         "{err}"
     );
 }
+
+#[test]
+fn wait_flushes_waits_for_what_the_schedule_started_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        flush_every: 2,
+        // Slow copies (1 MiB per rank at 4 MiB/s), so the flush of v2 is still under way when
+        // wait_flushes is called.
+        flush_bandwidth: 4 << 20,
+        keep: 4,
+        ..config(dir.path())
+    };
+    let root = dir.path().to_path_buf();
+    job(4, &cfg, move |rank, e| {
+        for v in 1..=3 {
+            let d = data(rank, v, 1 << 17);
+            e.checkpoint(NAME, v, &[RegionRef::new(0, &d)]).unwrap();
+        }
+        e.wait_flushes().unwrap();
+        // v2 was scheduled for the global tier and is durable now (test() alone publishes only
+        // flushes that have ended, and the copy takes about a quarter of a second); v1 and v3
+        // were not scheduled, and nothing started a flush of them.
+        assert_eq!(e.test(NAME, 2).unwrap(), Some(CkptState::Durable));
+        for v in [1, 3] {
+            assert_ne!(e.test(NAME, v).unwrap(), Some(CkptState::Durable), "v{v}");
+        }
+        if rank == 0 {
+            assert!(manifest(&root, "global", 2).is_some());
+            assert!(manifest(&root, "global", 3).is_none());
+        }
+        // Nothing under way: it returns at once.
+        e.wait_flushes().unwrap();
+    });
+}

@@ -489,15 +489,9 @@ int VELOC_Checkpoint_wait(void)
     if (V.last[0] == '\0')
         return VELOC_SUCCESS;
     /* When every checkpoint is flushed, the last one's flush is under way (or done): wait
-     * for it. Otherwise only publish the flushes that have finished: cairn_wait would start
-     * a flush the schedule did not ask for. */
-    int rc;
-    if (V.plan.flush_each) {
-        rc = cairn_wait(V.last, V.last_version);
-    } else {
-        int state;
-        rc = cairn_test(V.last, V.last_version, &state);
-    }
+     * for it. Otherwise wait for the flushes the schedule started, if any: cairn_wait would
+     * start a flush the schedule did not ask for. */
+    int rc = V.plan.flush_each ? cairn_wait(V.last, V.last_version) : cairn_wait_flushes();
     return rc == CAIRN_OK ? VELOC_SUCCESS : cairn_fail(fn, rc);
 }
 
