@@ -41,6 +41,7 @@
  * application that asks and then does not restart costs one restore into node-local storage.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -635,6 +636,32 @@ SCR_API int SCR_Drop(const char *name)
     return SCR_SUCCESS;
 }
 
+/* Whether `path`, read from a stored list, names a file inside the prefix: the list is data
+ * on disk, and only what lies under the prefix, with no ".." step and a parent directory that
+ * resolves (symbolic links followed) inside the prefix too, may be removed. */
+static int inside_prefix(const char *path, size_t plen)
+{
+    if (strncmp(path, S.set.prefix, plen) != 0 || path[plen] != '/' || strstr(path, "/../") ||
+        (strlen(path) >= 3 && strcmp(path + strlen(path) - 3, "/..") == 0))
+        return 0;
+    char parent[SCR_PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        return 0;
+    *slash = '\0';
+    char *real_parent = realpath(parent, NULL), *real_prefix = realpath(S.set.prefix, NULL);
+    int ok = 0;
+    if (real_parent && real_prefix) {
+        size_t rl = strlen(real_prefix);
+        ok = strncmp(real_parent, real_prefix, rl) == 0 &&
+             (real_parent[rl] == '/' || real_parent[rl] == '\0');
+    }
+    free(real_parent);
+    free(real_prefix);
+    return ok;
+}
+
 /* Rank 0: remove the output files of dataset `id` and the directories they leave empty below
  * the prefix. Returns 0, or -1 (said). */
 static int remove_outputs(int64_t id)
@@ -652,14 +679,24 @@ static int remove_outputs(int64_t id)
     char path[SCR_PATH_MAX];
     int ch;
     size_t n = 0;
+    int too_long = 0;
     while ((ch = fgetc(f)) != EOF) {
         if (ch != '\0') {
             if (n + 1 < sizeof path)
                 path[n++] = (char)ch;
+            else
+                too_long = 1;
             continue;
         }
         path[n] = '\0';
         n = 0;
+        if (too_long || !inside_prefix(path, plen)) {
+            scr_say("SCR_Delete", "%s lists %s, which is not a file under %s: not removed", list,
+                    path, S.set.prefix);
+            too_long = 0;
+            ok = 0;
+            continue;
+        }
         if (unlink(path) != 0 && errno != ENOENT) {
             scr_say("SCR_Delete", "cannot remove %s: %s", path, strerror(errno));
             ok = 0;

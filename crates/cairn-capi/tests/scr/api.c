@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <mpi.h>
@@ -99,6 +100,45 @@ static void restart_from(const char *want)
     must(SCR_Complete_restart(ok), "SCR_Complete_restart");
 }
 
+/* The list of an output dataset's files is data on disk: a path in it outside the prefix
+ * (written there by someone else) is never removed. */
+static void tampered_list(void)
+{
+    dataset("out.4", SCR_FLAG_OUTPUT, "data of out.4");
+    char victim[SCR_MAX_FILENAME], scrdir[SCR_MAX_FILENAME];
+    snprintf(victim, sizeof victim, "%s/../victim-of-out.4", dir);
+    if (rank == 0) {
+        FILE *v = fopen(victim, "w");
+        expect(v && fputs("keep me\n", v) >= 0 && fclose(v) == 0, "the victim file is written");
+        snprintf(scrdir, sizeof scrdir, "%s/.scr", dir);
+        DIR *d = opendir(scrdir);
+        expect(d != NULL, "the .scr directory exists");
+        int lists = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (strncmp(e->d_name, "cairn-output.", 13) != 0)
+                continue;
+            char list[2 * SCR_MAX_FILENAME];
+            snprintf(list, sizeof list, "%s/%s", scrdir, e->d_name);
+            FILE *f = fopen(list, "ab");
+            expect(f && fwrite(victim, 1, strlen(victim) + 1, f) == strlen(victim) + 1 &&
+                       fclose(f) == 0,
+                   "the list is appended to");
+            lists++;
+        }
+        closedir(d);
+        expect(lists == 1, "out.4 has one list of output files");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    expect(SCR_Delete("out.4") != SCR_SUCCESS, "SCR_Delete reports the path it refused");
+    if (rank == 0) {
+        expect(exists(victim), "a listed path outside the prefix is not removed");
+        remove(victim);
+    }
+    char path[SCR_MAX_FILENAME];
+    snprintf(path, sizeof path, "%s/out.4/part_%d.txt", dir, rank);
+    expect(!exists(path), "the dataset's own files are removed");
+}
+
 static void first(void)
 {
     /* Refused arguments fail on every rank alike and leave SCR usable. */
@@ -124,6 +164,7 @@ static void first(void)
     expect(!exists(path), "SCR_Delete removes the output files and their directory");
     must(SCR_Drop("a.2"), "SCR_Drop");
     expect(SCR_Current("a.2") != SCR_SUCCESS, "a dropped dataset is unknown to SCR_Current");
+    tampered_list();
     restart_from("a.1");
 }
 
