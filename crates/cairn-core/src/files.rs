@@ -266,8 +266,20 @@ impl Files {
         } else {
             Ok(())
         };
-        let _ = std::fs::remove_dir_all(&o.dir);
-        outcome.map(|()| kept)
+        match outcome {
+            // An output whose files could not all be stored or copied to their paths may have
+            // no other copy: its staged files stay, and the error says where.
+            Err(e) if o.flags & FLAG_OUTPUT != 0 => Err(e.context(format!(
+                "{} v{}: the output files are kept in {}",
+                o.name,
+                o.version,
+                o.dir.display()
+            ))),
+            outcome => {
+                let _ = std::fs::remove_dir_all(&o.dir);
+                outcome.map(|()| kept)
+            }
+        }
     }
 
     /// Collective: the newest version of checkpoint `name` every rank can restore and no rank

@@ -270,6 +270,20 @@ fn output_datasets_are_copied_to_their_paths_and_kept() {
         assert!(files.complete_output(e, true, &[]).unwrap());
         assert_eq!(std::fs::read(&both).unwrap(), content(rank, 0, 6));
         assert_eq!(files.have_restart(e, "viz").unwrap(), Some(6));
+        // An output that cannot reach its path (a file stands where a directory must be) is
+        // an error on every rank, and its staged files stay where the error says.
+        let blocker = res.join(format!("blocker{rank}"));
+        std::fs::write(&blocker, b"a file").unwrap();
+        let unreachable = blocker.join("sub/out.dat");
+        files.start_output(e, "viz", 7, FLAG_OUTPUT, None).unwrap();
+        let staged = files.route_file(unreachable.to_str().unwrap()).unwrap();
+        std::fs::write(&staged, b"only copy").unwrap();
+        let err = files.complete_output(e, true, &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("the output files are kept in"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&staged).unwrap(), b"only copy");
     });
     // No temporaries are left beside the outputs.
     for d in ["step5", "step6"] {
