@@ -167,10 +167,12 @@ impl Hashes {
         })
     }
 
-    /// The hashes of region `id` if it had this type, size and block size.
-    fn region(&self, id: i32, dtype: Dtype, nbytes: u64, block: u32) -> Option<&[u128]> {
+    /// The size and block hashes of region `id` if it had this type and block size. Its size
+    /// may differ from the region's now: block `i` is compared when both have a block `i` of
+    /// the same length (a region that grew or shrank keeps its unchanged blocks).
+    fn region(&self, id: i32, dtype: Dtype, block: u32) -> Option<(u64, &[u128])> {
         match self.regions.get(&id) {
-            Some((d, n, h)) if *d == dtype && *n == nbytes && self.block == block => Some(h),
+            Some((d, n, h)) if *d == dtype && self.block == block => Some((*n, h)),
             _ => None,
         }
     }
@@ -311,7 +313,7 @@ pub fn encode_part(
         let nbytes = r.bytes.len() as u64;
         let base = red
             .base
-            .and_then(|(_, h)| h.region(r.id, r.dtype, nbytes, block as u32));
+            .and_then(|(_, h)| h.region(r.id, r.dtype, block as u32));
         let mut entry = RegionEntry {
             id: r.id,
             dtype: r.dtype,
@@ -324,7 +326,9 @@ pub fn encode_part(
         let mut run = 0;
         for (i, raw) in r.bytes.chunks(block).enumerate() {
             let at = i * block;
-            let e = coder.code(raw, r.dtype.size(), base.map(|h| h[i]));
+            let base_hash =
+                base.and_then(|(n, h)| (block_len(n, block, i) == Some(raw.len())).then(|| h[i]));
+            let e = coder.code(raw, r.dtype.size(), base_hash);
             if e.kind != block_kind::RAW || at - run >= RAW_RUN {
                 out.write(&r.bytes[run..at])?;
                 run = at;
@@ -498,6 +502,13 @@ struct Located<'c> {
     starts: Vec<u64>,
 }
 
+/// The raw length of block `i` of a region of `nbytes` bytes cut into `block`-byte blocks, or
+/// `None` past its end.
+fn block_len(nbytes: u64, block: usize, i: usize) -> Option<usize> {
+    let start = (i as u64).checked_mul(block as u64)?;
+    (start < nbytes).then(|| (nbytes - start).min(block as u64) as usize)
+}
+
 /// Finds, for any block of the newest part of a chain, the part that stores it.
 struct Resolver<'c> {
     chain: &'c [Link],
@@ -558,7 +569,13 @@ impl<'c> Resolver<'c> {
                 return Err(bad("is missing from the base it is taken from".into()));
             };
             let e = loc.entry;
-            if e.dtype != dtype || e.nbytes != newest.entry.nbytes {
+            // The base region may be longer or shorter: what matters is that it has a block i
+            // of this length (and the same element type).
+            if e.dtype != dtype
+                || block_len(e.nbytes, self.chain[0].index.block_size as usize, i)
+                    != Some(dest.len())
+                || i >= e.blocks.len()
+            {
                 return Err(bad("has another shape in the base it is taken from".into()));
             }
             let b = e.blocks[i];
@@ -1199,6 +1216,76 @@ mod tests {
                     open_chain(&tier, "t", u, 0, None).unwrap().len(),
                     u as usize
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn regions_that_grow_and_shrink_keep_their_unchanged_blocks_in_a_chain() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = DirTier::new("local", d.path().join("t"), false).unwrap();
+        let mut rng = Rng(9);
+        let block = 4096usize;
+        // An appended log (grows by part of a block), a file rewritten shorter, and one whose
+        // tail block changes length but whose first blocks stay.
+        let mut data: Vec<(Dtype, Vec<u8>)> = vec![
+            (
+                Dtype::Byte,
+                (0..10 * block + 100).map(|_| rng.next() as u8).collect(),
+            ),
+            (
+                Dtype::Byte,
+                (0..8 * block).map(|_| rng.next() as u8).collect(),
+            ),
+            (Dtype::Double, contents(&mut rng, Dtype::Double, 3000)),
+        ];
+        let mut history = Vec::new();
+        let mut hashes: Option<Hashes> = None;
+        for v in 1..=6i64 {
+            if v > 1 {
+                let more: Vec<u8> = (0..1500).map(|_| rng.next() as u8).collect();
+                data[0].1.extend(more);
+                let keep = data[1].1.len() - block - 17;
+                data[1].1.truncate(keep);
+                data[2].1.extend(contents(&mut rng, Dtype::Double, 300));
+            }
+            let red = Reduction {
+                codecs: all_codecs()[2],
+                base: hashes.as_ref().map(|h| (v - 1, h)),
+            };
+            let ix = write_part(
+                &tier,
+                &key(v),
+                meta_v(v, block as u32),
+                &regions_of(&data),
+                red,
+            )
+            .unwrap();
+            if v > 1 {
+                // Only the blocks that changed length or content are stored: every region
+                // keeps most of its blocks as unchanged references to the base.
+                for r in &ix.regions {
+                    let unchanged = r
+                        .blocks
+                        .iter()
+                        .filter(|b| b.kind == block_kind::UNCHANGED)
+                        .count();
+                    assert!(
+                        unchanged + 3 >= r.blocks.len() && unchanged > 0,
+                        "v{v} region {}: {unchanged} of {} blocks unchanged",
+                        r.id,
+                        r.blocks.len()
+                    );
+                }
+            }
+            hashes = Hashes::from_index(&ix);
+            history.push(data.clone());
+            for (u, want) in history.iter().enumerate() {
+                let u = u as i64 + 1;
+                let got = read_back(&tier, u, want).unwrap();
+                for (g, (_, w)) in got.iter().zip(want) {
+                    assert!(g == w, "v{u} read after v{v} differs");
+                }
             }
         }
     }

@@ -13,10 +13,11 @@
 //! the failing rank's reason).
 //!
 //! An image's region is the image padded with zeros to a length that stays the same from one
-//! checkpoint to the next while the image stays within it ([`region_len`]): the engine
-//! compares a region's block hashes with the previous checkpoint's only when the region has
-//! the same length, and an image that gained a page would otherwise be stored whole. The
-//! padding costs nothing stored (zero blocks are a marker); restore cuts it off again.
+//! checkpoint to the next while the image stays within it ([`region_len`]). The padding was
+//! needed while the engine compared a region's block hashes with the previous checkpoint's
+//! only at the same length; it now compares block by block across a change of length, and the
+//! padding stays because it costs nothing stored (zero blocks are a marker) and keeps the
+//! restore buffers' sizes stable. Restore cuts it off again.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::EngineRecord;
