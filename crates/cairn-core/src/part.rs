@@ -1062,6 +1062,43 @@ mod tests {
         Ok(out)
     }
 
+    /// Write version `v` of `data`, incremental against `hashes` (the previous version's) if
+    /// any, and make `hashes` this version's.
+    fn write_next(
+        tier: &dyn Tier,
+        v: i64,
+        block: usize,
+        data: &[(Dtype, Vec<u8>)],
+        codecs: Codecs,
+        hashes: &mut Option<Hashes>,
+    ) -> RankIndex {
+        let red = Reduction {
+            codecs,
+            base: hashes.as_ref().map(|h| (v - 1, h)),
+        };
+        let ix = write_part(
+            tier,
+            &key(v),
+            meta_v(v, block as u32),
+            &regions_of(data),
+            red,
+        )
+        .unwrap();
+        *hashes = Hashes::from_index(&ix);
+        ix
+    }
+
+    /// Every version in `history` (version i + 1 at i) restores exactly, through its chain.
+    fn all_restore(tier: &dyn Tier, history: &[Vec<(Dtype, Vec<u8>)>], after: i64) {
+        for (u, want) in history.iter().enumerate() {
+            let u = u as i64 + 1;
+            let got = read_back(tier, u, want).unwrap();
+            for (g, (_, w)) in got.iter().zip(want) {
+                assert!(g == w, "v{u} read after v{after} differs");
+            }
+        }
+    }
+
     fn meta_v(v: i64, block: u32) -> PartMeta<'static> {
         PartMeta {
             name: "t",
@@ -1190,28 +1227,12 @@ mod tests {
             if v > 1 {
                 mutate(&mut rng, &mut data, block, [0.01, 0.1, 0.5][v as usize % 3]);
             }
-            let red = Reduction {
-                codecs,
-                base: hashes.as_ref().map(|h| (v - 1, h)),
-            };
-            let ix = write_part(
-                &tier,
-                &key(v),
-                meta_v(v, block as u32),
-                &regions_of(&data),
-                red,
-            )
-            .unwrap();
+            let ix = write_next(&tier, v, block, &data, codecs, &mut hashes);
             assert_eq!(ix.base, (v > 1).then_some(v - 1));
-            hashes = Hashes::from_index(&ix);
             history.push(data.clone());
             // Every version written so far restores exactly, through its whole chain.
-            for (u, want) in history.iter().enumerate() {
-                let u = u as i64 + 1;
-                let got = read_back(&tier, u, want).unwrap();
-                for (g, (_, w)) in got.iter().zip(want) {
-                    assert!(g == w, "v{u} read after v{v} differs");
-                }
+            all_restore(&tier, &history, v);
+            for u in 1..=v {
                 assert_eq!(
                     open_chain(&tier, "t", u, 0, None).unwrap().len(),
                     u as usize
@@ -1249,18 +1270,7 @@ mod tests {
                 data[1].1.truncate(keep);
                 data[2].1.extend(contents(&mut rng, Dtype::Double, 300));
             }
-            let red = Reduction {
-                codecs: all_codecs()[2],
-                base: hashes.as_ref().map(|h| (v - 1, h)),
-            };
-            let ix = write_part(
-                &tier,
-                &key(v),
-                meta_v(v, block as u32),
-                &regions_of(&data),
-                red,
-            )
-            .unwrap();
+            let ix = write_next(&tier, v, block, &data, all_codecs()[2], &mut hashes);
             if v > 1 {
                 // Only the blocks that changed length or content are stored: every region
                 // keeps most of its blocks as unchanged references to the base.
@@ -1278,15 +1288,8 @@ mod tests {
                     );
                 }
             }
-            hashes = Hashes::from_index(&ix);
             history.push(data.clone());
-            for (u, want) in history.iter().enumerate() {
-                let u = u as i64 + 1;
-                let got = read_back(&tier, u, want).unwrap();
-                for (g, (_, w)) in got.iter().zip(want) {
-                    assert!(g == w, "v{u} read after v{v} differs");
-                }
-            }
+            all_restore(&tier, &history, v);
         }
     }
 
