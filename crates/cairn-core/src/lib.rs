@@ -44,6 +44,6 @@ pub mod stage;
 pub use cairn_format::{CkptState, Dtype};
 pub use config::{Config, MemConfig, NodeLocal};
 pub use engine::{Engine, OwnedRegion, Shape, SizedFn, Stats};
-pub use files::Files;
 pub use error::{Error, ErrorKind, Result};
+pub use files::Files;
 pub use part::{Element, RegionMut, RegionRef};
