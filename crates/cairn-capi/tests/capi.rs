@@ -479,11 +479,11 @@ impl Drop for MemStores {
     }
 }
 
-#[test]
-fn mem_tier_with_partner_rebuilds_a_wiped_store_after_kill9() {
-    let _mpi = mpi_lock();
+/// Two simulated nodes whose node-local tier is a 64 MiB shared-memory store each, under
+/// partner redundancy; the stores (of job `<tag>-<pid>`) go when the `MemStores` is dropped.
+fn mem_partner_tiers(tag: &str) -> (MemStores, Tiers) {
     let stores = MemStores {
-        job: format!("capi-mem-{}", std::process::id()),
+        job: format!("{tag}-{}", std::process::id()),
         nodes: 2,
     };
     let mut t = Tiers::new(2);
@@ -491,6 +491,13 @@ fn mem_tier_with_partner_rebuilds_a_wiped_store_after_kill9() {
     t.set("CAIRN_TIERS_LOCAL", "mem");
     t.set("CAIRN_TIERS_MEM_SIZE", "64M");
     t.set("CAIRN_REDUNDANCY_SCHEME", "partner");
+    (stores, t)
+}
+
+#[test]
+fn mem_tier_with_partner_rebuilds_a_wiped_store_after_kill9() {
+    let _mpi = mpi_lock();
+    let (stores, t) = mem_partner_tiers("capi-mem");
     // Rank 3 is killed and node 1 (ranks 2 and 3) loses its store; node 0 holds the partner
     // copies of its parts.
     redundancy::kill_lose_and_rebuild_with(
@@ -876,15 +883,7 @@ fn routed_files_survive_kill9_and_an_invalid_rank_falls_back_everywhere() {
 #[test]
 fn routed_files_live_in_the_shared_memory_tier() {
     let _mpi = mpi_lock();
-    let stores = MemStores {
-        job: format!("capi-files-{}", std::process::id()),
-        nodes: 2,
-    };
-    let mut t = Tiers::new(2);
-    t.set("CAIRN_JOB", &stores.job);
-    t.set("CAIRN_TIERS_LOCAL", "mem");
-    t.set("CAIRN_TIERS_MEM_SIZE", "64M");
-    t.set("CAIRN_REDUNDANCY_SCHEME", "partner");
+    let (stores, t) = mem_partner_tiers("capi-files");
     let files = |args: &[&str]| command(&bins().files, Some(4), args, &t);
     run(
         files(&["--steps", "20", "--every", "5"]),
