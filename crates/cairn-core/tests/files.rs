@@ -97,6 +97,16 @@ fn read_back(files: &mut Files, e: &mut Engine, rank: usize, want: i64) {
     assert!(files.complete_restart(e, true).unwrap());
 }
 
+/// A job that writes versions 1 to `last` of checkpoint "sim" through the file API.
+fn write_job(cfg: &Config, last: i64) {
+    job(RANKS, cfg, move |rank, e| {
+        let mut files = Files::new(e);
+        for v in 1..=last {
+            write_version(&mut files, e, rank, v);
+        }
+    });
+}
+
 #[test]
 fn files_restart_bit_exactly_under_every_scheme_and_after_a_lost_node() {
     for scheme in ["single", "partner", "xor", "rs"] {
@@ -138,12 +148,7 @@ fn files_restart_bit_exactly_under_every_scheme_and_after_a_lost_node() {
 fn an_invalid_rank_at_complete_restart_makes_every_rank_fall_back() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "partner");
-    job(RANKS, &cfg, |rank, e| {
-        let mut files = Files::new(e);
-        for v in 1..=3 {
-            write_version(&mut files, e, rank, v);
-        }
-    });
+    write_job(&cfg, 3);
     job(RANKS, &cfg, |rank, e| {
         let mut files = Files::new(e);
         let mut step = [0i64];
@@ -176,12 +181,7 @@ fn an_invalid_rank_at_complete_restart_makes_every_rank_fall_back() {
 fn a_named_older_version_restarts_and_the_run_goes_on_from_it() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "xor");
-    job(RANKS, &cfg, |rank, e| {
-        let mut files = Files::new(e);
-        for v in 1..=3 {
-            write_version(&mut files, e, rank, v);
-        }
-    });
+    write_job(&cfg, 3);
     job(RANKS, &cfg, |rank, e| {
         let mut files = Files::new(e);
         let mut step = [0i64];
