@@ -318,12 +318,16 @@ class Checkpointer:
             version = self._engine.restart(self.name, version)
         except MismatchError as e:
             raise MismatchError(self._explain(str(e))) from None
+        self._regions_restored(version)
+        return version
+
+    def _regions_restored(self, version: int) -> None:
+        """After the protected regions were restored from ``version``: ``state`` and hooks."""
         if self._values_protected:
             self._unpack_values()
         self._restored = version
         for hook in self._after_restart:
             hook()
-        return version
 
     def _explain(self, message: str) -> str:
         notes = []
@@ -456,11 +460,7 @@ class Checkpointer:
             return None
         version, label, files = got
         if regions:
-            if self._values_protected:
-                self._unpack_values()
-            self._restored = version
-            for hook in self._after_restart:
-                hook()
+            self._regions_restored(version)
         return RestoredFiles(version, label, list(files), self._engine)
 
     def complete_restart(self, valid: bool = True) -> bool:
