@@ -21,6 +21,11 @@ use crate::{c_str, guard, invalid, muts, refs, with_state};
 use cairn_core::files::{FLAG_CHECKPOINT, FLAG_OUTPUT};
 use std::ffi::{c_char, c_int, CString};
 
+// The C flags are the engine's (`cairn_core::files`), plus CAIRN_FLAG_REGIONS.
+const _: () = assert!(
+    CAIRN_FLAG_CHECKPOINT as u32 == FLAG_CHECKPOINT && CAIRN_FLAG_OUTPUT as u32 == FLAG_OUTPUT
+);
+
 /// `cairn_start_output` flag: the dataset is a checkpoint that a restart may use.
 pub const CAIRN_FLAG_CHECKPOINT: c_int = 1;
 /// `cairn_start_output` flag: the dataset is output: its files are copied to the paths the
@@ -92,18 +97,9 @@ pub unsafe extern "C" fn cairn_start_output(
             // SAFETY: forwarded contract.
             Some(unsafe { c_str(label, "label") }?)
         };
-        let known = CAIRN_FLAG_CHECKPOINT | CAIRN_FLAG_OUTPUT | CAIRN_FLAG_REGIONS;
-        let mut core = 0;
-        if flags & CAIRN_FLAG_CHECKPOINT != 0 {
-            core |= FLAG_CHECKPOINT;
-        }
-        if flags & CAIRN_FLAG_OUTPUT != 0 {
-            core |= FLAG_OUTPUT;
-        }
-        if flags & !known != 0 {
-            // Passed on as an unknown flag, so every rank fails alike in the collective step.
-            core |= 0x8000_0000;
-        }
+        // The engine's flags are the C ones without CAIRN_FLAG_REGIONS; unknown bits go on to
+        // it, so every rank refuses them alike in the collective step.
+        let core = (flags & !CAIRN_FLAG_REGIONS) as u32;
         with_state(|st| {
             st.files
                 .start_output(&mut st.engine, name, version, core, label)?;
