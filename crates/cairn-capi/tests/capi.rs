@@ -666,6 +666,49 @@ fn configuration_errors_name_the_culprit() {
     );
 }
 
+/// Module systems and package managers set `CAIRN_ROOT`, `CAIRN_PREFIX` and the like for an
+/// installed package: such names are no settings, so a job with them checkpoints and restarts
+/// as usual, and rank 0 alone says once which names it ignored. A misspelt key of a real
+/// section stays an error naming it.
+#[test]
+fn package_variables_in_the_environment_do_not_stop_a_job() {
+    let _mpi = mpi_lock();
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_ROOT", "/x");
+    tiers.set("CAIRN_PREFIX", "/y");
+    let args = ["--n", "64", "--steps", "60", "--every", "20"];
+    let first = run(heat_cmd(4, &args, &tiers), "heat2d with CAIRN_ROOT and CAIRN_PREFIX");
+    first.assert_ok();
+    let wanted = "ignoring environment variables CAIRN_PREFIX, CAIRN_ROOT";
+    assert_eq!(
+        first.stderr.matches(wanted).count(),
+        1,
+        "reported once, by rank 0\n{}",
+        first.show()
+    );
+    assert!(first.lines().any(|l| heat_ckpt_line(l) == Some(60)), "{}", first.show());
+    // Relaunched with more steps, it resumes from v60 and says so again, once.
+    let args = ["--n", "64", "--steps", "80", "--every", "20"];
+    let second = run(heat_cmd(4, &args, &tiers), "heat2d relaunched");
+    second.assert_ok();
+    assert!(
+        second.stdout.contains("restarted from checkpoint v60"),
+        "{}",
+        second.show()
+    );
+    assert_eq!(second.stderr.matches(wanted).count(), 1, "{}", second.show());
+
+    let mut tiers = Tiers::new(0);
+    tiers.set("CAIRN_ROOT", "/x");
+    tiers.set("CAIRN_TIERS_LOCALL", "x");
+    fails_clearly(
+        &tiers,
+        &["--mib", "0"],
+        &["CAIRN_TIERS_LOCALL", "unknown config key [tiers] locall"],
+        "misspelt key beside a package variable",
+    );
+}
+
 #[test]
 fn restart_mismatches_name_both_sides() {
     let _mpi = mpi_lock();

@@ -195,7 +195,12 @@ fn engine_config(g: &GlobalOpts) -> Result<cairn_core::Config, String> {
         overrides.push(("tiers.global", text(gl, "--global")?));
     }
     let overrides: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    cairn_launch::images::engine_config(g.config.as_deref(), &overrides).map_err(|e| e.to_string())
+    let cfg = cairn_launch::images::engine_config(g.config.as_deref(), &overrides)
+        .map_err(|e| e.to_string())?;
+    if let Some(msg) = cfg.ignored_env_report() {
+        eprintln!("cairn: {msg}");
+    }
+    Ok(cfg)
 }
 
 /// `cairn launch`.

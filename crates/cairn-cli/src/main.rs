@@ -242,6 +242,9 @@ fn main() -> ExitCode {
 /// The configuration: `Config::resolve` (file, then `CAIRN_*` variables), then the options.
 pub(crate) fn resolve_config(g: &GlobalOpts) -> Result<Config> {
     let mut cfg = Config::resolve(g.config.as_deref(), &[])?;
+    if let Some(msg) = cfg.ignored_env_report() {
+        eprintln!("cairn: {msg}");
+    }
     if let Some(l) = &g.local {
         match l.to_str() {
             Some(s) => cfg.set_dotted("tiers.local", s, "option --local")?,

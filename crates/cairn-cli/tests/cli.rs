@@ -393,6 +393,28 @@ fn configuration_comes_from_files_variables_and_options() {
     assert!(stdout(&out).contains("solo"));
 }
 
+/// `CAIRN_HOME`, `CAIRN_LIBS` and the like (set by module systems for an installed package)
+/// are not settings: the command works, and names them once on standard error.
+#[test]
+fn package_variables_are_ignored_and_named_once() {
+    let d = tempfile::tempdir().unwrap();
+    write_solo(d.path(), "solo", &[1]);
+    let o = cairn_env(
+        d.path(),
+        &["list"],
+        &[("CAIRN_HOME", "/opt/cairn"), ("CAIRN_LIBS", "-lcairn")],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("solo"), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(
+        err.matches("ignoring environment variables CAIRN_HOME, CAIRN_LIBS")
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_input_exits_2_with_a_clear_message() {
     let d = tempfile::tempdir().unwrap();

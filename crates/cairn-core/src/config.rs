@@ -211,6 +211,10 @@ pub struct Config {
     pub set_size: usize,
     pub parity: usize,
     pub partner_mode: String,
+    /// `CAIRN_*` environment variables that name no configuration section (`CAIRN_ROOT`,
+    /// `CAIRN_CFLAGS`, as module systems and package managers set them): not settings, so
+    /// left alone, and reported once by [`Config::ignored_env_report`].
+    pub ignored_env: Vec<String>,
 }
 
 /// `[tiers.mem]`: the shared-memory chunk store.
@@ -287,18 +291,43 @@ impl std::fmt::Display for Raw {
     }
 }
 
-/// The user name used in default paths.
+/// The user name used in default paths: the passwd name of the effective user id, else
+/// `uid<N>`. It comes from the user database, not from `$USER`, so a login shell, a batch
+/// job started with a clean environment and `sudo -E` all agree on it.
 pub fn user_name() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    passwd_name(uid)
         .filter(|u| {
             !u.is_empty()
                 && u.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
         })
-        // SAFETY: geteuid(2) has no preconditions and cannot fail.
-        .unwrap_or_else(|| format!("uid{}", unsafe { libc::geteuid() }))
+        .unwrap_or_else(|| format!("uid{uid}"))
+}
+
+/// The login name of `uid` in the user database (getpwuid_r), if it has one.
+fn passwd_name(uid: libc::uid_t) -> Option<String> {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: an all-zero passwd is a valid value for getpwuid_r to overwrite.
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; `buf` outlives the use of `pw`.
+        let rc = unsafe {
+            libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found)
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 || found.is_null() || pw.pw_name.is_null() {
+            return None;
+        }
+        // SAFETY: on success pw_name points to a NUL-terminated string inside `buf`.
+        let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+        return name.to_str().ok().map(str::to_string);
+    }
 }
 
 impl Default for Config {
@@ -346,6 +375,7 @@ impl Default for Config {
             set_size: 0,
             parity: 2,
             partner_mode: "stream".into(),
+            ignored_env: Vec::new(),
         }
     }
 }
@@ -381,6 +411,16 @@ impl Config {
     /// `CAIRN_CONFIG` when `path` is `None`), then `CAIRN_*` environment variables, then
     /// `overrides` (`("section.key", "value")` pairs from the API).
     pub fn resolve(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Config> {
+        Config::resolve_from(path, overrides, "the API")
+    }
+
+    /// [`Config::resolve`], with `origin` naming where the overrides came from in errors
+    /// ("the command line").
+    pub fn resolve_from(
+        path: Option<&Path>,
+        overrides: &[(impl AsRef<str>, impl AsRef<str>)],
+        origin: &str,
+    ) -> Result<Config> {
         let mut cfg = Config::default();
         let env_path = std::env::var_os("CAIRN_CONFIG")
             .filter(|p| !p.is_empty())
@@ -390,7 +430,7 @@ impl Config {
         }
         cfg.apply_env(std::env::vars())?;
         for (k, v) in overrides {
-            cfg.set_dotted(k, v, "the API")?;
+            cfg.set_dotted(k.as_ref(), v.as_ref(), origin)?;
         }
         Ok(cfg)
     }
@@ -430,8 +470,11 @@ impl Config {
         Ok(())
     }
 
-    /// Apply `CAIRN_<SECTION>_<KEY>` variables from `vars` (`CAIRN_CONFIG` is the file path
-    /// and is skipped).
+    /// Apply `CAIRN_<SECTION>_<KEY>` variables from `vars`. Cairn's own variables that are
+    /// not settings (`CAIRN_CONFIG`, `CAIRN_JOB`, `CAIRN_FS_*`, ...) are skipped; a name whose
+    /// section is none of Cairn's (`CAIRN_ROOT`, `CAIRN_PREFIX`, as module systems set them)
+    /// is not a setting either and goes to `ignored_env`. A known section with an unknown
+    /// key (`CAIRN_TIERS_LOCALL`) or a bad value is an error.
     pub fn apply_env(&mut self, vars: impl Iterator<Item = (String, String)>) -> Result<()> {
         let mut vars: Vec<(String, String)> = vars
             .filter(|(k, _)| {
@@ -441,6 +484,7 @@ impl Config {
             })
             .collect();
         vars.sort();
+        let known = sections();
         for (name, value) in vars {
             let rest = name["CAIRN_".len()..].to_ascii_lowercase();
             // A key of a nested section: CAIRN_TIERS_MEM_SIZE is [tiers.mem] size.
@@ -452,6 +496,12 @@ impl Config {
                 Some(k) => (k.section, k.key),
                 None => rest.split_once('_').unwrap_or((&rest, "")),
             };
+            if !known.contains(&section) {
+                if !self.ignored_env.contains(&name) {
+                    self.ignored_env.push(name);
+                }
+                continue;
+            }
             self.set(
                 section,
                 key,
@@ -460,6 +510,26 @@ impl Config {
             )?;
         }
         Ok(())
+    }
+
+    /// The message that reports `ignored_env`, the first time this process asks while there
+    /// is something to report; `None` after that, so each process says it once.
+    pub fn ignored_env_report(&self) -> Option<String> {
+        static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if self.ignored_env.is_empty()
+            || REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        let (s, them) = match self.ignored_env.len() {
+            1 => ("", "it names"),
+            _ => ("s", "they name"),
+        };
+        Some(format!(
+            "ignoring environment variable{s} {}: {them} no configuration section (sections: {})",
+            self.ignored_env.join(", "),
+            sections().join(", ")
+        ))
     }
 
     /// Set `section.key` from text (the API form).
@@ -804,6 +874,66 @@ mod tests {
         );
         c.set_dotted("cache.keep", "3", "the API").unwrap();
         assert_eq!(c.keep, 3);
+    }
+
+    #[test]
+    fn env_names_outside_the_sections_are_not_settings() {
+        let mut c = Config::default();
+        c.apply_env(env(&[
+            ("CAIRN_ROOT", "/opt/cairn"),
+            ("CAIRN_PREFIX", "/y"),
+            ("CAIRN_CFLAGS", "-I/opt/cairn/include"),
+            ("CAIRN_HOME", "/opt/cairn"),
+            ("CAIRN_CACHE_KEEP", "4"),
+        ]))
+        .unwrap();
+        assert_eq!(c.keep, 4, "a real setting beside them still applies");
+        assert_eq!(
+            c.ignored_env,
+            ["CAIRN_CFLAGS", "CAIRN_HOME", "CAIRN_PREFIX", "CAIRN_ROOT"]
+        );
+        // A known section with an unknown key is still an error naming it.
+        for bad in ["CAIRN_TIERS_LOCALL", "CAIRN_TIERS_MEM_SIZX", "CAIRN_EXIT"] {
+            let e = Config::default()
+                .apply_env(env(&[(bad, "x")]))
+                .unwrap_err()
+                .msg;
+            assert!(e.contains(bad) && e.contains("unknown config key"), "{e}");
+        }
+    }
+
+    #[test]
+    fn ignored_env_is_reported_once_per_process() {
+        let quiet = Config::default();
+        assert_eq!(quiet.ignored_env_report(), None, "nothing to report");
+        let mut c = Config::default();
+        c.apply_env(env(&[("CAIRN_ROOT", "/x"), ("CAIRN_DIR", "/y")]))
+            .unwrap();
+        let msg = c.ignored_env_report().expect("the first report");
+        assert!(
+            msg.contains("CAIRN_DIR, CAIRN_ROOT") && msg.contains("no configuration section"),
+            "{msg}"
+        );
+        assert_eq!(c.ignored_env_report(), None, "said once");
+    }
+
+    #[test]
+    fn user_name_comes_from_the_user_database() {
+        // SAFETY: geteuid(2) cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        // Read /etc/passwd independently; the environment plays no part.
+        let listed = std::fs::read_to_string("/etc/passwd")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+            });
+        let name = user_name();
+        match listed {
+            Some(pw) => assert_eq!(name, pw),
+            None => assert!(name == format!("uid{uid}") || passwd_name(uid).is_some(), "{name}"),
+        }
     }
 
     #[test]

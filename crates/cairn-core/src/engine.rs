@@ -383,6 +383,11 @@ impl Engine {
             Ok((topo, plan, first, global, policy))
         });
         let (topo, plan, first, global, policy) = agree(&*comm, setup, "initialise")?;
+        if topo.rank == 0 {
+            if let Some(msg) = cfg.ignored_env_report() {
+                warn!("cairn: {msg}");
+            }
+        }
         let (codecs, recode) = codecs(&cfg);
         debug!(
             "cairn: rank {} of {} on node {} of {} ({}), first tier {}",

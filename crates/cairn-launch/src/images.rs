@@ -23,7 +23,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::EngineRecord;
 use crate::sys::{Mapping, MappingMut};
 use cairn_comm::Threads;
-use cairn_core::config::NOT_CONFIG_ENV;
 use cairn_core::{Config, Engine, NodeLocal, RegionMut, RegionRef};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -32,36 +31,13 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Variables of the launcher, the checkpoint library and the restorer: they start with
-/// `CAIRN_` but are not engine configuration, so they are left out when `CAIRN_*` variables
-/// are applied (`Config::apply_env` refuses names it does not know).
-const LAUNCH_ENV_PREFIXES: &[&str] = &["CAIRN_CKPT_", "CAIRN_COORD_", "CAIRN_FS_"];
-const LAUNCH_ENV: &[&str] = &["CAIRN_RESTORE", "CAIRN_PROC"];
-
 /// The engine's configuration for a launch or a restart: defaults, then the TOML file `file`
-/// (else the one `CAIRN_CONFIG` names), then `CAIRN_<SECTION>_<KEY>` variables, then
-/// `overrides` (`("tiers.local", "/x")`, as options give them). The variables of the
-/// launcher itself (`CAIRN_CKPT_*`, `CAIRN_COORD_*`, `CAIRN_RESTORE`, ...) are skipped.
+/// (else the one `CAIRN_CONFIG` names), then `CAIRN_<SECTION>_<KEY>` variables (the
+/// launcher's own, `CAIRN_CKPT_*`, `CAIRN_COORD_*`, `CAIRN_RESTORE`, ..., are not settings
+/// and are skipped), then `overrides` (`("tiers.local", "/x")`, as options give them).
 pub fn engine_config(file: Option<&Path>, overrides: &[(&str, &str)]) -> Result<Config> {
-    let config_err = |e: cairn_core::Error| Error::new(ErrorKind::Usage, e.msg);
-    let mut cfg = Config::default();
-    let from_env = std::env::var_os("CAIRN_CONFIG")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from);
-    if let Some(p) = file.map(Path::to_path_buf).or(from_env) {
-        cfg.apply_file(&p).map_err(config_err)?;
-    }
-    let vars = std::env::vars().filter(|(k, _)| {
-        !LAUNCH_ENV.contains(&k.as_str())
-            && !NOT_CONFIG_ENV.contains(&k.as_str())
-            && !LAUNCH_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
-    });
-    cfg.apply_env(vars).map_err(config_err)?;
-    for (k, v) in overrides {
-        cfg.set_dotted(k, v, "the command line")
-            .map_err(config_err)?;
-    }
-    Ok(cfg)
+    Config::resolve_from(file, overrides, "the command line")
+        .map_err(|e| Error::new(ErrorKind::Usage, e.msg))
 }
 
 /// What the engine did with one checkpoint of the job.
