@@ -40,6 +40,8 @@ install_missing() {
 # headers, and Rust; as root, Open MPI is told that running as root is intended.
 ensure_system() {
     local missing=()
+    # cargo and pip fetch crates and wheels over HTTPS: they need the system's CA bundle.
+    [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
     command -v cc >/dev/null 2>&1 || missing+=(gcc)
     # mpicxx (the C++ tests of the C API and of the compatibility headers) runs g++.
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
