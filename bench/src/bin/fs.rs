@@ -430,26 +430,91 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The file system holding `p`, from /proc/mounts: type, device and mount point.
-fn mount_of(p: &Path) -> Option<(String, String, PathBuf)> {
-    let p = p.canonicalize().ok()?;
-    let text = fs::read_to_string("/proc/mounts").ok()?;
-    let mut best: Option<(String, String, PathBuf)> = None;
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        if f.len() < 3 {
-            continue;
-        }
-        let mp = PathBuf::from(f[1].replace("\\040", " "));
-        // The longest mount point above p; of equal ones the last, which hides the others.
-        let longer = best
-            .as_ref()
-            .map_or(true, |b| mp.as_os_str().len() >= b.2.as_os_str().len());
-        if p.starts_with(&mp) && longer {
-            best = Some((f[2].to_string(), f[0].to_string(), mp));
+/// A mount: the file system holding a path.
+#[derive(Debug, Clone, PartialEq)]
+struct Mount {
+    /// The mount's id, as in /proc/self/mountinfo (and statx's `stx_mnt_id`).
+    id: u64,
+    fstype: String,
+    /// The mount's source: a device, or a name such as "tmpfs".
+    source: String,
+    /// The mount point, as this process sees it (relative to its root).
+    point: PathBuf,
+}
+
+/// A field of /proc/self/mountinfo with the kernel's octal escapes (`\040` for a space,
+/// `\011`, `\012`, `\134`) undone.
+fn unescape_mount_field(f: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let b = f.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) if b[i] == b'\\' => {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(v as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
         }
     }
-    best
+    std::ffi::OsString::from_vec(out)
+}
+
+/// One line of /proc/self/mountinfo: "id parent major:minor root point options [optional
+/// fields] - fstype source super-options".
+fn parse_mountinfo_line(line: &str) -> Option<Mount> {
+    let (head, tail) = line.split_once(" - ")?;
+    let h: Vec<&str> = head.split(' ').collect();
+    let t: Vec<&str> = tail.split(' ').collect();
+    if h.len() < 6 || t.len() < 2 {
+        return None;
+    }
+    Some(Mount {
+        id: h[0].parse().ok()?,
+        fstype: t[0].to_string(),
+        source: unescape_mount_field(t[1]).to_string_lossy().into_owned(),
+        point: PathBuf::from(unescape_mount_field(h[4])),
+    })
+}
+
+/// The file system holding `p`: the mount in /proc/self/mountinfo with the longest mount
+/// point above `p` (of equal ones the last, which hides the others). A mount point outside
+/// this process's root (in a chroot, or some containers) is not listed, so `/` may have
+/// none: then the error says so, naming the path.
+fn mount_of(p: &Path) -> Result<Mount, String> {
+    let p = p
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", p.display()))?;
+    let info = "/proc/self/mountinfo";
+    let text = fs::read_to_string(info).map_err(|e| {
+        format!(
+            "cannot read {info} to find the file system of {}: {e}",
+            p.display()
+        )
+    })?;
+    let mut best: Option<Mount> = None;
+    for m in text.lines().filter_map(parse_mountinfo_line) {
+        let longer = best.as_ref().map_or(true, |b| {
+            m.point.as_os_str().len() >= b.point.as_os_str().len()
+        });
+        if p.starts_with(&m.point) && longer {
+            best = Some(m);
+        }
+    }
+    best.ok_or_else(|| {
+        format!(
+            "no mount point listed in {info} holds {} (here / is not one, as in a chroot)",
+            p.display()
+        )
+    })
 }
 
 /// The sizes (MiB) whose needs fit, given per size the /dev/shm and memory bytes; prints (or
@@ -1039,13 +1104,21 @@ fn spill(a: &Args, out: &Out) -> Result<Value, String> {
             .join(format!("cairn-bench-fs-{}", std::process::id())),
     );
     cairn_bench::private_dir(&dir.0)?;
-    let (fstype, dev, mp) = mount_of(&dir.0).unwrap_or(("?".into(), "?".into(), PathBuf::new()));
+    let mount = mount_of(&dir.0);
+    let on = match &mount {
+        Ok(m) => format!(
+            "{} on {}, mounted at {}",
+            m.fstype,
+            m.source,
+            m.point.display()
+        ),
+        Err(e) => format!("file system unknown: {e}"),
+    };
     out.line(format!(
-        "\n4. Spill-over: a {} file, {} pool, 1 MiB chunks, spill files in {} ({fstype} on {dev}, mounted at {}), MB/s, medians of {}",
+        "\n4. Spill-over: a {} file, {} pool, 1 MiB chunks, spill files in {} ({on}), MB/s, medians of {}",
         label(s),
         label(pool),
         dir.0.display(),
-        mp.display(),
         a.reps
     ));
     let spill_bytes = (s - pool + 2 * c) + (s + 2 * c);
@@ -1138,7 +1211,10 @@ fn spill(a: &Args, out: &Out) -> Result<Value, String> {
     res.insert("s_spill".into(), json!(splits[1].1));
     res.insert(
         "spill_fs".into(),
-        json!({"type": fstype, "device": dev, "mount": mp}),
+        match &mount {
+            Ok(m) => json!({"type": m.fstype, "device": m.source, "mount": m.point}),
+            Err(e) => json!({"error": e}),
+        },
     );
     Ok(Value::Object(res))
 }
@@ -1466,9 +1542,98 @@ mod tests {
         assert_eq!(paired(&[2.0, 4.0, 9.0], &[1.0, 1.0, 3.0]), 3.0);
     }
 
+    /// The id of the mount holding `p`, from the kernel (statx `STATX_MNT_ID`, Linux 5.8);
+    /// None where the kernel does not tell.
+    fn kernel_mount_id(p: &Path) -> Option<u64> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statx writes into the zeroed struct we pass and reads the C string.
+        unsafe {
+            let mut st: libc::statx = std::mem::zeroed();
+            let rc = libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MNT_ID, &mut st);
+            (rc == 0 && st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id)
+        }
+    }
+
     #[test]
-    fn mount_of_root() {
-        let (_, _, mp) = mount_of(Path::new("/")).unwrap();
-        assert_eq!(mp, PathBuf::from("/"));
+    fn mount_of_agrees_with_the_kernel() {
+        // / need not be a listed mount point (a chroot, some containers): then mount_of must
+        // say so cleanly, and the kernel's mount id of / must indeed be missing from the
+        // table. Otherwise the mount found must be the one the kernel names for the path.
+        let listed: Vec<u64> = fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').next()?.parse().ok())
+            .collect();
+        let tmp =
+            Temp(std::env::temp_dir().join(format!("cairn-bench-fs-mount-{}", std::process::id())));
+        fs::create_dir_all(&tmp.0).unwrap();
+        let paths = [
+            PathBuf::from("/"),
+            PathBuf::from("/proc/self"),
+            PathBuf::from("/dev/shm"),
+            std::env::temp_dir(),
+            tmp.0.clone(),
+            tmp.0.join("file"),
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        ];
+        fs::write(tmp.0.join("file"), b"x").unwrap();
+        let mut checked = 0;
+        for p in &paths {
+            let Ok(canon) = p.canonicalize() else {
+                continue;
+            };
+            let kernel = kernel_mount_id(&canon);
+            match mount_of(p) {
+                Ok(m) => {
+                    assert!(canon.starts_with(&m.point), "{}: {m:?}", p.display());
+                    assert!(!m.fstype.is_empty(), "{}: {m:?}", p.display());
+                    if let Some(id) = kernel {
+                        assert_eq!(m.id, id, "{}: {m:?}", p.display());
+                    }
+                    checked += 1;
+                }
+                Err(e) => {
+                    assert!(
+                        e.contains(&canon.display().to_string()),
+                        "{}: {e}",
+                        p.display()
+                    );
+                    if let Some(id) = kernel {
+                        assert!(
+                            !listed.contains(&id),
+                            "{}: mount {id} is listed: {e}",
+                            p.display()
+                        );
+                    }
+                }
+            }
+        }
+        // Every test machine has at least /proc listed (the table above comes from it).
+        if !listed.is_empty() {
+            assert!(checked > 0, "no path had a mount");
+        }
+        let e = mount_of(&tmp.0.join("no such file")).unwrap_err();
+        assert!(e.contains("no such file"), "{e}");
+    }
+
+    #[test]
+    fn mountinfo_lines_parse() {
+        let m = parse_mountinfo_line(
+            "36 35 98:0 /mnt1 /mnt\\040two rw,noatime master:1 shared:2 - ext3 /dev/root rw",
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            Mount {
+                id: 36,
+                fstype: "ext3".into(),
+                source: "/dev/root".into(),
+                point: PathBuf::from("/mnt two"),
+            }
+        );
+        let m = parse_mountinfo_line("1 0 0:5 / /a\\134b rw - tmpfs tmpfs rw").unwrap();
+        assert_eq!(m.point, PathBuf::from("/a\\b"));
+        assert_eq!(parse_mountinfo_line("garbage"), None);
     }
 }

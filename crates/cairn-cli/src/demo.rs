@@ -268,19 +268,18 @@ fn rank_processes(root: u32, exe: &Path) -> Vec<(u32, Option<u32>)> {
         .collect()
 }
 
-/// Send SIGKILL to `pid`. This runs the system's `kill -KILL` rather than calling kill(2)
-/// through libc, which keeps this crate free of unsafe code; one extra process per demo is
-/// no cost at all.
+/// Send SIGKILL to `pid` with kill(2) (through rustix, so no `kill` program is needed: it
+/// lives in procps, which minimal systems lack).
 fn sigkill(pid: u32) -> Result<()> {
-    let st = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .stdin(Stdio::null())
-        .status()
-        .context("cannot run kill")?;
-    if !st.success() {
-        bail!("kill -KILL {pid} failed ({st})");
-    }
-    Ok(())
+    // A pid past i32::MAX would turn negative and name a process group (-1: every process);
+    // 0 names our own group. Neither is a rank.
+    let target = i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| anyhow!("cannot send SIGKILL to pid {pid}: not a process id"))?;
+    rustix::process::kill_process(target, rustix::process::Signal::KILL)
+        .map_err(|e| anyhow!("cannot send SIGKILL to pid {pid}: {e}"))
 }
 
 enum Msg {

@@ -6,6 +6,7 @@
 //! not built) checkpoint through the engine, kill every process, delete a simulated node's
 //! storage and restart.
 
+use rustix::process::Signal;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -71,6 +72,16 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Send `sig` to process `pid` with kill(2): no `kill` program (procps) is needed.
+fn signal(pid: &str, sig: Signal) {
+    let raw: i32 = pid.parse().unwrap_or_else(|_| panic!("pid {pid:?}"));
+    // 0 and negative numbers name process groups: never send those.
+    assert!(raw > 0, "pid {pid:?}");
+    let target = rustix::process::Pid::from_raw(raw).unwrap();
+    rustix::process::kill_process(target, sig)
+        .unwrap_or_else(|e| panic!("kill({pid}, {sig:?}): {e}"));
 }
 
 fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
@@ -263,11 +274,7 @@ fn status_and_checkpoint_reach_the_running_job() {
     );
     assert!(!dir.join("s1/v1").exists());
     // SIGTERM to cairn reaches the processes; the job ends as they do.
-    let st = Command::new("kill")
-        .args(["-TERM", &job.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    signal(&job.id().to_string(), Signal::TERM);
     assert_eq!(wait_child(&mut job, 20).code(), Some(128 + 15));
     // No job runs any more.
     let o = cairn()
@@ -404,11 +411,7 @@ fn real_library_checkpoint_kill_and_restart() {
     assert!(dir.join("r1/v1/manifest.json").is_file());
     for p in s["procs"].as_array().unwrap() {
         let pid = p["pid"].as_str().unwrap();
-        assert!(Command::new("kill")
-            .args(["-9", pid])
-            .status()
-            .unwrap()
-            .success());
+        signal(pid, Signal::KILL);
     }
     assert_eq!(wait_child(&mut job, 20).code(), Some(128 + 9));
     let o = cairn()
@@ -496,11 +499,7 @@ fn real_library_eight_processes_on_two_nodes_restart_together() {
     std::thread::sleep(Duration::from_millis(300));
     for p in s["procs"].as_array().unwrap() {
         let pid = p["pid"].as_str().unwrap();
-        assert!(Command::new("kill")
-            .args(["-9", pid])
-            .status()
-            .unwrap()
-            .success());
+        signal(pid, Signal::KILL);
     }
     wait_child(&mut job, 30);
     let o = cairn()
@@ -624,11 +623,7 @@ fn launch_counters(
 
 fn kill9_all(pids: &[String]) {
     for pid in pids {
-        assert!(Command::new("kill")
-            .args(["-9", pid])
-            .status()
-            .unwrap()
-            .success());
+        signal(pid, Signal::KILL);
     }
 }
 

@@ -608,12 +608,16 @@ fn pid_of(s: &cairn_launch::Status, proc: usize) -> u32 {
     s.procs[proc].num("pid").unwrap()
 }
 
+/// SIGKILL to `pid` with kill(2): no `kill` program (procps) is needed.
 fn kill9(pid: u32) {
-    let st = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    // 0 and negative numbers name process groups: never send those.
+    let target = i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .and_then(rustix::process::Pid::from_raw)
+        .unwrap_or_else(|| panic!("pid {pid}"));
+    rustix::process::kill_process(target, rustix::process::Signal::KILL)
+        .unwrap_or_else(|e| panic!("kill -9 {pid}: {e}"));
 }
 
 type Restarted = std::thread::JoinHandle<cairn_launch::Result<JobExit>>;

@@ -635,8 +635,15 @@ fn c_program_in_a_working_directory_under_the_prefix() {
 #[test]
 fn commands_a_shell_starts_write_to_its_redirections() {
     let fs = Fs::new("exec");
-    fs.sh("cat /etc/services > /cairn/f");
-    assert!(fs.stored("f") == std::fs::read("/etc/services").unwrap());
+    // A text file of our own (a system file such as /etc/services is missing on minimal
+    // systems), of 70890 bytes: more than one chunk, the last one partial.
+    let tmp = tempfile::tempdir().unwrap();
+    let lines: String = (0..3000)
+        .map(|i| format!("line {i} of the source\n"))
+        .collect();
+    let src = write_file(tmp.path(), "src.txt", lines.as_bytes());
+    fs.sh(&format!("cat {} > /cairn/f", src.display()));
+    assert!(fs.stored("f") == lines.as_bytes());
     let out = fs.sh("dd if=/dev/urandom bs=64k count=20 2>/dev/null >> /cairn/g; ls -l /cairn/g");
     assert_eq!(fs.stored("g").len(), 20 << 16);
     assert!(text(&out).contains(" 1310720 "), "{}", text(&out));
