@@ -57,7 +57,7 @@ ensure_system() {
     have_python_dev || missing+=(python3-venv python3-dev)
     install_missing "${missing[@]}"
     if ! command -v cargo >/dev/null 2>&1; then
-        [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+        [ -x "${HOME:-}/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
         echo "$(basename "$0"): Rust is not installed; install a current toolchain (1.80 or newer) with rustup, then run this again" >&2

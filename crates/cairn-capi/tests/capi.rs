@@ -677,7 +677,10 @@ fn package_variables_in_the_environment_do_not_stop_a_job() {
     tiers.set("CAIRN_ROOT", "/x");
     tiers.set("CAIRN_PREFIX", "/y");
     let args = ["--n", "64", "--steps", "60", "--every", "20"];
-    let first = run(heat_cmd(4, &args, &tiers), "heat2d with CAIRN_ROOT and CAIRN_PREFIX");
+    let first = run(
+        heat_cmd(4, &args, &tiers),
+        "heat2d with CAIRN_ROOT and CAIRN_PREFIX",
+    );
     first.assert_ok();
     let wanted = "ignoring environment variables CAIRN_PREFIX, CAIRN_ROOT";
     assert_eq!(
@@ -686,7 +689,11 @@ fn package_variables_in_the_environment_do_not_stop_a_job() {
         "reported once, by rank 0\n{}",
         first.show()
     );
-    assert!(first.lines().any(|l| heat_ckpt_line(l) == Some(60)), "{}", first.show());
+    assert!(
+        first.lines().any(|l| heat_ckpt_line(l) == Some(60)),
+        "{}",
+        first.show()
+    );
     // Relaunched with more steps, it resumes from v60 and says so again, once.
     let args = ["--n", "64", "--steps", "80", "--every", "20"];
     let second = run(heat_cmd(4, &args, &tiers), "heat2d relaunched");
@@ -696,7 +703,12 @@ fn package_variables_in_the_environment_do_not_stop_a_job() {
         "{}",
         second.show()
     );
-    assert_eq!(second.stderr.matches(wanted).count(), 1, "{}", second.show());
+    assert_eq!(
+        second.stderr.matches(wanted).count(),
+        1,
+        "{}",
+        second.show()
+    );
 
     let mut tiers = Tiers::new(0);
     tiers.set("CAIRN_ROOT", "/x");
