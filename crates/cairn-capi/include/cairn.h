@@ -239,8 +239,13 @@ int cairn_restart_version(int64_t *version);
 
 /**
  * Set `*flag` to 1 if the configured policy (`[checkpoint] every` / `seconds`) says a
- * checkpoint is due, else 0. Each call counts as one step. Collective when a time policy is
- * set (all ranks get the same answer).
+ * checkpoint is due, or if the run must stop (a SIGTERM / SIGUSR1 / SIGUSR2 with `[exit]
+ * signals`, the default; the time limit as near as `cairn_should_exit` counts it; or what
+ * `cairn_should_exit` already said) and no checkpoint was taken since; else 0. So a program
+ * that only calls this (or `cairn_checkpoint_if_due`) still takes a last checkpoint. Each
+ * call counts as one step, and the first one takes SIGTERM. Collective when a time policy
+ * is set or a stop can come (`[exit] signals`, the default, or a known time limit): all
+ * ranks get the same answer.
  *
  * # Safety
  * `flag` must be a valid pointer.
@@ -259,7 +264,7 @@ int cairn_resume(const char *name, int64_t *version);
 
 /**
  * One-line checkpoint: checkpoint `version` of `name` if `cairn_need_checkpoint` says one is
- * due. Collective.
+ * due (which includes a last checkpoint once the run must stop). Collective.
  *
  * # Safety
  * `name` must be a NUL-terminated string.
@@ -295,9 +300,10 @@ int cairn_wait_flushes(void);
 
 /**
  * Set `*flag` to 1 when the run should stop now: the job's time limit is near enough that
- * only a last checkpoint and its flush fit (`[exit] time_limit`, or Slurm's end time), the
- * halt file exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals = true`); else 0.
- * Collective: every rank gets the same answer, and once 1 it stays 1.
+ * only a last checkpoint and its flush fit (`[exit] time_limit`, or the end of the Slurm
+ * job, less `[exit] margin`), the halt file exists, or SIGTERM / SIGUSR1 / SIGUSR2 arrived
+ * (with `[exit] signals`, the default; the first call takes SIGTERM); else 0. Collective:
+ * every rank gets the same answer, and once 1 it stays 1.
  *
  * # Safety
  * `flag` must be a valid pointer.
@@ -314,6 +320,13 @@ const char *cairn_strerror(int code);
  * the next failing Cairn call on this thread.
  */
 const char *cairn_last_error(void);
+
+/**
+ * The user name in Cairn's default paths (`/dev/shm/cairn-<user>`): the login name of the
+ * effective user id in the user database, else `uid<N>`; never `$USER`. The string is
+ * static.
+ */
+const char *cairn_user_name(void);
 
 /**
  * Begin dataset `version` of `name`: files routed until `cairn_complete_output` belong to

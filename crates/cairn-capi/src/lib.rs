@@ -576,8 +576,13 @@ pub unsafe extern "C" fn cairn_restart_version(version: *mut i64) -> c_int {
 }
 
 /// Set `*flag` to 1 if the configured policy (`[checkpoint] every` / `seconds`) says a
-/// checkpoint is due, else 0. Each call counts as one step. Collective when a time policy is
-/// set (all ranks get the same answer).
+/// checkpoint is due, or if the run must stop (a SIGTERM / SIGUSR1 / SIGUSR2 with `[exit]
+/// signals`, the default; the time limit as near as `cairn_should_exit` counts it; or what
+/// `cairn_should_exit` already said) and no checkpoint was taken since; else 0. So a program
+/// that only calls this (or `cairn_checkpoint_if_due`) still takes a last checkpoint. Each
+/// call counts as one step, and the first one takes SIGTERM. Collective when a time policy
+/// is set or a stop can come (`[exit] signals`, the default, or a known time limit): all
+/// ranks get the same answer.
 ///
 /// # Safety
 /// `flag` must be a valid pointer.
@@ -620,7 +625,7 @@ pub unsafe extern "C" fn cairn_resume(name: *const c_char, version: *mut i64) ->
 }
 
 /// One-line checkpoint: checkpoint `version` of `name` if `cairn_need_checkpoint` says one is
-/// due. Collective.
+/// due (which includes a last checkpoint once the run must stop). Collective.
 ///
 /// # Safety
 /// `name` must be a NUL-terminated string.
@@ -692,9 +697,10 @@ pub extern "C" fn cairn_wait_flushes() -> c_int {
 }
 
 /// Set `*flag` to 1 when the run should stop now: the job's time limit is near enough that
-/// only a last checkpoint and its flush fit (`[exit] time_limit`, or Slurm's end time), the
-/// halt file exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals = true`); else 0.
-/// Collective: every rank gets the same answer, and once 1 it stays 1.
+/// only a last checkpoint and its flush fit (`[exit] time_limit`, or the end of the Slurm
+/// job, less `[exit] margin`), the halt file exists, or SIGTERM / SIGUSR1 / SIGUSR2 arrived
+/// (with `[exit] signals`, the default; the first call takes SIGTERM); else 0. Collective:
+/// every rank gets the same answer, and once 1 it stays 1.
 ///
 /// # Safety
 /// `flag` must be a valid pointer.
@@ -736,6 +742,18 @@ pub extern "C" fn cairn_strerror(code: c_int) -> *const c_char {
 #[no_mangle]
 pub extern "C" fn cairn_last_error() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// The user name in Cairn's default paths (`/dev/shm/cairn-<user>`): the login name of the
+/// effective user id in the user database, else `uid<N>`; never `$USER`. The string is
+/// static.
+#[no_mangle]
+pub extern "C" fn cairn_user_name() -> *const c_char {
+    static NAME: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        CString::new(cairn_core::config::user_name()).expect("user_name has no NUL byte")
+    })
+    .as_ptr()
 }
 
 /// The header cbindgen generated from this file when the crate was built; the

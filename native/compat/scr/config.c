@@ -678,29 +678,10 @@ static int mkdirs(const char *path)
     }
 }
 
-/* Cairn's user name for default paths: $USER, else $LOGNAME, else uid<euid>. */
-static void user_name(char *buf, size_t len)
-{
-    const char *vars[] = { "USER", "LOGNAME" };
-    for (int i = 0; i < 2; i++) {
-        const char *u = getenv(vars[i]);
-        int ok = u && *u;
-        for (const char *p = u; ok && *p; p++)
-            ok = isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.';
-        if (ok) {
-            snprintf(buf, len, "%s", u);
-            return;
-        }
-    }
-    snprintf(buf, len, "uid%ld", (long)geteuid());
-}
-
 int scr_settings_apply(MPI_Comm comm, int rank, struct scr_settings *out)
 {
     struct ctx c = { .out = out, .rank = rank };
-    char user[256];
-    user_name(user, sizeof user);
-    c.user = user;
+    c.user = cairn_user_name();
     out->fetch = 1;
     out->debug = 0;
     out->current[0] = '\0';
