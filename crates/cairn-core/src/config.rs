@@ -69,7 +69,7 @@ pub struct KeySpec {
 /// Every configuration key Cairn knows.
 pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "tiers", key: "local", ty: KeyType::OptPath, default: "/dev/shm/cairn-<user>",
-        doc: "Root of the node-local tier; each (simulated) node keeps its data under <local>/node<i>/. \"mem\" uses the node's shared-memory chunk store ([tiers.mem]); \"none\" writes checkpoints straight to the global tier." },
+        doc: "Root of the node-local tier (<user>: the user id's login name in the user database, else uid<N>); each (simulated) node keeps its data under <local>/node<i>/. \"mem\" uses the node's shared-memory chunk store ([tiers.mem]); \"none\" writes checkpoints straight to the global tier." },
     KeySpec { section: "tiers", key: "global", ty: KeyType::Path, default: "./cairn-ckpt",
         doc: "Root of the global tier, a directory every node shares (the parallel file system)." },
     KeySpec { section: "tiers", key: "fsync_global", ty: KeyType::Bool, default: "true",
@@ -135,13 +135,13 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "failure", key: "global_share", ty: KeyType::Fraction, default: "0.1",
         doc: "Fraction of failures only the global tier recovers (more nodes lost than the redundancy covers, or the whole system); sets the failure rate the flush interval must cover." },
     KeySpec { section: "exit", key: "time_limit", ty: KeyType::Seconds, default: "0",
-        doc: "Wall time the job may run, counted from cairn_init (0: take the end time from Slurm's SLURM_JOB_END_TIME, if set; else no limit)." },
+        doc: "Wall time the job may run, counted from cairn_init (0: inside a Slurm job, the job's end as Slurm knows it: SLURM_JOB_END_TIME if set, else the time left that rank 0 asks squeue for once at cairn_init, waiting at most 5 s; no limit when neither gives one)." },
     KeySpec { section: "exit", key: "margin", ty: KeyType::Seconds, default: "60",
-        doc: "should_exit turns true when less than this time, plus the measured cost of a checkpoint and its flush, remains before the time limit." },
+        doc: "should_exit turns true when less than the margin, plus the measured cost of a checkpoint and its flush, remains before the time limit. The margin is this value, but at most a tenth of the job's time (time_limit, or the time Slurm gave the job when cairn_init learnt its end), so a short job still runs." },
     KeySpec { section: "exit", key: "halt_file", ty: KeyType::OptPath, default: "<global>/cairn.halt",
         doc: "should_exit turns true when this file exists (\"none\": no halt file)." },
-    KeySpec { section: "exit", key: "signals", ty: KeyType::Bool, default: "false",
-        doc: "Install handlers so that SIGTERM and SIGUSR1 make should_exit true instead of killing the process." },
+    KeySpec { section: "exit", key: "signals", ty: KeyType::Bool, default: "true",
+        doc: "SIGTERM, SIGUSR1 and SIGUSR2 (what Slurm sends with --signal, and SIGTERM at the time limit) make should_exit true and the next need_checkpoint due, instead of killing the process. SIGUSR1 and SIGUSR2 are taken at cairn_init, SIGTERM at the first should_exit or need_checkpoint; a signal the application already handles or ignores is left to it. false: leave all three alone." },
     KeySpec { section: "reduction", key: "block", ty: KeyType::Bytes, default: "\"64K\"",
         doc: "Size of the blocks each region is cut into (4K to 64M): the unit of checksums, change detection, zero detection and compression." },
     KeySpec { section: "reduction", key: "incremental", ty: KeyType::Bool, default: "false",
@@ -369,7 +369,7 @@ impl Default for Config {
             time_limit: 0.0,
             exit_margin: 60.0,
             halt_file: Some(PathBuf::new()),
-            exit_signals: false,
+            exit_signals: true,
             log_level: "warn".into(),
             redundancy: "single".into(),
             set_size: 0,
@@ -516,8 +516,7 @@ impl Config {
     /// is something to report; `None` after that, so each process says it once.
     pub fn ignored_env_report(&self) -> Option<String> {
         static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if self.ignored_env.is_empty()
-            || REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        if self.ignored_env.is_empty() || REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
             return None;
         }
@@ -932,7 +931,10 @@ mod tests {
         let name = user_name();
         match listed {
             Some(pw) => assert_eq!(name, pw),
-            None => assert!(name == format!("uid{uid}") || passwd_name(uid).is_some(), "{name}"),
+            None => assert!(
+                name == format!("uid{uid}") || passwd_name(uid).is_some(),
+                "{name}"
+            ),
         }
     }
 

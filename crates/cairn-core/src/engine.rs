@@ -382,7 +382,12 @@ impl Engine {
             };
             Ok((topo, plan, first, global, policy))
         });
-        let (topo, plan, first, global, policy) = agree(&*comm, setup, "initialise")?;
+        let (topo, plan, first, global, mut policy) = agree(&*comm, setup, "initialise")?;
+        // The job's end as Slurm knows it: rank 0 alone looks it up (thousands of ranks must
+        // not all ask slurmctld), and the Max reduction hands its answer to every rank.
+        let mut end = policy.job_end_share(topo.rank);
+        comm.allreduce_i64(&mut end, Op::Max)?;
+        policy.set_job_end(end);
         if topo.rank == 0 {
             if let Some(msg) = cfg.ignored_env_report() {
                 warn!("cairn: {msg}");
@@ -1032,25 +1037,42 @@ impl Engine {
 
     /// Collective: whether the run should stop now: the job's time limit is near (leaving
     /// the margin plus the time a last checkpoint and its flush took so far), the halt file
-    /// exists, or SIGTERM / SIGUSR1 arrived (with `[exit] signals`). Once true, stays true.
+    /// exists, or SIGTERM / SIGUSR1 / SIGUSR2 arrived (with `[exit] signals`, the default;
+    /// the first call takes SIGTERM). Once true, stays true.
     pub fn should_exit(&mut self) -> Result<bool> {
+        self.policy.watch();
         self.settle(None)?;
+        let reason = self
+            .policy
+            .exit_reason(self.exit_needed(), self.topo.rank == 0);
+        let mut v = [reason.is_some() as i64];
+        self.comm.allreduce_i64(&mut v, Op::Max)?;
+        if v[0] == 1 {
+            self.stop_agreed(reason);
+        }
+        Ok(self.exiting)
+    }
+
+    /// The time a last checkpoint and its flush need: the longest checkpoint of this run and
+    /// the mean flush.
+    fn exit_needed(&self) -> f64 {
         let flush_cost = match self.stats.flushes {
             0 => 0.0,
             n => self.stats.flush_seconds / n as f64,
         };
-        let reason = self
-            .policy
-            .exit_reason(self.max_ckpt + flush_cost, self.topo.rank == 0);
-        let mut v = [reason.is_some() as i64];
-        self.comm.allreduce_i64(&mut v, Op::Max)?;
-        if v[0] == 1 && !self.exiting {
+        self.max_ckpt + flush_cost
+    }
+
+    /// The ranks agreed that the run must stop (`reason` is this rank's own, if it had one):
+    /// from now on `should_exit` says so, and `need_checkpoint` until a checkpoint follows.
+    fn stop_agreed(&mut self, reason: Option<String>) {
+        if !self.exiting {
             self.exiting = true;
+            self.policy.note_stop(self.stats.checkpoints);
             if let Some(r) = reason {
                 warn!("cairn: rank {}: time to stop: {r}", self.topo.rank);
             }
         }
-        Ok(self.exiting)
     }
 
     /// Delete versions in the background: the publisher unpublishes first, so a version is
@@ -1648,21 +1670,43 @@ impl Engine {
         Err(last_err)
     }
 
-    /// Collective when a time policy is set (`[checkpoint] seconds`, fixed or `auto`):
-    /// whether the configured policy says a checkpoint is due. Every call counts as one step.
-    /// With `auto`, the interval is the failure model's optimum for the job's MTBF and the
-    /// mean cost of this run's checkpoints so far (the first call says yes, to measure it).
+    /// Whether a checkpoint is due: the configured policy (`[checkpoint] every` / `seconds`)
+    /// says so, or the run must stop (what `should_exit` agreed, a stop signal, or the time
+    /// limit as near as `should_exit` counts it) and no checkpoint was taken since, so that a
+    /// program that only calls `need_checkpoint` still takes a last checkpoint. Every call
+    /// counts as one step, and the first takes SIGTERM (with `[exit] signals`). With `auto`,
+    /// the interval is the failure model's optimum for the job's MTBF and the mean cost of
+    /// this run's checkpoints so far (the first call says yes, to measure it). Collective
+    /// when a time policy is set or a stop can come (`[exit] signals`, the default, or a
+    /// known time limit): every rank gets the same answer.
     pub fn need_checkpoint(&mut self) -> Result<bool> {
         self.calls_since += 1;
+        self.policy.watch();
         let by_steps = self.cfg.every > 0 && self.calls_since >= self.cfg.every;
         let interval = self.checkpoint_interval();
-        if let Some(iv) = interval {
-            self.settle(None)?;
-            let mut v = [(by_steps || self.last_ckpt.elapsed().as_secs_f64() >= iv) as i64];
-            self.comm.allreduce_i64(&mut v, Op::Max)?;
-            return Ok(v[0] == 1);
+        let watch = self.policy.watches_stop() && !self.exiting;
+        if interval.is_none() && !watch {
+            let last = self.exiting && self.policy.last_checkpoint_due(self.stats.checkpoints);
+            return Ok(by_steps || self.cfg.every == 0 || last);
         }
-        Ok(by_steps || self.cfg.every == 0)
+        let due = match interval {
+            Some(iv) => {
+                self.settle(None)?;
+                by_steps || self.last_ckpt.elapsed().as_secs_f64() >= iv
+            }
+            None => by_steps || self.cfg.every == 0,
+        };
+        let reason = if watch {
+            self.policy.exit_reason(self.exit_needed(), false)
+        } else {
+            None
+        };
+        let mut v = [due as i64, reason.is_some() as i64];
+        self.comm.allreduce_i64(&mut v, Op::Max)?;
+        if v[1] == 1 {
+            self.stop_agreed(reason);
+        }
+        Ok(v[0] == 1 || (self.exiting && self.policy.last_checkpoint_due(self.stats.checkpoints)))
     }
 
     /// The interval `need_checkpoint` uses now, in seconds, when it follows a time policy.

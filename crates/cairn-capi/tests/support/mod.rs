@@ -192,6 +192,39 @@ fn build() -> Result<Bins, String> {
     })
 }
 
+/// Build one more C program from `source` (its text) with mpicc against a private copy of
+/// the freshly built libcairn, in `dir` (created if needed); returns the executable
+/// `dir/<name>`.
+pub fn build_c_program(name: &str, source: &str, dir: &Path) -> Result<PathBuf, String> {
+    check_mpi_tools()?;
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    copy_libcairn(dir)?;
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).map_err(|e| format!("write {}: {e}", src.display()))?;
+    let exe = dir.join(name);
+    let out = Command::new("mpicc")
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(&include)
+        .arg("-L")
+        .arg(dir)
+        .arg("-lcairn")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .map_err(|e| format!("run mpicc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mpicc failed to build {}:\n{}{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(exe)
+}
+
 /// The C programs, built once per test binary.
 pub fn bins() -> &'static Bins {
     static BINS: OnceLock<Result<Bins, String>> = OnceLock::new();
