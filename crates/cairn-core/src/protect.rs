@@ -21,7 +21,7 @@ use crate::part::{
     self, encode_part, part_len, MemObject, PartMeta, PartSink, Reduction, RegionRef,
 };
 use cairn_comm::{Comm, Op, Topology};
-use cairn_format::{checksum, Manifest, ParityCodec, ParityHeader, RankIndex};
+use cairn_format::{checksum, ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
 use cairn_redundancy::stripe::{self, Codec};
 use cairn_redundancy::{Plan, Scheme};
 use cairn_tier::{ObjectWriter, Tier};
@@ -315,20 +315,15 @@ fn codec(scheme: Scheme) -> (Codec, ParityCodec) {
     }
 }
 
-/// Segment `idx` of a padded part.
-fn segment(data: &[u8], idx: usize, s: usize) -> &[u8] {
-    &data[idx * s..(idx + 1) * s]
-}
-
 /// Data-shard index of member `member` in stripe `t`, if it contributes one.
 fn data_index(n: usize, m: usize, t: usize, member: usize) -> Option<usize> {
     let i = (member + 2 * n - t - m) % n;
     (i < n - m).then_some(i)
 }
 
-fn pad(mut bytes: Vec<u8>, len: usize) -> Vec<u8> {
-    bytes.resize(len, 0);
-    bytes
+/// Segment `idx` of a padded part.
+fn segment(data: &[u8], idx: usize, s: usize) -> &[u8] {
+    &data[idx * s..(idx + 1) * s]
 }
 
 fn parity_object(header: &ParityHeader, shards: &[Vec<u8>]) -> Vec<u8> {
@@ -339,9 +334,41 @@ fn parity_object(header: &ParityHeader, shards: &[Vec<u8>]) -> Vec<u8> {
     obj
 }
 
-/// Collective within each set: compute and store the parity shards this rank holds. Each
-/// member sends every other member the segments that member needs, in a ring of `n - 1`
-/// shifts, then encodes its stripes.
+fn pad(mut bytes: Vec<u8>, len: usize) -> Vec<u8> {
+    bytes.resize(len, 0);
+    bytes
+}
+
+/// Bytes of each segment encoded per exchange step: small enough that a step's messages and
+/// parity stay in cache, large enough that the steps' synchronisation is noise.
+const SLICE: usize = 1 << 20;
+const _: () = assert!(SLICE % stripe::SLICE_ALIGN == 0);
+
+/// Append bytes `[off, off + len)` of a part of `own_len` bytes to `out`, zeros past its end
+/// (parts are padded to the set's segment size) or for a part that could not be opened.
+fn append_slice(
+    part: Option<&dyn cairn_tier::ObjectReader>,
+    own_len: u64,
+    off: u64,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let start = out.len();
+    out.resize(start + len, 0);
+    let have = own_len.saturating_sub(off).min(len as u64) as usize;
+    if let (Some(r), true) = (part, have > 0) {
+        r.read_exact_at(&mut out[start..start + have], off)?;
+    }
+    Ok(())
+}
+
+/// Collective within each set: compute and store the parity shards this rank holds.
+///
+/// The segments are encoded slice by slice: for each slice offset, every member sends every
+/// other member the slices of its segments that member needs (a ring of `n - 1` shifts), and
+/// each holder encodes the slice of its stripes while the bytes are still in cache and writes
+/// it to its parity object. Nothing larger than a slice is held in memory; the part is read
+/// once, straight from the tier.
 pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u64) -> Result<()> {
     let rank = ctx.topo.rank;
     let lens = ctx.comm.allgather(&own_len.to_le_bytes())?;
@@ -358,76 +385,109 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
     let k = n - m;
     let s = stripe::segment_size(set.iter().map(|r| lens[*r]).max().unwrap_or(0), n, m) as usize;
     let mut err: Option<Error> = None;
-    let own = match ctx.tier.get(&rank_key(name, version, rank)) {
-        Ok(b) if b.len() as u64 == own_len => pad(b, k * s),
-        Ok(b) => {
+    let part = match ctx.tier.open(&rank_key(name, version, rank)) {
+        Ok(r) if r.len() == own_len => Some(r),
+        Ok(r) => {
             err = Some(Error::new(
                 ErrorKind::Corrupt,
-                format!("part is {} bytes, expected {own_len}", b.len()),
+                format!("part is {} bytes, expected {own_len}", r.len()),
             ));
-            vec![0; k * s]
+            None
         }
         Err(e) => {
             err = Some(e.into());
-            vec![0; k * s]
+            None
         }
     };
-    let held = stripe::held_stripes(n, m, me);
-    let mut shards: Vec<Vec<Option<Vec<u8>>>> = held.iter().map(|_| vec![None; k]).collect();
-    for d in 1..n {
-        let (to, from) = ((me + d) % n, (me + n - d) % n);
-        let mut msg = Vec::new();
-        for (t, _) in stripe::held_stripes(n, m, to) {
-            if let Some(i) = data_index(n, m, t, me) {
-                msg.extend_from_slice(segment(&own, i, s));
-            }
-        }
-        let got = ctx.comm.sendrecv(&msg, set[to], set[from])?;
-        let mut off = 0;
-        for (h, (t, _)) in held.iter().enumerate() {
-            if let Some(i) = data_index(n, m, *t, from) {
-                match got.get(off..off + s) {
-                    Some(seg) => shards[h][i] = Some(seg.to_vec()),
-                    None => {
-                        err.get_or_insert(peer_failed(format!(
-                            "rank {} sent no data for parity (see its message)",
-                            set[from]
-                        )));
-                    }
-                }
-                off += s;
-            }
-        }
-    }
-    if let Some(e) = err {
-        return Err(e.context(format!("rank {rank}: encoding parity of {name} v{version}")));
-    }
     let (code, pcodec) = codec(ctx.plan.scheme);
-    let mut out = Vec::with_capacity(m);
-    for (h, (t, j)) in held.iter().enumerate() {
-        let data: Vec<Vec<u8>> = shards[h]
-            .iter()
-            .map(|d| d.clone().expect("filled above"))
-            .collect();
-        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-        let parity = stripe::encode(code, &refs, m)
-            .map_err(|e| Error::new(ErrorKind::Io, format!("stripe {t}: {e}")))?;
-        out.push(parity[*j].clone());
-    }
-    let header = ParityHeader {
+    let mut header = ParityHeader {
         codec: pcodec,
         set_id: set_id as u32,
         m: m as u32,
         holder: me as u32,
         segment: s as u64,
         members: set.iter().map(|r| (*r as u32, lens[*r])).collect(),
-        shard_sums: out.iter().map(|p| checksum(p)).collect(),
+        shard_sums: vec![0; m],
     };
-    ctx.tier.put(
-        &parity_key(name, version, rank),
-        &parity_object(&header, &out),
-    )?;
-    Ok(())
+    let base = header.encoded_len() as u64;
+    let mut out = match ctx.tier.create(&parity_key(name, version, rank)) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            err.get_or_insert(e.into());
+            None
+        }
+    };
+    let held = stripe::held_stripes(n, m, me);
+    let mut sums: Vec<ChecksumStream> = held.iter().map(|_| ChecksumStream::new()).collect();
+    let mut enc = stripe::SliceEncoder::new(code, k, m);
+    // The data slices of each held stripe for the current offset, by data index.
+    let mut data: Vec<Vec<Vec<u8>>> = held.iter().map(|_| vec![Vec::new(); k]).collect();
+    let mut msg = Vec::with_capacity(m * SLICE);
+    let mut parity = Vec::with_capacity(SLICE);
+    for off in (0..s).step_by(SLICE) {
+        let c = SLICE.min(s - off);
+        for d in 1..n {
+            let (to, from) = ((me + d) % n, (me + n - d) % n);
+            msg.clear();
+            for (t, _) in stripe::held_stripes(n, m, to) {
+                if let Some(i) = data_index(n, m, t, me) {
+                    let at = (i * s + off) as u64;
+                    if let Err(e) = append_slice(part.as_deref(), own_len, at, c, &mut msg) {
+                        err.get_or_insert(e);
+                    }
+                }
+            }
+            let got = ctx.comm.sendrecv(&msg, set[to], set[from])?;
+            let mut at = 0;
+            for (h, (t, _)) in held.iter().enumerate() {
+                if let Some(i) = data_index(n, m, *t, from) {
+                    let slot = &mut data[h][i];
+                    slot.clear();
+                    match got.get(at..at + c) {
+                        Some(bytes) => slot.extend_from_slice(bytes),
+                        None => {
+                            slot.resize(c, 0);
+                            err.get_or_insert(peer_failed(format!(
+                                "rank {} sent no data for parity (see its message)",
+                                set[from]
+                            )));
+                        }
+                    }
+                    at += c;
+                }
+            }
+        }
+        if err.is_some() {
+            // Keep exchanging so the set's other members are not left waiting; encode nothing.
+            continue;
+        }
+        for (h, (_, j)) in held.iter().enumerate() {
+            let slices: Vec<&[u8]> = data[h].iter().map(Vec::as_slice).collect();
+            if let Err(e) = enc.encode_one(&slices, *j, &mut parity) {
+                err = Some(Error::new(ErrorKind::Io, e));
+                break;
+            }
+            sums[h].update(&parity);
+            let w = out
+                .as_mut()
+                .expect("a writer exists while there is no error");
+            if let Err(e) = w.write_all_at(&parity, base + (h * s + off) as u64) {
+                err = Some(e.into());
+                break;
+            }
+        }
+    }
+    let res = match (err, out) {
+        (Some(e), _) => Err(e),
+        (None, None) => Err(Error::new(ErrorKind::Io, "no parity object".to_string())),
+        (None, Some(mut w)) => {
+            header.shard_sums = sums.iter().map(|h| h.digest()).collect();
+            w.write_all_at(&header.encode(), 0)
+                .and_then(|()| w.commit())
+                .map_err(Error::from)
+        }
+    };
+    res.map_err(|e| e.context(format!("rank {rank}: encoding parity of {name} v{version}")))
 }
 
 // ---- rebuild ---------------------------------------------------------------------------

@@ -42,9 +42,10 @@ const DATA_OFFSET: u64 = HEADER_LEN + 8 + 5000;
 
 // ---- What the ranks protect -------------------------------------------------------------
 
-/// (id, dtype, element count) of every region of `rank`. Rank 1's doubles pass 1 MiB, so its
-/// part takes two pieces of a partner stream while the others take one, and parts differ in
-/// length within every set; rank 0's region 6 is empty.
+/// (id, dtype, element count) of every region of `rank`. Rank 1's doubles pass 3 MiB, so its
+/// part takes several pieces of a partner stream while the others take one, a set's segments
+/// are encoded in more than one slice, and parts differ in length within every set; rank 0's
+/// region 6 is empty.
 fn regions_of(rank: usize) -> Vec<(i32, Dtype, usize)> {
     vec![
         (0, Dtype::Int64, 1),
@@ -52,7 +53,7 @@ fn regions_of(rank: usize) -> Vec<(i32, Dtype, usize)> {
             1,
             Dtype::Double,
             if rank == 1 {
-                131_101
+                393_301
             } else {
                 1_001 + 37 * rank
             },

@@ -35,6 +35,25 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
+/// [`checksum`] of bytes that arrive in pieces: the same value as `checksum` of their
+/// concatenation.
+#[derive(Clone, Default)]
+pub struct ChecksumStream(xxhash_rust::xxh3::Xxh3);
+
+impl ChecksumStream {
+    pub fn new() -> ChecksumStream {
+        ChecksumStream::default()
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.0.digest()
+    }
+}
+
 /// The checksum of a block's stored bytes in container `format`: xxh3-64 in format 1, the
 /// low 64 bits of xxh3-128 from format 2 on.
 pub fn block_sum(format: u32, stored: &[u8]) -> u64 {

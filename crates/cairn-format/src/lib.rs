@@ -26,8 +26,8 @@ mod manifest;
 pub mod parity;
 
 pub use container::{
-    block_kind, block_sum, check_header, checksum, encode_header, BlockEntry, RankIndex,
-    RegionEntry, StoredBlock, Trailer, HEADER_LEN, INDEX_MAGIC, KIND_COUNT, RANK_MAGIC,
+    block_kind, block_sum, check_header, checksum, encode_header, BlockEntry, ChecksumStream,
+    RankIndex, RegionEntry, StoredBlock, Trailer, HEADER_LEN, INDEX_MAGIC, KIND_COUNT, RANK_MAGIC,
     TRAILER_LEN,
 };
 pub use dtype::Dtype;

@@ -141,6 +141,13 @@ impl ObjectWriter for DirWriter {
             .map_err(|e| err(&self.label, "cannot write", &self.tmp, e))
     }
 
+    fn write_all_at(&mut self, buf: &[u8], offset: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let f = self.file.as_ref().expect("writer used after commit");
+        f.write_all_at(buf, offset)
+            .map_err(|e| err(&self.label, "cannot write", &self.tmp, e))
+    }
+
     fn commit(mut self: Box<Self>) -> Result<()> {
         let f = self.file.take().expect("writer committed twice");
         if self.fsync {

@@ -52,6 +52,9 @@ pub type Result<T> = std::result::Result<T, TierError>;
 /// An object being written. Dropping it without [`commit`](ObjectWriter::commit) discards it.
 pub trait ObjectWriter: Send {
     fn write_all(&mut self, buf: &[u8]) -> Result<()>;
+    /// Write `buf` at byte `offset` of the object (for an object whose header is written
+    /// last, once its contents are known). Does not move where `write_all` appends.
+    fn write_all_at(&mut self, buf: &[u8], offset: u64) -> Result<()>;
     /// Make the object visible under its key, atomically replacing any older one.
     fn commit(self: Box<Self>) -> Result<()>;
 }

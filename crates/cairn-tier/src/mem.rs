@@ -99,6 +99,12 @@ impl ObjectWriter for MemWriter {
         Ok(())
     }
 
+    fn write_all_at(&mut self, buf: &[u8], offset: u64) -> Result<()> {
+        self.store
+            .write_all_at(self.fh, buf, offset)
+            .map_err(|e| err(&self.label, "cannot write", &self.key, &e))
+    }
+
     fn commit(mut self: Box<Self>) -> Result<()> {
         self.store
             .rename(&self.tmp, &self.dest)
