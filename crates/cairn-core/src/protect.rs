@@ -21,7 +21,7 @@ use crate::part::{
     self, encode_part, part_len, MemObject, PartMeta, PartSink, Reduction, RegionRef,
 };
 use cairn_comm::{Comm, Op, Topology};
-use cairn_format::{checksum, ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
+use cairn_format::{ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
 use cairn_redundancy::stripe::{self, Codec};
 use cairn_redundancy::{Plan, Scheme};
 use cairn_tier::{ObjectWriter, Tier};
@@ -321,24 +321,6 @@ fn data_index(n: usize, m: usize, t: usize, member: usize) -> Option<usize> {
     (i < n - m).then_some(i)
 }
 
-/// Segment `idx` of a padded part.
-fn segment(data: &[u8], idx: usize, s: usize) -> &[u8] {
-    &data[idx * s..(idx + 1) * s]
-}
-
-fn parity_object(header: &ParityHeader, shards: &[Vec<u8>]) -> Vec<u8> {
-    let mut obj = header.encode();
-    for s in shards {
-        obj.extend_from_slice(s);
-    }
-    obj
-}
-
-fn pad(mut bytes: Vec<u8>, len: usize) -> Vec<u8> {
-    bytes.resize(len, 0);
-    bytes
-}
-
 /// Bytes of each segment encoded per exchange step: small enough that a step's messages and
 /// parity stay in cache, large enough that the steps' synchronisation is noise.
 const SLICE: usize = 1 << 20;
@@ -492,12 +474,6 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
 
 // ---- rebuild ---------------------------------------------------------------------------
 
-/// A parity object in memory: its header and the shards it holds.
-type Parity = (ParityHeader, Vec<Vec<u8>>);
-
-/// What a needy member received from each other member: its part and its parity, if any.
-type Received = BTreeMap<usize, (Option<Vec<u8>>, Option<Parity>)>;
-
 /// What one rank has of a version, gathered from every rank before a rebuild.
 #[derive(Debug, Default, Clone)]
 struct Status {
@@ -548,25 +524,41 @@ impl Status {
     }
 }
 
-/// Read this rank's parity object and check its header and every shard.
-fn read_parity(tier: &dyn Tier, name: &str, version: i64, rank: usize) -> Option<Parity> {
-    let obj = tier.get(&parity_key(name, version, rank)).ok()?;
-    let h = ParityHeader::decode(&obj).ok()?;
-    let s = h.segment as usize;
-    let start = h.encoded_len();
-    if obj.len() != start + s * h.m as usize
+/// Check this rank's parity object, its header and every shard, reading it slice by slice.
+fn read_parity(tier: &dyn Tier, name: &str, version: i64, rank: usize) -> Option<ParityHeader> {
+    let r = tier.open(&parity_key(name, version, rank)).ok()?;
+    let mut len = [0u8; 4];
+    r.read_exact_at(&mut len, 12).ok()?;
+    let hlen = u32::from_le_bytes(len) as u64;
+    if hlen > r.len() || hlen > 1 << 24 {
+        return None;
+    }
+    let mut head = vec![0u8; hlen as usize];
+    r.read_exact_at(&mut head, 0).ok()?;
+    let h = ParityHeader::decode(&head).ok()?;
+    let s = h.segment;
+    let start = h.encoded_len() as u64;
+    if r.len() != start + s * h.m as u64
         || h.members.get(h.holder as usize).map(|m| m.0 as usize) != Some(rank)
     {
         return None;
     }
-    let shards: Vec<Vec<u8>> = (0..h.m as usize)
-        .map(|j| obj[start + j * s..start + (j + 1) * s].to_vec())
-        .collect();
-    shards
-        .iter()
-        .zip(&h.shard_sums)
-        .all(|(sh, sum)| checksum(sh) == *sum)
-        .then_some((h, shards))
+    let mut buf = vec![0u8; SLICE.min(s as usize)];
+    for (j, sum) in h.shard_sums.iter().enumerate() {
+        let mut c = ChecksumStream::new();
+        let mut off = 0;
+        while off < s {
+            let n = (s - off).min(buf.len() as u64) as usize;
+            r.read_exact_at(&mut buf[..n], start + j as u64 * s + off)
+                .ok()?;
+            c.update(&buf[..n]);
+            off += n as u64;
+        }
+        if c.digest() != *sum {
+            return None;
+        }
+    }
+    Some(h)
 }
 
 /// Whether a part in memory is a valid, complete rank file of `name` v`version` for `rank`.
@@ -616,7 +608,7 @@ pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<
         has_own,
         has_copy,
         manifest: manifest.clone(),
-        parity: parity.as_ref().map(|p| p.0.clone()),
+        parity: parity.clone(),
     };
     let all: Vec<Status> = ctx
         .comm
@@ -790,7 +782,7 @@ fn rebuild_sets(
     version: i64,
     all: &[Status],
     lost: &[usize],
-    own_parity: Option<Parity>,
+    own_parity: Option<ParityHeader>,
 ) -> Result<Option<String>> {
     let rank = ctx.topo.rank;
     // The sets as recorded by the surviving parity holders (the job's layout may differ).
@@ -841,62 +833,74 @@ fn rebuild_sets(
     let mut needy: Vec<usize> = lost.iter().chain(&parity_missing).copied().collect();
     needy.sort_unstable();
     needy.dedup();
+    // What this rank sends: its part (if whole) and its parity object (if whole), read a
+    // slice at a time.
     let own = all[rank]
         .has_own
-        .then(|| ctx.tier.get(&rank_key(name, version, rank)).ok())
+        .then(|| ctx.tier.open(&rank_key(name, version, rank)).ok())
         .flatten();
-    let own_par = own_parity.map(|(h, shards)| parity_object(&h, &shards));
-    let mut received: Received = BTreeMap::new();
-    for x in &needy {
-        let h = set_of(*x).expect("checked above");
-        let members: Vec<usize> = h.members.iter().map(|m| m.0 as usize).collect();
-        for y in members.iter().filter(|y| *y != x) {
-            if rank == *y {
-                let data = own.clone().unwrap_or_default();
-                let mut msg = (data.len() as u64).to_le_bytes().to_vec();
-                msg.extend_from_slice(&data);
-                msg.extend_from_slice(own_par.as_deref().unwrap_or_default());
-                ctx.comm.send(&msg, *x)?;
-            } else if rank == *x {
-                let msg = ctx.comm.recv(*y)?;
-                let dlen = msg
-                    .get(..8)
-                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
-                    .min(msg.len().saturating_sub(8));
-                let data = (dlen > 0).then(|| msg[8..8 + dlen].to_vec());
-                let par = &msg[(8 + dlen).min(msg.len())..];
-                let par = ParityHeader::decode(par).ok().and_then(|hh| {
-                    let s = hh.segment as usize;
-                    let start = hh.encoded_len();
-                    let shards: Vec<Vec<u8>> = (0..hh.m as usize)
-                        .filter_map(|j| {
-                            par.get(start + j * s..start + (j + 1) * s)
-                                .map(<[u8]>::to_vec)
-                        })
-                        .collect();
-                    (shards.len() == hh.m as usize
-                        && shards
-                            .iter()
-                            .zip(&hh.shard_sums)
-                            .all(|(sh, sum)| checksum(sh) == *sum))
-                    .then_some((hh, shards))
-                });
-                received.insert(*y, (data, par));
+    let own_par = own_parity
+        .as_ref()
+        .and_then(|_| ctx.tier.open(&parity_key(name, version, rank)).ok());
+    let mut err: Option<Error> = None;
+    let mut job = None;
+    if needy.contains(&rank) {
+        let h = set_of(rank).expect("checked above");
+        match SetRebuild::new(ctx, name, version, h, own.as_deref(), all[rank].has_own) {
+            Ok(j) => job = Some(j),
+            Err(e) => err = Some(e),
+        }
+    }
+    // Slice by slice, in one global order of (receiver, sender) pairs: every member of a
+    // needy member's set sends it its slices of data and parity; the needy member recovers
+    // its stripes' slices and writes them while they are in cache.
+    let steps = needy
+        .iter()
+        .map(|x| {
+            let h = set_of(*x).expect("checked above");
+            (h.segment as usize).div_ceil(rebuild_slice(h))
+        })
+        .max()
+        .unwrap_or(0);
+    let mut msg = Vec::new();
+    for step in 0..steps {
+        for x in &needy {
+            let h = set_of(*x).expect("checked above");
+            let (s, c) = (h.segment as usize, rebuild_slice(h));
+            let off = step * c;
+            if off >= s {
+                continue;
+            }
+            let c = c.min(s - off);
+            let members: Vec<usize> = h.members.iter().map(|m| m.0 as usize).collect();
+            let mut received = Vec::new();
+            for (y_idx, y) in members.iter().enumerate().filter(|(_, y)| *y != x) {
+                if rank == *y {
+                    let recorded = h.members[y_idx].1;
+                    let data = own.as_deref().filter(|r| r.len() == recorded);
+                    let par = own_par.as_deref();
+                    if let Err(e) = rebuild_message(h, data, par, off, c, &mut msg) {
+                        err.get_or_insert(e);
+                    }
+                    ctx.comm.send(&msg, *x)?;
+                } else if rank == *x {
+                    received.push((y_idx, ctx.comm.recv(*y)?));
+                }
+            }
+            if rank == *x {
+                if let (Some(j), None) = (job.as_mut(), &err) {
+                    if let Err(e) = j.step(off, c, &received) {
+                        err = Some(e);
+                    }
+                }
             }
         }
     }
-    let mut result: Result<()> = Ok(());
-    if needy.contains(&rank) {
-        result = rebuild_member(
-            ctx,
-            name,
-            version,
-            set_of(rank).expect("checked"),
-            own,
-            received,
-            all[rank].has_own,
-        );
-    }
+    let result = match (err, job) {
+        (Some(e), _) => Err(e),
+        (None, Some(j)) => j.finish(ctx, name, version),
+        (None, None) => Ok(()),
+    };
     agree(ctx.comm, result, &format!("rebuild {name} v{version}"))?;
     let mut parts = Vec::new();
     if !lost.is_empty() {
@@ -906,95 +910,235 @@ fn rebuild_sets(
     Ok(Some(parts.join("; ")))
 }
 
-/// On a member that lost its part or its parity: reconstruct every stripe of its set from
-/// what the others sent, then store its part (if lost) and its parity shards.
-fn rebuild_member(
-    ctx: &Ctx<'_>,
-    name: &str,
-    version: i64,
+/// Bytes of each segment a rebuild moves per step: a set member sends `n` slices (its data
+/// segments and parity shards), so about [`SLICE`] per message.
+fn rebuild_slice(h: &ParityHeader) -> usize {
+    let a = stripe::SLICE_ALIGN;
+    (SLICE / h.n().max(1) / a * a).max(a)
+}
+
+const HAS_DATA: u8 = 1;
+const HAS_PARITY: u8 = 2;
+
+/// What a set member sends a needy member for the slice `[off, off + c)` of every segment:
+/// a flags byte, its `k` data slices and its `m` parity slices (zeros where it has none).
+fn rebuild_message(
     h: &ParityHeader,
-    own: Option<Vec<u8>>,
-    mut received: Received,
-    has_own: bool,
+    data: Option<&dyn cairn_tier::ObjectReader>,
+    par: Option<&dyn cairn_tier::ObjectReader>,
+    off: usize,
+    c: usize,
+    msg: &mut Vec<u8>,
 ) -> Result<()> {
-    let rank = ctx.topo.rank;
-    let (n, m) = (h.n(), h.m as usize);
+    let (n, m, s) = (h.n(), h.m as usize, h.segment as usize);
     let k = n - m;
-    let s = h.segment as usize;
-    let me = h
-        .members
-        .iter()
-        .position(|x| x.0 as usize == rank)
-        .expect("member of its set");
-    let code = if h.codec == ParityCodec::Xor {
-        Codec::Xor
-    } else {
-        Codec::ReedSolomon
-    };
-    let mut data: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
-    let mut parity: Vec<Option<Vec<Vec<u8>>>> = Vec::with_capacity(n);
-    for (i, (r, len)) in h.members.iter().enumerate() {
-        let (d, p) = if i == me {
-            (own.clone(), None)
-        } else {
-            received.remove(&(*r as usize)).unwrap_or((None, None))
-        };
-        data.push(d.filter(|d| d.len() as u64 == *len).map(|d| pad(d, k * s)));
-        parity.push(
-            p.filter(|(ph, _)| ph.segment as usize == s && ph.members == h.members)
-                .map(|(_, sh)| sh),
-        );
-    }
-    // Recover every stripe; fill in the segments of members whose data is missing.
-    let mut full: Vec<Vec<u8>> = data
-        .iter()
-        .map(|d| d.clone().unwrap_or_else(|| vec![0; k * s]))
-        .collect();
-    for t in 0..n {
-        let shards: Vec<Option<Vec<u8>>> = (0..k)
-            .map(|i| {
-                data[stripe::data_member(n, m, t, i)]
-                    .as_ref()
-                    .map(|d| segment(d, i, s).to_vec())
-            })
-            .collect();
-        let pars: Vec<Option<Vec<u8>>> = (0..m)
-            .map(|j| {
-                parity[stripe::parity_holder(n, t, j)]
-                    .as_ref()
-                    .map(|p| p[j].clone())
-            })
-            .collect();
-        let restored = stripe::recover(code, &shards, &pars)
-            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("stripe {t}: {e}")))?;
-        for (i, seg) in restored.into_iter().enumerate() {
-            let member = stripe::data_member(n, m, t, i);
-            full[member][i * s..(i + 1) * s].copy_from_slice(&seg);
+    msg.clear();
+    msg.push(0);
+    let mut res = Ok(());
+    let flags = match data {
+        Some(r) => {
+            for i in 0..k {
+                let at = (i * s + off) as u64;
+                if let Err(e) = append_slice(Some(r), r.len(), at, c, msg) {
+                    res = Err(e);
+                }
+            }
+            HAS_DATA
         }
-    }
-    if !has_own {
-        let mut mine = full[me].clone();
-        mine.truncate(h.members[me].1 as usize);
-        let mine = check_part(mine, name, version, rank)
-            .map_err(|e| e.context(format!("rank {rank}: rebuilt part")))?;
-        ctx.tier.put(&rank_key(name, version, rank), &mine)?;
-    }
-    let mut out = Vec::with_capacity(m);
-    for (t, j) in stripe::held_stripes(n, m, me) {
-        let segs: Vec<&[u8]> = (0..k)
-            .map(|i| segment(&full[stripe::data_member(n, m, t, i)], i, s))
-            .collect();
-        let p = stripe::encode(code, &segs, m).map_err(|e| Error::new(ErrorKind::Io, e))?;
-        out.push(p[j].clone());
-    }
-    let header = ParityHeader {
-        holder: me as u32,
-        shard_sums: out.iter().map(|p| checksum(p)).collect(),
-        ..h.clone()
+        None => {
+            msg.resize(1 + k * c, 0);
+            0
+        }
     };
-    ctx.tier.put(
-        &parity_key(name, version, rank),
-        &parity_object(&header, &out),
-    )?;
-    Ok(())
+    let flags = flags
+        | match par {
+            Some(r) => {
+                let base = h.encoded_len() as u64;
+                for j in 0..m {
+                    let at = base + (j * s + off) as u64;
+                    if let Err(e) = append_slice(Some(r), r.len(), at, c, msg) {
+                        res = Err(e);
+                    }
+                }
+                HAS_PARITY
+            }
+            None => {
+                msg.resize(1 + n * c, 0);
+                0
+            }
+        };
+    msg[0] = if res.is_ok() { flags } else { 0 };
+    res
+}
+
+/// A needy member's side of a set rebuild: the part it lost (if it did) and its parity
+/// object, written slice by slice as the stripes are recovered.
+struct SetRebuild<'a> {
+    h: &'a ParityHeader,
+    me: usize,
+    code: Codec,
+    own: Option<&'a dyn cairn_tier::ObjectReader>,
+    /// The rebuilt part, when this member lost it.
+    part: Option<Box<dyn ObjectWriter>>,
+    parity: Box<dyn ObjectWriter>,
+    sums: Vec<ChecksumStream>,
+    enc: stripe::SliceEncoder,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl<'a> SetRebuild<'a> {
+    fn new(
+        ctx: &Ctx<'_>,
+        name: &str,
+        version: i64,
+        h: &'a ParityHeader,
+        own: Option<&'a dyn cairn_tier::ObjectReader>,
+        has_own: bool,
+    ) -> Result<SetRebuild<'a>> {
+        let rank = ctx.topo.rank;
+        let me = h
+            .members
+            .iter()
+            .position(|x| x.0 as usize == rank)
+            .expect("member of its set");
+        let (n, m) = (h.n(), h.m as usize);
+        let code = if h.codec == ParityCodec::Xor {
+            Codec::Xor
+        } else {
+            Codec::ReedSolomon
+        };
+        let own = own.filter(|r| has_own && r.len() == h.members[me].1);
+        let part = match own {
+            Some(_) => None,
+            None => Some(ctx.tier.create(&rank_key(name, version, rank))?),
+        };
+        Ok(SetRebuild {
+            h,
+            me,
+            code,
+            own,
+            part,
+            parity: ctx.tier.create(&parity_key(name, version, rank))?,
+            sums: (0..m).map(|_| ChecksumStream::new()).collect(),
+            enc: stripe::SliceEncoder::new(code, n - m, m),
+            buf: Vec::new(),
+            out: Vec::new(),
+        })
+    }
+
+    /// Recover slice `[off, off + c)` of this member's stripes from what the others sent
+    /// (`(member index, message)`), write its lost data and re-encode its parity.
+    fn step(&mut self, off: usize, c: usize, received: &[(usize, Vec<u8>)]) -> Result<()> {
+        let h = self.h;
+        let (n, m, s) = (h.n(), h.m as usize, h.segment as usize);
+        let k = n - m;
+        let me = self.me;
+        self.buf.clear();
+        if let Some(r) = self.own {
+            for i in 0..k {
+                append_slice(Some(r), r.len(), (i * s + off) as u64, c, &mut self.buf)?;
+            }
+        }
+        // data[member][i] and parity[member][j] for this slice.
+        let mut data: Vec<Option<&[u8]>> = vec![None; n * k];
+        let mut parity: Vec<Option<&[u8]>> = vec![None; n * m];
+        if self.own.is_some() {
+            for i in 0..k {
+                data[me * k + i] = Some(&self.buf[i * c..(i + 1) * c]);
+            }
+        }
+        for (y, msg) in received {
+            if msg.len() != 1 + n * c {
+                continue;
+            }
+            if msg[0] & HAS_DATA != 0 {
+                for i in 0..k {
+                    data[y * k + i] = Some(&msg[1 + i * c..1 + (i + 1) * c]);
+                }
+            }
+            if msg[0] & HAS_PARITY != 0 {
+                for j in 0..m {
+                    parity[y * m + j] = Some(&msg[1 + (k + j) * c..1 + (k + j + 1) * c]);
+                }
+            }
+        }
+        // Stripes this member needs: those holding its lost data, and those it holds parity of.
+        let mut recovered: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
+        for t in 0..n {
+            let mine_data =
+                self.part.is_some() && (0..k).any(|i| stripe::data_member(n, m, t, i) == me);
+            let mine_par = (0..m).any(|j| stripe::parity_holder(n, t, j) == me);
+            if !(mine_data || mine_par) {
+                continue;
+            }
+            let shards: Vec<Option<Vec<u8>>> = (0..k)
+                .map(|i| data[stripe::data_member(n, m, t, i) * k + i].map(<[u8]>::to_vec))
+                .collect();
+            let pars: Vec<Option<Vec<u8>>> = (0..m)
+                .map(|j| parity[stripe::parity_holder(n, t, j) * m + j].map(<[u8]>::to_vec))
+                .collect();
+            let full = stripe::recover(self.code, &shards, &pars)
+                .map_err(|e| Error::new(ErrorKind::Corrupt, format!("stripe {t}: {e}")))?;
+            recovered.insert(t, full);
+        }
+        if let Some(w) = self.part.as_mut() {
+            let len = h.members[me].1;
+            for (t, full) in &recovered {
+                for (i, seg) in full.iter().enumerate() {
+                    if stripe::data_member(n, m, *t, i) != me {
+                        continue;
+                    }
+                    let at = (i * s + off) as u64;
+                    let keep = len.saturating_sub(at).min(c as u64) as usize;
+                    if keep > 0 {
+                        w.write_all_at(&seg[..keep], at)?;
+                    }
+                }
+            }
+        }
+        let base = h.encoded_len() as u64;
+        for (t, j) in stripe::held_stripes(n, m, me) {
+            let full = &recovered[&t];
+            let refs: Vec<&[u8]> = full.iter().map(Vec::as_slice).collect();
+            self.enc
+                .encode_one(&refs, j, &mut self.out)
+                .map_err(|e| Error::new(ErrorKind::Io, e))?;
+            self.sums[j].update(&self.out);
+            self.parity
+                .write_all_at(&self.out, base + (j * s + off) as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Check the rebuilt part and publish it and the parity object.
+    fn finish(mut self, ctx: &Ctx<'_>, name: &str, version: i64) -> Result<()> {
+        let rank = ctx.topo.rank;
+        if let Some(w) = self.part.take() {
+            let key = rank_key(name, version, rank);
+            w.commit()?;
+            let checked = ctx.tier.open(&key).map_err(Error::from).and_then(|r| {
+                let ix = part::read_index(&*r)?;
+                if ix.name != name || ix.version != version || ix.rank as usize != rank {
+                    return Err(Error::new(
+                        ErrorKind::Corrupt,
+                        format!("holds {} v{} of rank {}", ix.name, ix.version, ix.rank),
+                    ));
+                }
+                part::verify(&*r).map(|_| ())
+            });
+            if let Err(e) = checked {
+                let _ = ctx.tier.remove(&key);
+                return Err(e.context(format!("rank {rank}: rebuilt part")));
+            }
+        }
+        let header = ParityHeader {
+            holder: self.me as u32,
+            shard_sums: self.sums.iter().map(ChecksumStream::digest).collect(),
+            ..self.h.clone()
+        };
+        self.parity.write_all_at(&header.encode(), 0)?;
+        self.parity.commit()?;
+        Ok(())
+    }
 }
