@@ -17,9 +17,7 @@
 use crate::catalog::{self, rank_key, version_dir};
 use crate::engine::agree;
 use crate::error::{Error, ErrorKind, Result};
-use crate::part::{
-    self, encode_part, part_len, MemObject, PartMeta, PartSink, Reduction, RegionRef,
-};
+use crate::part::{self, encode_part, part_len, PartMeta, PartSink, Reduction, RegionRef};
 use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
 use cairn_redundancy::stripe::{self, Codec};
@@ -561,21 +559,29 @@ fn read_parity(tier: &dyn Tier, name: &str, version: i64, rank: usize) -> Option
     Some(h)
 }
 
-/// Whether a part in memory is a valid, complete rank file of `name` v`version` for `rank`.
-fn check_part(bytes: Vec<u8>, name: &str, version: i64, rank: usize) -> Result<Vec<u8>> {
-    let obj = MemObject(bytes);
-    let index = part::read_index(&obj)?;
-    if index.name != name || index.version != version || index.rank as usize != rank {
-        return Err(Error::new(
-            ErrorKind::Corrupt,
-            format!(
-                "holds {} v{} of rank {}",
-                index.name, index.version, index.rank
-            ),
-        ));
+/// Check that the part just stored under `key` is a valid, complete rank file of `name`
+/// v`version` for `rank`; remove it if it is not, so a bad rebuild never stays behind.
+fn check_stored_part(
+    tier: &dyn Tier,
+    key: &str,
+    name: &str,
+    version: i64,
+    rank: usize,
+) -> Result<()> {
+    let checked = tier.open(key).map_err(Error::from).and_then(|r| {
+        let ix = part::read_index(&*r)?;
+        if ix.name != name || ix.version != version || ix.rank as usize != rank {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("holds {} v{} of rank {}", ix.name, ix.version, ix.rank),
+            ));
+        }
+        part::verify(&*r).map(|_| ())
+    });
+    if checked.is_err() {
+        let _ = tier.remove(key);
     }
-    part::verify(&obj)?;
-    Ok(obj.0)
+    checked
 }
 
 /// Collective: make version `version` of `name` restorable on every rank again, rebuilding
@@ -715,50 +721,27 @@ fn rebuild_partner(
     // Lost parts come back from their holders.
     for x in lost {
         let h = plan.partner_dest[*x];
-        if rank == h {
-            let bytes = ctx
-                .tier
-                .get(&partner_key(name, version, *x))
-                .map_err(Error::from)
-                .and_then(|b| check_part(b, name, version, *x));
-            match bytes {
-                Ok(b) => ctx.comm.send(&b, *x)?,
-                Err(e) => {
-                    ctx.comm.send(&[], *x)?;
-                    err.get_or_insert(e.context(format!("rank {rank}: partner copy of rank {x}")));
-                }
-            }
-        } else if rank == *x {
-            let got = ctx.comm.recv(h)?;
-            let res = if got.is_empty() {
-                Err(peer_failed(format!(
-                    "rank {h} could not send the partner copy of rank {x}"
-                )))
-            } else {
-                check_part(got, name, version, rank)
-                    .and_then(|b| Ok(ctx.tier.put(&rank_key(name, version, rank), &b)?))
-            };
-            if let Err(e) = res {
-                err.get_or_insert(e);
-            }
+        let res = transfer_part(
+            ctx,
+            (h, &partner_key(name, version, *x)),
+            (*x, &rank_key(name, version, *x)),
+            (name, version, *x),
+        );
+        if let Err(e) = res {
+            err.get_or_insert(e.context(format!("rank {rank}: partner copy of rank {x}")));
         }
     }
     // Re-protect: every part whose copy went with a lost node is sent to its partner again.
     for y in &copy_missing {
         let d = plan.partner_dest[*y];
-        if rank == *y {
-            let b = ctx
-                .tier
-                .get(&rank_key(name, version, rank))
-                .unwrap_or_default();
-            ctx.comm.send(&b, d)?;
-        } else if rank == d {
-            let got = ctx.comm.recv(*y)?;
-            let res = check_part(got, name, version, *y)
-                .and_then(|b| Ok(ctx.tier.put(&partner_key(name, version, *y), &b)?));
-            if let Err(e) = res {
-                err.get_or_insert(e.context(format!("rank {rank}: re-protecting rank {y}")));
-            }
+        let res = transfer_part(
+            ctx,
+            (*y, &rank_key(name, version, *y)),
+            (d, &partner_key(name, version, *y)),
+            (name, version, *y),
+        );
+        if let Err(e) = res {
+            err.get_or_insert(e.context(format!("rank {rank}: re-protecting rank {y}")));
         }
     }
     agree(
@@ -774,6 +757,71 @@ fn rebuild_partner(
     }
     parts.push(format!("re-protected ranks {copy_missing:?}"));
     Ok(Some(parts.join("; ")))
+}
+
+/// Collective between two ranks (the others return at once): stream the part stored under
+/// `from.1` on rank `from.0` to rank `to.0`, which stores it under `to.1` once it checks out as
+/// a whole rank file of `part` (name, version, rank). The sender's length goes first
+/// (`u64::MAX` when it cannot read it), then [`PIECE`]-sized messages.
+fn transfer_part(
+    ctx: &Ctx<'_>,
+    from: (usize, &str),
+    to: (usize, &str),
+    part: (&str, i64, usize),
+) -> Result<()> {
+    let rank = ctx.topo.rank;
+    if rank == from.0 {
+        let reader = ctx.tier.open(from.1);
+        let len = reader.as_ref().map_or(u64::MAX, |r| r.len());
+        ctx.comm.send(&len.to_le_bytes(), to.0)?;
+        let Ok(r) = reader else {
+            return Err(reader.err().expect("failed").into());
+        };
+        let mut buf = vec![0u8; PIECE.min(len as usize)];
+        let mut res = Ok(());
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(PIECE as u64) as usize;
+            if res.is_ok() {
+                res = r.read_exact_at(&mut buf[..n], off).map_err(Error::from);
+            }
+            // A failed read still sends (zeros, which the receiver's check rejects), so the
+            // receiver is never left waiting.
+            ctx.comm.send(&buf[..n], to.0)?;
+            off += n as u64;
+        }
+        res
+    } else if rank == to.0 {
+        let len = ctx.comm.recv(from.0)?;
+        let len = len
+            .get(..8)
+            .map_or(u64::MAX, |b| u64::from_le_bytes(b.try_into().unwrap()));
+        if len == u64::MAX {
+            return Err(peer_failed(format!(
+                "rank {} could not read its copy (see its message)",
+                from.0
+            )));
+        }
+        let mut w = ctx.tier.create(to.1).map_err(Error::from);
+        let mut off = 0;
+        while off < len {
+            let piece = ctx.comm.recv(from.0)?;
+            if piece.is_empty() {
+                return Err(peer_failed(format!("rank {} stopped sending", from.0)));
+            }
+            if let Ok(x) = w.as_mut() {
+                if let Err(e) = x.write_all(&piece) {
+                    w = Err(e.into());
+                }
+            }
+            off += piece.len() as u64;
+        }
+        w?.commit()?;
+        let (name, version, owner) = part;
+        check_stored_part(ctx.tier, to.1, name, version, owner)
+    } else {
+        Ok(())
+    }
 }
 
 fn rebuild_sets(
@@ -1117,20 +1165,8 @@ impl<'a> SetRebuild<'a> {
         if let Some(w) = self.part.take() {
             let key = rank_key(name, version, rank);
             w.commit()?;
-            let checked = ctx.tier.open(&key).map_err(Error::from).and_then(|r| {
-                let ix = part::read_index(&*r)?;
-                if ix.name != name || ix.version != version || ix.rank as usize != rank {
-                    return Err(Error::new(
-                        ErrorKind::Corrupt,
-                        format!("holds {} v{} of rank {}", ix.name, ix.version, ix.rank),
-                    ));
-                }
-                part::verify(&*r).map(|_| ())
-            });
-            if let Err(e) = checked {
-                let _ = ctx.tier.remove(&key);
-                return Err(e.context(format!("rank {rank}: rebuilt part")));
-            }
+            check_stored_part(ctx.tier, &key, name, version, rank)
+                .map_err(|e| e.context(format!("rank {rank}: rebuilt part")))?;
         }
         let header = ParityHeader {
             holder: self.me as u32,
