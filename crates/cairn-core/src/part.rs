@@ -734,33 +734,6 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
     Ok(index.data_bytes())
 }
 
-/// A rank file held in memory (received from a partner or rebuilt), readable like a stored one.
-pub struct MemObject(pub Vec<u8>);
-
-impl ObjectReader for MemObject {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> cairn_tier::Result<()> {
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|e| *e <= self.0.len() as u64);
-        match end {
-            Some(end) => {
-                buf.copy_from_slice(&self.0[offset as usize..end as usize]);
-                Ok(())
-            }
-            None => Err(cairn_tier::TierError {
-                tier: "memory".into(),
-                what: "short object",
-                path: std::path::PathBuf::new(),
-                source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
-            }),
-        }
-    }
-}
-
 /// Copy one object between tiers in large pieces, publishing it atomically at the destination.
 pub fn copy_object(src: &dyn Tier, dst: &dyn Tier, key: &str) -> Result<u64> {
     const PIECE: u64 = 8 << 20;
