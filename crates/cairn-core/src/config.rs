@@ -114,6 +114,8 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Bytes per second each rank's flush may write, to spare the application's I/O (0: no limit)." },
     KeySpec { section: "flush", key: "priority", ty: KeyType::Choice(&["low", "normal"]), default: "\"low\"",
         doc: "CPU priority of the flush thread: low (nice 19: on a core shared with the application it uses only the time the application leaves idle) or normal." },
+    KeySpec { section: "flush", key: "direct", ty: KeyType::Bool, default: "true",
+        doc: "Write flushed copies past the global tier's page cache (O_DIRECT) where its file system allows; ordinary writes otherwise." },
     KeySpec { section: "redundancy", key: "every", ty: KeyType::Count(1), default: "1",
         doc: "Protect every k-th checkpoint (by count in this run) with the scheme; the others are stored single (node-local only)." },
     KeySpec { section: "redundancy", key: "scheme", ty: KeyType::Choice(&["single", "partner", "xor", "rs"]), default: "\"single\"",
@@ -195,6 +197,7 @@ pub struct Config {
     pub flush_buffer: u64,
     pub flush_bandwidth: u64,
     pub flush_low_priority: bool,
+    pub flush_direct: bool,
     pub redundancy_every: u64,
     pub mtbf: f64,
     pub node_mtbf: f64,
@@ -360,6 +363,7 @@ impl Default for Config {
             flush_buffer: 8 << 20,
             flush_bandwidth: 0,
             flush_low_priority: true,
+            flush_direct: true,
             redundancy_every: 1,
             mtbf: 0.0,
             node_mtbf: 0.0,
@@ -675,6 +679,7 @@ impl Config {
             ("flush", "priority") => {
                 self.flush_low_priority = choice(spec, &raw).ok_or_else(bad)? == "low"
             }
+            ("flush", "direct") => self.flush_direct = parse_bool(&raw).ok_or_else(bad)?,
             ("redundancy", "every") => self.redundancy_every = count(1)?,
             ("failure", "mtbf") => self.mtbf = parse_seconds(&raw).ok_or_else(bad)?,
             ("failure", "node_mtbf") => self.node_mtbf = parse_seconds(&raw).ok_or_else(bad)?,

@@ -424,6 +424,7 @@ impl Engine {
                 buffer: cfg.flush_buffer,
                 bandwidth: cfg.flush_bandwidth,
                 low_priority: cfg.flush_low_priority,
+                direct: cfg.flush_direct,
             }),
             pending: VecDeque::new(),
             policy,

@@ -12,8 +12,8 @@
 use crate::catalog::rank_key;
 use crate::error::{Error, ErrorKind, Result};
 use crate::part::{self, Codecs};
-use cairn_format::RankIndex;
-use cairn_tier::{ObjectReader, Tier};
+use cairn_format::{BlockSumStream, RankIndex};
+use cairn_tier::{ObjectReader, Tier, DIRECT_ALIGN};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -53,6 +53,10 @@ pub struct Limits {
     /// Run the copy thread at the lowest CPU priority (nice 19), so that on a core it shares
     /// with the application's compute it takes only the time the compute leaves idle.
     pub low_priority: bool,
+    /// Write the copy past the destination's page cache where its file system allows
+    /// (`O_DIRECT`): the copy's bytes are not read again soon, and writing them through the
+    /// cache costs a second copy and the writeback work on the application's cores.
+    pub direct: bool,
 }
 
 type Key = (String, i64);
@@ -408,42 +412,56 @@ fn copy_verified(
     }
     // This rank is the only writer of `key`: temporaries under it are a killed flush's.
     dst.remove_temporaries(key)?;
-    let cap = limits.buffer.max(index.block_size as u64).max(4096);
-    let pieces = pieces(r, &index, cap)?;
-    let mut buf = vec![0u8; cap.min(total).max(1) as usize];
+    // Fixed chunks on the alignment the destination needs to write them past its page
+    // cache: the bytes are read once into the buffer, checked there while in cache, and
+    // written from it without another copy.
+    let align = DIRECT_ALIGN as u64;
+    let cap = limits.buffer.max(align).div_ceil(align) * align;
+    let cap = cap.min(total.div_ceil(align) * align).max(align) as usize;
+    let pieces = pieces(r, &index, cap as u64)?;
+    let mut backing = vec![0u8; cap + DIRECT_ALIGN];
+    let skip = backing.as_ptr().align_offset(DIRECT_ALIGN);
+    let buf = &mut backing[skip..skip + cap];
     let mut w = dst.create(key)?;
     let t0 = Instant::now();
-    let mut i = 0;
     let mut done = 0u64;
-    while i < pieces.len() {
-        // Read as many whole pieces as fit in the buffer (gaps may be split).
-        let start = pieces[i].start;
-        let mut end = start;
-        let mut j = i;
-        while j < pieces.len() && pieces[j].end - start <= buf.len() as u64 {
-            end = pieces[j].end;
-            j += 1;
-        }
-        let n = (end - start) as usize;
-        r.read_exact_at(&mut buf[..n], start)?;
-        for p in &pieces[i..j] {
-            if let Some(want) = p.sum {
-                let got =
-                    index.block_sum(&buf[(p.start - start) as usize..(p.end - start) as usize]);
-                if got != want {
-                    return Err(Error::new(
-                        ErrorKind::Corrupt,
-                        format!(
-                            "bytes {}..{} of the source fail their checksum; not flushed",
-                            p.start, p.end
-                        ),
-                    ));
+    // The block being checked and its checksum so far (a block may span two chunks).
+    let mut p = 0;
+    let mut sum = BlockSumStream::new(index.format);
+    while done < total {
+        let n = (total - done).min(cap as u64) as usize;
+        r.read_exact_at(&mut buf[..n], done)?;
+        let end = done + n as u64;
+        let mut at = done;
+        while at < end {
+            let piece = &pieces[p];
+            let upto = piece.end.min(end);
+            if piece.sum.is_some() {
+                sum.update(&buf[(at - done) as usize..(upto - done) as usize]);
+            }
+            at = upto;
+            if upto == piece.end {
+                if let Some(want) = piece.sum {
+                    if sum.digest() != want {
+                        return Err(Error::new(
+                            ErrorKind::Corrupt,
+                            format!(
+                                "bytes {}..{} of the source fail their checksum; not flushed",
+                                piece.start, piece.end
+                            ),
+                        ));
+                    }
+                    sum = BlockSumStream::new(index.format);
                 }
+                p += 1;
             }
         }
-        w.write_all(&buf[..n])?;
-        done += n as u64;
-        i = j;
+        if limits.direct {
+            w.write_all_direct(&buf[..n])?;
+        } else {
+            w.write_all(&buf[..n])?;
+        }
+        done = end;
         if !progress(done, total) {
             return Err(Error::new(ErrorKind::State, "the copy was cancelled"));
         }
@@ -462,5 +480,63 @@ pub fn throttle(t0: Instant, done: u64, bandwidth: u64) {
     let due = Duration::from_secs_f64(done as f64 / bandwidth as f64);
     if let Some(wait) = due.checked_sub(t0.elapsed()) {
         std::thread::sleep(wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::part::{write_part, PartMeta, Reduction, RegionRef};
+    use cairn_format::Dtype;
+    use cairn_tier::DirTier;
+
+    /// Copies with chunks far smaller than a block, so blocks span chunks, on a disk
+    /// (direct writes) and on tmpfs; a flipped byte in the second half of a block is caught.
+    #[test]
+    fn copies_are_exact_and_damage_spanning_chunks_is_caught() {
+        let data: Vec<u8> = (0..300_001u32).map(|i| (i * 131 + i / 977) as u8).collect();
+        let meta = PartMeta {
+            name: "c",
+            version: 1,
+            rank: 0,
+            world_size: 1,
+            block: 65_536,
+        };
+        let regions = [RegionRef {
+            id: 0,
+            dtype: Dtype::Byte,
+            bytes: &data,
+        }];
+        for (dst_dir, direct) in [(std::env::temp_dir(), true), ("/dev/shm".into(), false)] {
+            let d = tempfile::tempdir().unwrap();
+            let g = tempfile::tempdir_in(&dst_dir).unwrap();
+            let src = DirTier::new("local", d.path().join("l"), false).unwrap();
+            let dst = DirTier::new("global", g.path().join("g"), true).unwrap();
+            let key = rank_key("c", 1, 0);
+            write_part(&src, &key, meta, &regions, Reduction::RAW).unwrap();
+            let limits = Limits {
+                buffer: 4096,
+                bandwidth: 0,
+                low_priority: false,
+                direct,
+            };
+            let recode = Recode {
+                codecs: Reduction::RAW.codecs,
+                same: true,
+            };
+            let id = ("c", 1, 0);
+            copy_part(&src, &dst, id, limits, recode, &|_, _| true).unwrap();
+            assert_eq!(dst.get(&key).unwrap(), src.get(&key).unwrap());
+            dst.remove(&key).unwrap();
+
+            let path = d.path().join("l").join(&key);
+            let mut b = std::fs::read(&path).unwrap();
+            let at = 16 + 65_536 + 40_000; // second block, its second half
+            b[at] ^= 1;
+            std::fs::write(&path, &b).unwrap();
+            let e = copy_part(&src, &dst, id, limits, recode, &|_, _| true).unwrap_err();
+            assert!(e.msg.contains("fail their checksum"), "{}", e.msg);
+            assert!(!dst.exists(&key));
+        }
     }
 }

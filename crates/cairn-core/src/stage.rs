@@ -632,6 +632,7 @@ pub fn flush(
             bandwidth: cfg.flush_bandwidth,
             // Nothing else runs beside `cairn flush`.
             low_priority: false,
+            direct: cfg.flush_direct,
         },
         recode: crate::engine::codecs(cfg).1,
         progress,

@@ -63,6 +63,33 @@ pub fn block_sum(format: u32, stored: &[u8]) -> u64 {
     }
 }
 
+/// [`block_sum`] of bytes that arrive in pieces (a block read across two buffers).
+#[derive(Clone)]
+pub struct BlockSumStream {
+    format: u32,
+    state: xxhash_rust::xxh3::Xxh3,
+}
+
+impl BlockSumStream {
+    pub fn new(format: u32) -> BlockSumStream {
+        BlockSumStream {
+            format,
+            state: xxhash_rust::xxh3::Xxh3::new(),
+        }
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.state.update(bytes);
+    }
+
+    pub fn digest(&self) -> u64 {
+        match self.format {
+            1 => self.state.digest(),
+            _ => self.state.digest128() as u64,
+        }
+    }
+}
+
 /// Encode the fixed header.
 pub fn encode_header() -> [u8; HEADER_LEN as usize] {
     let mut h = [0u8; HEADER_LEN as usize];
@@ -581,6 +608,28 @@ fn check_block(b: &BlockEntry, len: u64, incremental: bool) -> Result<(), String
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn streamed_sums_equal_one_shot_sums() {
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for format in [1, 2] {
+            for cut in [0, 1, 240, 4096, 65_537, 299_999] {
+                let mut s = BlockSumStream::new(format);
+                s.update(&bytes[..cut]);
+                s.update(&bytes[cut..]);
+                assert_eq!(
+                    s.digest(),
+                    block_sum(format, &bytes),
+                    "format {format} cut {cut}"
+                );
+                let mut c = ChecksumStream::new();
+                c.update(&bytes[..cut]);
+                c.update(&bytes[cut..]);
+                assert_eq!(c.digest(), checksum(&bytes));
+            }
+        }
+    }
+
     use super::*;
 
     fn sample() -> RankIndex {

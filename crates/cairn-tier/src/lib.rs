@@ -55,9 +55,22 @@ pub trait ObjectWriter: Send {
     /// Write `buf` at byte `offset` of the object (for an object whose header is written
     /// last, once its contents are known). Does not move where `write_all` appends.
     fn write_all_at(&mut self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Append `buf` like [`write_all`](ObjectWriter::write_all), bypassing the kernel's page
+    /// cache where the tier and the file system allow it (`O_DIRECT`: the device reads the
+    /// buffer itself, no copy into the cache and no writeback work later). Used for bulk
+    /// copies whose bytes will not be read again soon. Only a buffer starting on a
+    /// [`DIRECT_ALIGN`] boundary, a multiple of it long, written at such an offset, goes
+    /// direct; anything else, or a file system that refuses, is written the ordinary way.
+    fn write_all_direct(&mut self, buf: &[u8]) -> Result<()> {
+        self.write_all(buf)
+    }
     /// Make the object visible under its key, atomically replacing any older one.
     fn commit(self: Box<Self>) -> Result<()>;
 }
+
+/// Alignment of a buffer, its length and its file offset for
+/// [`ObjectWriter::write_all_direct`] to bypass the page cache.
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// A stored object opened for reading.
 pub trait ObjectReader: Send {
