@@ -178,9 +178,9 @@ impl ObjectWriter for DirWriter {
 
     fn write_all_direct(&mut self, buf: &[u8]) -> Result<()> {
         let a = crate::DIRECT_ALIGN;
-        let aligned = (buf.as_ptr() as usize).is_multiple_of(a)
-            && buf.len().is_multiple_of(a)
-            && self.pos.is_multiple_of(a as u64);
+        let aligned = (buf.as_ptr() as usize) % a == 0
+            && buf.len() % a == 0
+            && self.pos % a as u64 == 0;
         if !aligned || buf.is_empty() || !self.set_direct(true) {
             return self.write_all(buf);
         }
