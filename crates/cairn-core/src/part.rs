@@ -549,6 +549,41 @@ impl<'c> Resolver<'c> {
         }
     }
 
+    /// How many blocks from block `i` of region `id` (at most `max`) the newest part stores
+    /// raw, one after the other: they are read in one piece. 0 when block `i` is not raw there.
+    fn raw_run(&self, id: i32, i: usize, max: usize) -> usize {
+        let Some(loc) = self.regions[0].get(&id) else {
+            return 0;
+        };
+        loc.entry.blocks[i.min(loc.entry.blocks.len())..]
+            .iter()
+            .take(max)
+            .take_while(|b| b.kind == block_kind::RAW)
+            .count()
+    }
+
+    /// Fill `dest`, blocks `i..` of region `id` that [`Resolver::raw_run`] found raw in the
+    /// newest part, with one read, then check each block's checksum.
+    fn fill_raw_run(&mut self, id: i32, i: usize, block: usize, dest: &mut [u8]) -> Result<()> {
+        let link = &self.chain[0];
+        let loc = &self.regions[0][&id];
+        link.reader.read_exact_at(dest, loc.starts[i])?;
+        for (j, got) in dest.chunks(block).enumerate() {
+            let b = loc.entry.blocks[i + j];
+            if b.stored as usize != got.len() || link.index.block_sum(got) != b.sum {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!(
+                        "block {} of region {id} fails its checksum (v{})",
+                        i + j,
+                        link.index.version
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Fill `dest` (block `i` of region `id` of the newest part) from whichever part of the
     /// chain stores it, checking the stored bytes' checksum and, for encoded blocks, the
     /// decoded bytes' hash.
@@ -626,8 +661,19 @@ pub fn restore(chain: &[Link], regions: &mut [RegionMut<'_>]) -> Result<()> {
     let block = chain[0].index.block_size as usize;
     let mut res = Resolver::new(chain);
     for reg in regions.iter_mut() {
-        for (i, dest) in reg.bytes.chunks_mut(block).enumerate() {
-            res.fill(reg.id, i, dest)?;
+        let nblocks = reg.bytes.len().div_ceil(block);
+        let mut i = 0;
+        while i < nblocks {
+            let run = res.raw_run(reg.id, i, (RAW_RUN / block).max(1));
+            let end = ((i + run.max(1)) * block).min(reg.bytes.len());
+            let dest = &mut reg.bytes[i * block..end];
+            if run > 0 {
+                res.fill_raw_run(reg.id, i, block, dest)?;
+                i += run;
+            } else {
+                res.fill(reg.id, i, dest)?;
+                i += 1;
+            }
         }
     }
     Ok(())
