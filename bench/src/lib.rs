@@ -1,7 +1,8 @@
 //! Helpers shared by the benchmark binaries (`cairn-bench-ckpt`, `cairn-bench-redundancy`,
-//! `cairn-bench-flush`): agreed failures and barrier-to-return timing over MPI, command lines,
-//! the run's private directory, statistics and orders of repetitions, memory checks, removal
-//! of checkpoints between runs and plain-file baselines.
+//! `cairn-bench-flush` and the others): agreed failures and barrier-to-return timing over MPI,
+//! command lines, the run's private directory, statistics and orders of repetitions, memory
+//! checks, removal of checkpoints between runs, plain-file baselines, and the JSON results
+//! file of `--json-out` that `cairn-bench-plot` reads.
 
 use cairn_core::Config;
 use cairn_mpi::mpi::collective::SystemOperation;
@@ -362,6 +363,69 @@ pub fn list(name: &str, v: &str, min: usize) -> Result<Vec<usize>, String> {
             "{name} {v:?}: expected comma-separated whole numbers >= {min}"
         )),
     }
+}
+
+// ---- results as files ----------------------------------------------------------------------
+
+/// A series of timed runs in JSON: median, fastest, slowest and every sample, in seconds.
+pub fn series_json(samples: &[f64]) -> serde_json::Value {
+    let lo = samples.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    serde_json::json!({
+        "median_s": median(samples),
+        "min_s": if samples.is_empty() { None } else { Some(lo) },
+        "max_s": if samples.is_empty() { None } else { Some(hi) },
+        "samples_s": samples,
+    })
+}
+
+/// The temporary name `write_json` writes `path` under before renaming it into place.
+fn json_tmp(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.tmp", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// `--json-out FILE`, checked before the run starts, so a long run cannot fail at its end
+/// for want of a directory: creates the file's directory if needed and makes sure a file can
+/// be created there (the temporary one `write_json` uses, removed again).
+pub fn json_out_ready(path: &Path) -> Result<(), String> {
+    if path.file_name().is_none() {
+        return Err(format!("--json-out {}: not a file name", path.display()));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)
+            .map_err(|e| format!("--json-out: cannot create {}: {e}", dir.display()))?;
+    }
+    let tmp = json_tmp(path);
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| {
+            format!(
+                "--json-out: cannot write in the directory of {}: {e}",
+                path.display()
+            )
+        })?;
+    remove_file(&tmp)
+}
+
+/// Write `v` to `path` (`--json-out`), pretty-printed with a final newline, through a
+/// temporary file renamed into place: a reader (the plotter) never sees half an object, and a
+/// failed run leaves no file behind.
+pub fn write_json(path: &Path, v: &serde_json::Value) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let tmp = json_tmp(path);
+    let text = format!("{v:#}\n");
+    fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        format!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+    })
 }
 
 // ---- repetitions -----------------------------------------------------------------------------

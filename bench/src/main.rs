@@ -42,7 +42,8 @@ usage: mpirun --oversubscribe -n 4 cairn-bench-ckpt [options]
   --reps N      timed runs of each kind in the bandwidth test, after one warm-up (default 7)
   --dir DIR     where the run's private directory is created (default /dev/shm)
   --only WHAT   run only the `fixed` or only the `bandwidth` test
-  --json        print one JSON object instead of the table";
+  --json        print one JSON object instead of the table
+  --json-out F  also write that JSON object to file F (the table is printed as usual)";
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -54,6 +55,8 @@ struct Args {
     fixed: bool,
     bandwidth: bool,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 /// Parse the command line; `Ok(None)` asks for the usage text.
@@ -67,6 +70,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         fixed: true,
         bandwidth: true,
         json: false,
+        json_out: None,
     };
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
@@ -99,6 +103,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 other => return Err(format!("--only {other:?}: expected fixed or bandwidth")),
             },
             "--json" if inline.is_none() => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value("--json-out")?)),
             "-h" | "--help" => return Ok(None),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
@@ -560,6 +565,17 @@ fn to_json(ctx: &Context, fixed: Option<&Fixed>, bw: Option<&Bandwidth>) -> serd
 }
 
 fn run(mpi: &Mpi, args: &Args) -> i32 {
+    // Rank 0 writes the results file; find out now, not after the run, if it cannot.
+    let ready = match (&args.json_out, mpi.rank) {
+        (Some(p), 0) => json_out_ready(p),
+        _ => Ok(()),
+    };
+    if let Err(f) = mpi.agree("--json-out", ready) {
+        if mpi.rank == 0 || !f.peer {
+            eprintln!("cairn-bench-ckpt: {}", f.msg);
+        }
+        return 1;
+    }
     let dir = match RunDir::create(mpi, &args.base, "cairn-bench-ckpt") {
         Ok(d) => d,
         Err(f) => {
@@ -628,10 +644,17 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
     match result {
         Ok((fixed, bw)) => {
             if mpi.rank == 0 {
-                if args.json {
-                    println!("{:#}", to_json(&ctx, fixed.as_ref(), bw.as_ref()));
-                } else {
-                    print_table(&ctx, fixed.as_ref(), bw.as_ref());
+                let json = (args.json || args.json_out.is_some())
+                    .then(|| to_json(&ctx, fixed.as_ref(), bw.as_ref()));
+                match &json {
+                    Some(v) if args.json => println!("{v:#}"),
+                    _ => print_table(&ctx, fixed.as_ref(), bw.as_ref()),
+                }
+                if let (Some(p), Some(v)) = (&args.json_out, &json) {
+                    if let Err(e) = write_json(p, v) {
+                        eprintln!("cairn-bench-ckpt: {e}");
+                        return 1;
+                    }
                 }
             }
             0
@@ -671,6 +694,12 @@ mod tests {
             (a.mib, a.iters, a.json, a.fixed, a.bandwidth),
             (16, 50, true, true, false)
         );
+        let a = args(&["--json-out", "r/ckpt.json"]).unwrap().unwrap();
+        assert_eq!(
+            (a.json, a.json_out),
+            (false, Some(PathBuf::from("r/ckpt.json")))
+        );
+        assert!(args(&["--json-out"]).unwrap_err().contains("needs a value"));
         assert!(args(&["--help"]).unwrap().is_none());
         assert!(args(&["--mib", "0"]).unwrap_err().contains(">= 1"));
         assert!(args(&["--mib"]).unwrap_err().contains("needs a value"));

@@ -3,7 +3,7 @@
 //! in the same run.
 //!
 //! ```text
-//! mpirun --oversubscribe -n 2 target/release/cairn-bench-flush [--mib 32] [--global /tmp]
+//! mpirun --oversubscribe -n 2 target/release/cairn-bench-flush [--mib 32] [--global /tmp] [--json]
 //! ```
 //!
 //! 1. `app` (DEEP-ER style): a 2D 5-point Jacobi stencil on each rank's own array that
@@ -23,6 +23,7 @@ use cairn_core::{Config, Engine, RegionRef};
 use cairn_mpi::mpi::collective::SystemOperation;
 use cairn_mpi::mpi::traits::*;
 use cairn_mpi::MpiComm;
+use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -52,7 +53,9 @@ usage: mpirun --oversubscribe -n 2 cairn-bench-flush [options]
   --fit-reps N      timed calls per size and kind in the fit, after one warm-up (default 5)
   --local DIR       where the node-local tier's private directory is created (default /dev/shm)
   --global DIR      where the global tier's private directory is created, on a real disk
-                    (default /tmp)";
+                    (default /tmp)
+  --json            print one JSON object instead of the tables
+  --json-out FILE   also write that JSON object to FILE (the tables are printed as usual)";
 
 // ---- arguments ---------------------------------------------------------------------------
 
@@ -70,6 +73,9 @@ struct Args {
     fit_reps: usize,
     local: PathBuf,
     global: PathBuf,
+    json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 /// Parse the command line; `Ok(None)` asks for the usage text.
@@ -87,6 +93,8 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
         fit_reps: 5,
         local: PathBuf::from("/dev/shm"),
         global: PathBuf::from("/tmp"),
+        json: false,
+        json_out: None,
     };
     let go = walk(argv, |flag, value| {
         match flag {
@@ -105,6 +113,8 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
             "--fit-reps" => a.fit_reps = count(flag, value()?, 1)?,
             "--local" => a.local = PathBuf::from(value()?),
             "--global" => a.global = PathBuf::from(value()?),
+            "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -808,6 +818,139 @@ fn print_fit(args: &Args, ranks: usize, r: &FitReport) -> [LinFit; 2] {
     [d, l]
 }
 
+// ---- JSON --------------------------------------------------------------------------------
+
+/// Part 1 in JSON: every variant's series (per run; the per-checkpoint series only over runs
+/// that took checkpoints or flushes), the ratios of the medians and per repetition, and the
+/// verdict's inputs, as `print_app` computes them.
+fn app_json(args: &Args, ranks_per_node: usize, r: &AppReport) -> Value {
+    let steps = args.steps as f64;
+    let none = r.med(Variant::None, |x| x.wall);
+    let no_ckpt = r.med(Variant::NoCkpt, |x| x.wall);
+    let cpu0 = r.med(Variant::NoCkpt, |x| x.cpu);
+    let per_ckpt = |v: Variant, f: fn(&AppRun) -> (f64, u64)| -> Value {
+        let vals: Vec<f64> = r
+            .get(v)
+            .iter()
+            .map(f)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| s / n as f64)
+            .collect();
+        if vals.is_empty() {
+            Value::Null
+        } else {
+            series_json(&vals)
+        }
+    };
+    let mut variants = serde_json::Map::new();
+    for v in VARIANTS {
+        let runs = r.get(v);
+        let of = |f: &dyn Fn(&AppRun) -> f64| series_json(&runs.iter().map(f).collect::<Vec<_>>());
+        let wall = r.med(v, |x| x.wall);
+        variants.insert(
+            v.key().into(),
+            json!({
+                "meaning": v.meaning(),
+                "wall": of(&|x| x.wall),
+                "wall_over_none": wall / none,
+                "compute_per_step": of(&|x| x.compute / steps),
+                "cpu_per_step": of(&|x| x.cpu / steps),
+                "checkpoint_per_checkpoint": per_ckpt(v, |x| (x.checkpoint, x.checkpoints)),
+                "flush_per_checkpoint": per_ckpt(v, |x| (x.flush, x.flushes)),
+                "end": of(&|x| x.end),
+                "cpu_beyond_no_ckpt_per_checkpoint_s": (v != Variant::NoCkpt)
+                    .then(|| (r.med(v, |x| x.cpu) - cpu0) / r.checkpoints as f64),
+            }),
+        );
+    }
+    let flush_per: Vec<f64> = r
+        .get(Variant::Async)
+        .iter()
+        .filter(|x| x.flushes > 0)
+        .map(|x| x.flush / x.flushes as f64)
+        .collect();
+    let flush = median(&flush_per);
+    let step = r.med(Variant::NoCkpt, |x| x.compute / steps);
+    let between = step * args.every as f64;
+    let ratio = r.med(Variant::Async, |x| x.wall) / none;
+    let (allowed, online) = cores();
+    json!({
+        "mib_per_rank": args.mib,
+        "rows": r.rows,
+        "cols": COLS,
+        "steps": args.steps,
+        "every": args.every,
+        "sweeps": r.sweeps,
+        "sweep_s": r.sweep_s,
+        "calibrated": r.calibrated,
+        "step_ms": args.step_ms,
+        "checkpoints": r.checkpoints,
+        "reps": args.reps,
+        "variants": variants,
+        "async_over_none": ratio,
+        "async_over_none_per_rep": r.paired(Variant::Async, Variant::None),
+        "sync_over_none": r.med(Variant::Sync, |x| x.wall) / none,
+        "sync_over_none_per_rep": r.paired(Variant::Sync, Variant::None),
+        "none_over_no_ckpt": none / no_ckpt,
+        "flush_per_checkpoint_s": flush,
+        "compute_between_checkpoints_s": between,
+        "flush_over_compute": flush / between,
+        "compute_per_step_async_over_no_ckpt": r.med(Variant::Async, |x| x.compute / steps) / step,
+        "cores_allowed": allowed,
+        "cores_online": online,
+        "ranks_per_node": ranks_per_node,
+        "target": TARGET_ASYNC,
+        "target_applies": flush < between,
+        "meets_target": flush < between && ratio <= TARGET_ASYNC,
+    })
+}
+
+/// Part 2 in JSON: per kind every call's series per size, the measured and the model's
+/// bandwidth, and the fit, as `print_fit` computes them.
+fn fit_json(args: &Args, ranks: usize, r: &FitReport) -> Value {
+    let x: Vec<f64> = r.sizes.iter().map(|&n| n as f64).collect();
+    let kind = |calls: &[Vec<f64>]| -> (LinFit, Value) {
+        let y: Vec<f64> = calls.iter().map(|c| median(c)).collect();
+        let f = LinFit::of(&x, &y);
+        let rows: Vec<Value> = x
+            .iter()
+            .zip(&y)
+            .zip(calls)
+            .map(|((n, t), c)| {
+                let (bw, model) = (n / t, n / f.t(*n));
+                json!({
+                    "mib": n, "time": series_json(c), "mib_s": bw, "model_mib_s": model,
+                    "rel_err": (model - bw) / bw,
+                })
+            })
+            .collect();
+        let v = json!({
+            "calls": rows,
+            "t_overhead_s": f.t0,
+            "s_per_mib": f.per_mib,
+            "b_max_mib_s": f.bw(),
+            "b_max_all_ranks_mib_s": f.bw() * ranks as f64,
+            "r2": f.r2,
+            "n_half_mib": f.t0 * f.bw(),
+        });
+        (f, v)
+    };
+    let (d, durable) = kind(&r.durable);
+    let (l, local) = kind(&r.local);
+    json!({
+        "model": "t(n) = t_overhead + n / B_max, n in MiB per rank; least squares of the relative residuals (weights 1 / t^2) over the medians",
+        "reps": args.fit_reps,
+        "sizes_mib": r.sizes,
+        "ranks": ranks,
+        "durable": durable,
+        "local": local,
+        "durable_over_local_t_overhead": (d.t0 > 0.0 && l.t0 > 0.0).then(|| d.t0 / l.t0),
+        "durable_over_local_b_max": d.bw() / l.bw(),
+        "flush_step_t_overhead_s": d.t0 - l.t0,
+        "flush_step_mib_s": 1.0 / (d.per_mib - l.per_mib),
+    })
+}
+
 // ---- main --------------------------------------------------------------------------------
 
 fn run(mpi: &Mpi, args: &Args) -> i32 {
@@ -816,7 +959,17 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
             eprintln!("{PROG}: {}", f.msg);
         }
     };
-    let result = (|| -> Res<()> {
+    // Rank 0 prints the tables (unless --json) and builds the JSON object (with --json or
+    // --json-out).
+    let tables = mpi.rank == 0 && !args.json;
+    let want_json = mpi.rank == 0 && (args.json || args.json_out.is_some());
+    let result = (|| -> Res<Option<Value>> {
+        // Rank 0 writes the results file; find out now, not after the run, if it cannot.
+        let ready = match (&args.json_out, mpi.rank) {
+            (Some(p), 0) => json_out_ready(p),
+            _ => Ok(()),
+        };
+        mpi.agree("--json-out", ready)?;
         // Both private directories are removed by rank 0 when they are dropped, also on
         // failure (failures are agreed, so all ranks leave together).
         let shm = RunDir::create(mpi, &args.local, PROG)?;
@@ -826,9 +979,27 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
             Config::resolve(None, &[]).map_err(|e| e.to_string()),
         )?;
         let nodes = count_nodes(mpi);
-        if mpi.rank == 0 {
+        let (allowed, online) = cores();
+        let mut out = json!({
+            "ranks": mpi.size,
+            "nodes": nodes,
+            "cores_online": online,
+            "cores_allowed_rank0": allowed,
+            "local": shm.path.display().to_string(),
+            "local_tmpfs": on_tmpfs(&shm.path),
+            "global": disk.path.display().to_string(),
+            "global_tmpfs": on_tmpfs(&disk.path),
+            "settings": {
+                "reduction.block": cfg.block,
+                "cache.keep": cfg.keep,
+                "cache.keep_global": cfg.keep_global,
+                "flush.buffer": cfg.flush_buffer,
+                "flush.bandwidth": cfg.flush_bandwidth,
+                "fsync_global": true,
+            },
+        });
+        if tables {
             let tmpfs = |p: &Path| if on_tmpfs(p) { "tmpfs" } else { "not tmpfs" };
-            let (allowed, online) = cores();
             println!(
                 "Cairn flush benchmark: {} ranks on {nodes} node(s), {online} cores online, {allowed} allowed to rank 0",
                 mpi.size,
@@ -858,22 +1029,41 @@ fn run(mpi: &Mpi, args: &Args) -> i32 {
         }
         if args.app {
             let r = bench_app(mpi, args, &cfg, &shm.path, &disk.path)?;
-            if mpi.rank == 0 {
+            if tables {
                 print_app(args, mpi.size / nodes, &r);
                 let _ = std::io::stdout().flush();
+            }
+            if want_json {
+                out["app"] = app_json(args, mpi.size / nodes, &r);
             }
         }
         if args.fit {
             let r = bench_fit(mpi, args, &cfg, &shm.path, &disk.path)?;
-            if mpi.rank == 0 {
+            if tables {
                 print_fit(args, mpi.size, &r);
+            }
+            if want_json {
+                out["fit"] = fit_json(args, mpi.size, &r);
             }
         }
         mpi.world.barrier();
-        Ok(())
+        Ok(want_json.then_some(out))
     })();
     match result {
-        Ok(()) => 0,
+        Ok(json) => {
+            if let Some(v) = json {
+                if args.json {
+                    println!("{v:#}");
+                }
+                if let Some(p) = &args.json_out {
+                    if let Err(e) = write_json(p, &v) {
+                        eprintln!("{PROG}: {e}");
+                        return 1;
+                    }
+                }
+            }
+            0
+        }
         Err(f) => {
             report_failure(&f);
             1
@@ -907,6 +1097,14 @@ mod tests {
         assert!(parse_args(strings(&["--sizes", "4,4"])).is_err());
         assert!(parse_args(strings(&["--every", "5", "--steps", "5"])).is_err());
         assert!(parse_args(strings(&["--only", "x"])).is_err());
+        let a = parse_args(strings(&["--json", "--json-out", "r/flush.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.json, a.json_out),
+            (true, Some(PathBuf::from("r/flush.json")))
+        );
+        assert!(parse_args(strings(&["--json=yes"])).is_err());
     }
 
     #[test]

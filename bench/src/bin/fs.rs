@@ -25,7 +25,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 const PROG: &str = "cairn-bench-fs";
-const USAGE: &str = "usage: cairn-bench-fs [--sizes MIB,...] [--io BYTES] [--reps N] [--chunks BYTES,...] [--spill-dir DIR] [--only single|two|chunks|spill|preload[,...]] [--quick] [--json]";
+const USAGE: &str = "usage: cairn-bench-fs [--sizes MIB,...] [--io BYTES] [--reps N] [--chunks BYTES,...] [--spill-dir DIR] [--only single|two|chunks|spill|preload[,...]] [--quick] [--json] [--json-out FILE]";
 
 /// The chunk size of the stores outside the chunk sweep: `[tiers.mem] chunk`'s default.
 const STORE_CHUNK: usize = 1 << 20;
@@ -68,6 +68,8 @@ struct Args {
     parts: Vec<Part>,
     quick: bool,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 /// `4096`, `64K`, `1M` or `1G` as bytes.
@@ -95,6 +97,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
         parts: PARTS.iter().map(|p| p.0).collect(),
         quick: false,
         json: false,
+        json_out: None,
     };
     let go = walk(argv, |flag, value| {
         match flag {
@@ -132,6 +135,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
             }
             "--quick" => a.quick = true,
             "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -1463,11 +1467,23 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(p) = &a.json_out {
+        if let Err(e) = cairn_bench::json_out_ready(p) {
+            eprintln!("{PROG}: {e}");
+            std::process::exit(1);
+        }
+    }
     let t = Instant::now();
     match run(&a) {
         Ok(v) => {
             if a.json {
                 println!("{v}");
+            }
+            if let Some(p) = &a.json_out {
+                if let Err(e) = cairn_bench::write_json(p, &v) {
+                    eprintln!("{PROG}: {e}");
+                    std::process::exit(1);
+                }
             }
             eprintln!("{PROG}: done in {:.0} s", secs(t));
         }
@@ -1512,6 +1528,13 @@ mod tests {
         assert!(parse_args(strings(&["--only", "x"])).is_err());
         assert!(parse_args(strings(&["--io", "0"])).is_err());
         assert!(parse_args(strings(&["--bogus"])).is_err());
+        let a = parse_args(strings(&["--json-out=r/x.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.json, a.json_out),
+            (false, Some(PathBuf::from("r/x.json")))
+        );
         assert_eq!(
             (bytes("4096"), bytes("1m"), bytes("x")),
             (Some(4096), Some(MIB), None)

@@ -7,11 +7,17 @@
 //! writing full checkpoints and once with an engine writing incrementals (its first, untimed
 //! checkpoint is the full base). The figures are medians; the ratios are the result.
 
-use cairn_bench::{count, median, ms, private_dir, size_label};
+use cairn_bench::{
+    count, json_out_ready, median, ms, private_dir, series_json, size_label, write_json,
+};
 use cairn_comm::Solo;
 use cairn_core::{Config, Engine, RegionRef};
 use std::path::PathBuf;
 use std::time::Instant;
+
+/// The target (issue 5, from the CPPC paper): with 1% of the blocks changed, an incremental
+/// checkpoint stores at most this share of a full one's bytes.
+const TARGET_BYTES_AT_1PCT: f64 = 0.02;
 
 struct Args {
     mib: usize,
@@ -20,6 +26,8 @@ struct Args {
     dir: PathBuf,
     codec: String,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -30,6 +38,7 @@ fn parse() -> Result<Args, String> {
         dir: PathBuf::from("/dev/shm"),
         codec: "none".into(),
         json: false,
+        json_out: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -41,8 +50,9 @@ fn parse() -> Result<Args, String> {
             "--dir" => a.dir = PathBuf::from(val("--dir")?),
             "--compress" => a.codec = val("--compress")?,
             "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(val("--json-out")?)),
             "-h" | "--help" => {
-                println!("usage: cairn-bench-incremental [--mib N] [--reps N] [--block BYTES] [--compress none|lz4|zstd] [--dir DIR] [--json]");
+                println!("usage: cairn-bench-incremental [--mib N] [--reps N] [--block BYTES] [--compress none|lz4|zstd] [--dir DIR] [--json] [--json-out FILE]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown option {other}")),
@@ -98,6 +108,8 @@ struct Row {
     incr_s: f64,
     full_bytes: f64,
     incr_bytes: f64,
+    /// Every repetition's times (s) and rank-file sizes (bytes), full and incremental.
+    samples: [Vec<f64>; 4],
 }
 
 fn run(args: &Args) -> Result<Vec<Row>, String> {
@@ -150,6 +162,7 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
                 incr_s: median(&it),
                 full_bytes: median(&fb),
                 incr_bytes: median(&ib),
+                samples: [ft, it, fb, ib],
             });
         }
         full.finalize().map_err(|e| e.to_string())?;
@@ -172,6 +185,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(p) = &args.json_out {
+        if let Err(e) = json_out_ready(p) {
+            eprintln!("cairn-bench-incremental: {e}");
+            std::process::exit(1);
+        }
+    }
     let rows = match run(&args) {
         Ok(r) => r,
         Err(e) => {
@@ -179,21 +198,33 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if args.json {
+    if args.json || args.json_out.is_some() {
         let j: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
+                let [ft, it, fb, ib] = &r.samples;
                 serde_json::json!({
                     "changed": r.share, "full_s": r.full_s, "incremental_s": r.incr_s,
                     "full_bytes": r.full_bytes, "incremental_bytes": r.incr_bytes,
+                    "full": series_json(ft), "incremental": series_json(it),
+                    "full_bytes_samples": fb, "incremental_bytes_samples": ib,
                 })
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({"mib": args.mib, "block": args.block, "compress": args.codec, "reps": args.reps, "rows": j})
-        );
-        return;
+        let v = serde_json::json!({
+            "mib": args.mib, "block": args.block, "compress": args.codec, "reps": args.reps,
+            "dir": args.dir, "target_bytes_ratio_at_1pct": TARGET_BYTES_AT_1PCT, "rows": j,
+        });
+        if let Some(p) = &args.json_out {
+            if let Err(e) = write_json(p, &v) {
+                eprintln!("cairn-bench-incremental: {e}");
+                std::process::exit(1);
+            }
+        }
+        if args.json {
+            println!("{v}");
+            return;
+        }
     }
     println!(
         "Incremental checkpoints: {} MiB float64 field, blocks of {}, codec {}, medians of {} (one process, {})",
@@ -210,7 +241,7 @@ fn main() {
     for r in &rows {
         let bytes = r.incr_bytes / r.full_bytes;
         let target = if r.share == 0.01 {
-            cairn_bench::verdict(bytes <= 0.02)
+            cairn_bench::verdict(bytes <= TARGET_BYTES_AT_1PCT)
         } else {
             ""
         };

@@ -102,6 +102,7 @@ usage: cairn-bench-reduce [options]
   --reps N          timed runs of everything, medians printed (default 5)
   --only PART       run one part: codec, hash or blocks
   --json            print one JSON object instead of the tables
+  --json-out FILE   also write that JSON object to FILE (the tables are printed as usual)
   --python PATH     Python with python-blosc2 for the baseline (default python3)
   --blosc2-script P the baseline script (default bench/reduce/blosc2_baseline.py)
   --no-blosc2       skip the Blosc2 baseline
@@ -118,6 +119,8 @@ struct Args {
     hash: bool,
     blocks: bool,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
     python: String,
     script: PathBuf,
     blosc2: bool,
@@ -146,6 +149,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
         hash: true,
         blocks: true,
         json: false,
+        json_out: None,
         python: "python3".into(),
         script: PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -193,6 +197,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
                 }
             }
             "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             "--python" => a.python = value()?,
             "--blosc2-script" => a.script = PathBuf::from(value()?),
             "--no-blosc2" => a.blosc2 = false,
@@ -1469,6 +1474,12 @@ fn print_blocks(datasets: &[&Dataset], res: &[DatasetBlocks], a: &Args) {
 // ---- main --------------------------------------------------------------------------------
 
 fn run(a: &Args) -> Result<(), String> {
+    if let Some(p) = &a.json_out {
+        cairn_bench::json_out_ready(p)?;
+    }
+    // The JSON object is built with --json (printed instead of the tables) or --json-out
+    // (written to the file, beside the tables).
+    let want_json = a.json || a.json_out.is_some();
     let bytes = a.mib * MIB;
     let progress = |s: &str| eprintln!("{PROG}: {s}");
     let generators: [(&str, Generator); 5] = [
@@ -1540,7 +1551,7 @@ fn run(a: &Args) -> Result<(), String> {
             progress(&format!("codecs on {}", ds.name));
             res.push(codec_part(ds, a)?);
         }
-        if a.json {
+        if want_json {
             let b = blosc2.as_ref().ok();
             out["codec"] = json!({
                 "configs": CONFIGS.iter().map(|c| json!({
@@ -1558,7 +1569,8 @@ fn run(a: &Args) -> Result<(), String> {
                     .map(|(ds, r)| codec_json(ds, r, b.and_then(|b| b.get(ds.name))))
                     .collect::<Vec<_>>(),
             });
-        } else {
+        }
+        if !a.json {
             print_codec(&datasets, &res, &blosc2, a);
         }
     }
@@ -1569,7 +1581,7 @@ fn run(a: &Args) -> Result<(), String> {
             progress(&format!("hashes on {}", ds.name));
             res.push(hash_part(ds, a));
         }
-        if a.json {
+        if want_json {
             out["hash"] = json!({
                 "block_sizes": BLOCK_SIZES,
                 "results": datasets.iter().zip(&res).map(|(ds, h)| json!({
@@ -1586,7 +1598,8 @@ fn run(a: &Args) -> Result<(), String> {
                     "is_zero_all_zero": h.zero_full.json(h.raw),
                 })).collect::<Vec<_>>(),
             });
-        } else {
+        }
+        if !a.json {
             print_hash(&datasets, &res, a);
         }
     }
@@ -1601,7 +1614,7 @@ fn run(a: &Args) -> Result<(), String> {
             progress(&format!("block sizes on {}", ds.name));
             res.push(blocks_part(ds, a)?);
         }
-        if a.json {
+        if want_json {
             out["blocks"] = json!({
                 "configs": BLOCK_CONFIGS.iter().map(|c| c.name).collect::<Vec<_>>(),
                 "results": sel.iter().zip(&res).map(|(ds, r)| json!({
@@ -1622,13 +1635,17 @@ fn run(a: &Args) -> Result<(), String> {
                     })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
             });
-        } else {
+        }
+        if !a.json {
             print_blocks(&sel, &res, a);
         }
     }
 
     if a.json {
         println!("{out}");
+    }
+    if let Some(p) = &a.json_out {
+        cairn_bench::write_json(p, &out)?;
     }
     Ok(())
 }
@@ -1677,6 +1694,13 @@ mod tests {
         assert!(parse_args(strings(&["--only", "x"])).is_err());
         assert!(parse_args(strings(&["--reps", "0"])).is_err());
         assert_eq!(parse_size("64K"), Some(65536));
+        let a = parse_args(strings(&["--json-out", "r/reduce.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.json, a.json_out),
+            (false, Some(PathBuf::from("r/reduce.json")))
+        );
     }
 
     #[test]

@@ -72,6 +72,7 @@ usage: mpirun --oversubscribe -n 10 cairn-bench-redundancy [options]
   --engine-mib N    MiB per rank in the engine test (default 16)
   --dir DIR         where the run's private directory is created (default /dev/shm)
   --json            print one JSON object instead of the tables
+  --json-out FILE   also write that JSON object to FILE (the tables are printed as usual)
 The engine test needs 8 ranks (10 for rs(8+2)); parts needing more ranks than the job has
 are skipped with a note.
 
@@ -83,7 +84,8 @@ usage: cairn-bench-redundancy nbody [options]        (not under mpirun)
   --reps N          runs of each kind (default 3)
   --lib-dir DIR     directory holding libcairn.so (default: this program's directory)
   --dir DIR         where the run's private directory is created (default /dev/shm)
-  --json            print one JSON object instead of the table";
+  --json            print one JSON object instead of the table
+  --json-out FILE   also write that JSON object to FILE (the table is printed as usual)";
 
 // ---- arguments ---------------------------------------------------------------------------
 
@@ -101,6 +103,8 @@ struct Args {
     engine_mib: usize,
     base: PathBuf,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -113,6 +117,8 @@ struct NbArgs {
     lib_dir: Option<PathBuf>,
     base: PathBuf,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 /// Parse the MPI mode's command line; `Ok(None)` asks for the usage text.
@@ -129,6 +135,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
         engine_mib: 16,
         base: PathBuf::from("/dev/shm"),
         json: false,
+        json_out: None,
     };
     let go = walk(argv, |flag, value| {
         match flag {
@@ -167,6 +174,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
             "--engine-mib" => a.engine_mib = count("--engine-mib", value()?, 1)?,
             "--dir" => a.base = PathBuf::from(value()?),
             "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -184,6 +192,7 @@ fn parse_nbody_args(argv: Vec<String>) -> Result<Option<NbArgs>, String> {
         lib_dir: None,
         base: PathBuf::from("/dev/shm"),
         json: false,
+        json_out: None,
     };
     let go = walk(argv, |flag, value| {
         match flag {
@@ -215,6 +224,7 @@ fn parse_nbody_args(argv: Vec<String>) -> Result<Option<NbArgs>, String> {
             "--lib-dir" => a.lib_dir = Some(PathBuf::from(value()?)),
             "--dir" => a.base = PathBuf::from(value()?),
             "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -1279,6 +1289,15 @@ fn run(world: &Mpi, args: &Args) -> i32 {
             eprintln!("{PROG}: {}", f.msg);
         }
     };
+    // Rank 0 writes the results file; find out now, not after the run, if it cannot.
+    let ready = match (&args.json_out, world.rank) {
+        (Some(p), 0) => json_out_ready(p),
+        _ => Ok(()),
+    };
+    if let Err(f) = world.agree("--json-out", ready) {
+        report_failure(&f);
+        return 1;
+    }
     let dir = match RunDir::create(world, &args.base, PROG) {
         Ok(d) => d,
         Err(f) => {
@@ -1372,10 +1391,16 @@ fn run(world: &Mpi, args: &Args) -> i32 {
     match result {
         Ok(()) => {
             if world.rank == 0 {
-                if args.json {
-                    println!("{:#}", report_json(&report));
-                } else {
-                    print_report(&report);
+                let json = (args.json || args.json_out.is_some()).then(|| report_json(&report));
+                match &json {
+                    Some(v) if args.json => println!("{v:#}"),
+                    _ => print_report(&report),
+                }
+                if let (Some(p), Some(v)) = (&args.json_out, &json) {
+                    if let Err(e) = write_json(p, v) {
+                        eprintln!("{PROG}: {e}");
+                        return 1;
+                    }
                 }
             }
             0
@@ -1474,6 +1499,9 @@ impl Drop for TmpDir {
 }
 
 fn nbody_main(a: &NbArgs) -> Result<(), String> {
+    if let Some(p) = &a.json_out {
+        json_out_ready(p)?;
+    }
     let src_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let source = src_root.join("examples").join("nbody.c");
     let include = src_root.join("crates").join("cairn-capi").join("include");
@@ -1600,7 +1628,7 @@ fn nbody_main(a: &NbArgs) -> Result<(), String> {
         }
         rows.push(row);
     }
-    if a.json {
+    if a.json || a.json_out.is_some() {
         let v: Vec<Value> = rows
             .iter()
             .map(|r| {
@@ -1627,8 +1655,14 @@ fn nbody_main(a: &NbArgs) -> Result<(), String> {
                 })
             })
             .collect();
-        println!("{:#}", json!({ "nbody": v }));
-        return Ok(());
+        let v = json!({ "nbody": v });
+        if let Some(p) = &a.json_out {
+            write_json(p, &v)?;
+        }
+        if a.json {
+            println!("{v:#}");
+            return Ok(());
+        }
     }
     println!("N-body mock-up (DEEP-ER 4.2.1, Table 1 shape): examples/nbody.c, partner copies streamed vs read back");
     println!(
@@ -1745,6 +1779,14 @@ mod tests {
             .unwrap();
         assert_eq!((n.configs, n.steps), (vec![(4, 2), (16, 8)], 3));
         assert!(parse_nbody_args(strings(&["--configs", "2:4"])).is_err());
+        let a = parse_args(strings(&["--json-out", "r.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((a.json, a.json_out), (false, Some(PathBuf::from("r.json"))));
+        let n = parse_nbody_args(strings(&["--json-out=n.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(n.json_out, Some(PathBuf::from("n.json")));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 const PROG: &str = "cairn-bench-transparent";
-const USAGE: &str = "usage: cairn-bench-transparent [--mib N] [--reps N] [--dir DIR] [--only write|restart|overhead|affinity[,...]] [--compute-secs S] [--stream-mib N] [--iters N] [--quick] [--json]";
+const USAGE: &str = "usage: cairn-bench-transparent [--mib N] [--reps N] [--dir DIR] [--only write|restart|overhead|affinity[,...]] [--compute-secs S] [--stream-mib N] [--iters N] [--quick] [--json] [--json-out FILE]";
 
 /// Targets of issue 7: image write bandwidth over a raw write's (the Checkpoint-Fill-Time
 /// Law), restart over a raw read of the image, runtime overhead while not checkpointing, and
@@ -84,6 +84,8 @@ struct Args {
     iters: usize,
     quick: bool,
     json: bool,
+    /// `--json-out`: where the JSON object is also written.
+    json_out: Option<PathBuf>,
 }
 
 /// Parse the command line; `Ok(None)` asks for the usage text.
@@ -99,6 +101,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
         iters: 0,
         quick: false,
         json: false,
+        json_out: None,
     };
     let go = walk(argv, |flag, value| {
         match flag {
@@ -130,6 +133,7 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
             "--iters" => iters = Some(count(flag, value()?, 1)?),
             "--quick" => a.quick = true,
             "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -1573,11 +1577,23 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(p) = &a.json_out {
+        if let Err(e) = cairn_bench::json_out_ready(p) {
+            eprintln!("{PROG}: {e}");
+            std::process::exit(1);
+        }
+    }
     let t = Instant::now();
     match run(&a) {
         Ok(v) => {
             if a.json {
                 println!("{v}");
+            }
+            if let Some(p) = &a.json_out {
+                if let Err(e) = cairn_bench::write_json(p, &v) {
+                    eprintln!("{PROG}: {e}");
+                    std::process::exit(1);
+                }
             }
             eprintln!("{PROG}: done in {:.0} s", t.elapsed().as_secs_f64());
         }
@@ -1610,6 +1626,13 @@ mod tests {
         assert!(parse_args(strings(&["--only", "x"])).is_err());
         assert!(parse_args(strings(&["--mib", "0"])).is_err());
         assert!(parse_args(strings(&["--compute-secs", "0"])).is_err());
+        let a = parse_args(strings(&["--json-out=r/x.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.json, a.json_out),
+            (false, Some(PathBuf::from("r/x.json")))
+        );
     }
 
     #[test]
