@@ -62,6 +62,12 @@ pub trait Comm {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// Exchange with peers: send `send` to rank `dest` and receive from rank `src`.
     fn sendrecv(&self, send: &[u8], dest: usize, src: usize) -> Result<Vec<u8>>;
+    /// [`sendrecv`](Comm::sendrecv) into `out`, replacing its contents: a caller exchanging
+    /// many pieces keeps one buffer instead of allocating (and zeroing) one per piece.
+    fn sendrecv_into(&self, send: &[u8], dest: usize, src: usize, out: &mut Vec<u8>) -> Result<()> {
+        *out = self.sendrecv(send, dest, src)?;
+        Ok(())
+    }
     /// Point to point: send `bytes` to rank `dest` (blocks until it can be delivered).
     fn send(&self, bytes: &[u8], dest: usize) -> Result<()>;
     /// Point to point: receive the next message rank `src` sent to this rank.

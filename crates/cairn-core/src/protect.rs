@@ -63,6 +63,8 @@ struct Streamer<'a> {
     src: usize,
     steps_left: u64,
     buf: Vec<u8>,
+    /// The partner's pieces, received into one buffer kept from piece to piece.
+    recv: Vec<u8>,
     own_tx: Option<SyncSender<Vec<u8>>>,
     copy_tx: Option<SyncSender<Vec<u8>>>,
     pool: Option<Receiver<Vec<u8>>>,
@@ -81,10 +83,11 @@ impl Streamer<'_> {
             if let (false, Some(w)) = (self.buf.is_empty(), own.as_mut()) {
                 res = w.write_all(&self.buf).map_err(Error::from);
             }
-            match self.comm.sendrecv(&self.buf, self.dest, self.src) {
-                Ok(got) => {
+            let got = &mut self.recv;
+            match self.comm.sendrecv_into(&self.buf, self.dest, self.src, got) {
+                Ok(()) => {
                     if let (false, Some(w), true) = (got.is_empty(), copy.as_mut(), res.is_ok()) {
-                        res = w.write_all(&got).map_err(Error::from);
+                        res = w.write_all(got).map_err(Error::from);
                     }
                 }
                 Err(e) => res = Err(e.into()),
@@ -204,6 +207,7 @@ pub(crate) fn write_streamed(
             src,
             steps_left: steps[0] as u64,
             buf: Vec::with_capacity(PIECE),
+            recv: Vec::new(),
             own_tx: None,
             copy_tx: None,
             pool: None,
@@ -233,6 +237,7 @@ pub(crate) fn write_streamed(
             src,
             steps_left: steps[0] as u64,
             buf: Vec::with_capacity(PIECE),
+            recv: Vec::new(),
             own_tx: Some(own_tx),
             copy_tx: Some(copy_tx),
             pool: Some(pool_rx),
@@ -400,13 +405,14 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
     let held = stripe::held_stripes(n, m, me);
     let mut sums: Vec<ChecksumStream> = held.iter().map(|_| ChecksumStream::new()).collect();
     let mut enc = stripe::SliceEncoder::new(code, k, m);
-    // The data slices of each held stripe for the current offset, by data index.
-    let mut data: Vec<Vec<Vec<u8>>> = held.iter().map(|_| vec![Vec::new(); k]).collect();
+    // What each member sent this step (index: ring distance), kept from slice to slice.
+    let mut got: Vec<Vec<u8>> = vec![Vec::new(); n];
     let mut msg = Vec::with_capacity(m * SLICE);
     let mut parity = Vec::with_capacity(SLICE);
+    let zeros = vec![0u8; SLICE.min(s)];
     for off in (0..s).step_by(SLICE) {
         let c = SLICE.min(s - off);
-        for d in 1..n {
+        for (d, got_d) in got.iter_mut().enumerate().skip(1) {
             let (to, from) = ((me + d) % n, (me + n - d) % n);
             msg.clear();
             for (t, _) in stripe::held_stripes(n, m, to) {
@@ -417,32 +423,39 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
                     }
                 }
             }
-            let got = ctx.comm.sendrecv(&msg, set[to], set[from])?;
-            let mut at = 0;
-            for (h, (t, _)) in held.iter().enumerate() {
-                if let Some(i) = data_index(n, m, *t, from) {
-                    let slot = &mut data[h][i];
-                    slot.clear();
-                    match got.get(at..at + c) {
-                        Some(bytes) => slot.extend_from_slice(bytes),
-                        None => {
-                            slot.resize(c, 0);
-                            err.get_or_insert(peer_failed(format!(
-                                "rank {} sent no data for parity (see its message)",
-                                set[from]
-                            )));
-                        }
-                    }
-                    at += c;
-                }
+            ctx.comm.sendrecv_into(&msg, set[to], set[from], got_d)?;
+            let want = held
+                .iter()
+                .filter(|(t, _)| data_index(n, m, *t, from).is_some())
+                .count()
+                * c;
+            if got_d.len() != want {
+                err.get_or_insert(peer_failed(format!(
+                    "rank {} sent no data for parity (see its message)",
+                    set[from]
+                )));
             }
         }
         if err.is_some() {
             // Keep exchanging so the set's other members are not left waiting; encode nothing.
             continue;
         }
-        for (h, (_, j)) in held.iter().enumerate() {
-            let slices: Vec<&[u8]> = data[h].iter().map(Vec::as_slice).collect();
+        for (h, (t, j)) in held.iter().enumerate() {
+            // Data shard i of stripe t came from the member at ring distance d, at the place
+            // of t among the stripes that member contributes to here.
+            let mut slices: Vec<&[u8]> = vec![&zeros[..c]; k];
+            for (d, got_d) in got.iter().enumerate().skip(1) {
+                let from = (me + n - d) % n;
+                let Some(i) = data_index(n, m, *t, from) else {
+                    continue;
+                };
+                let at = held[..h]
+                    .iter()
+                    .filter(|(u, _)| data_index(n, m, *u, from).is_some())
+                    .count()
+                    * c;
+                slices[i] = &got_d[at..at + c];
+            }
             if let Err(e) = enc.encode_one(&slices, *j, &mut parity) {
                 err = Some(Error::new(ErrorKind::Io, e));
                 break;

@@ -165,6 +165,12 @@ impl Comm for MpiComm {
     }
 
     fn sendrecv(&self, send: &[u8], dest: usize, src: usize) -> Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        self.sendrecv_into(send, dest, src, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn sendrecv_into(&self, send: &[u8], dest: usize, src: usize, out: &mut Vec<u8>) -> Result<()> {
         let n = self.size();
         if dest >= n || src >= n {
             return Err(CommError {
@@ -178,8 +184,13 @@ impl Comm for MpiComm {
         );
         let mut len = 0u64;
         mpi::point_to_point::send_receive_into(&(send.len() as u64), &d, &mut len, &s);
-        let mut buf = vec![0u8; len as usize];
-        mpi::point_to_point::send_receive_into(send, &d, &mut buf[..], &s);
-        Ok(buf)
+        // Only growth is zeroed; a buffer kept from piece to piece is overwritten in place.
+        if out.len() >= len as usize {
+            out.truncate(len as usize);
+        } else {
+            out.resize(len as usize, 0);
+        }
+        mpi::point_to_point::send_receive_into(send, &d, &mut out[..], &s);
+        Ok(())
     }
 }
