@@ -329,22 +329,49 @@ fn data_index(n: usize, m: usize, t: usize, member: usize) -> Option<usize> {
 const SLICE: usize = 1 << 20;
 const _: () = assert!(SLICE % stripe::SLICE_ALIGN == 0);
 
-/// Append bytes `[off, off + len)` of a part of `own_len` bytes to `out`, zeros past its end
-/// (parts are padded to the set's segment size) or for a part that could not be opened.
-fn append_slice(
-    part: Option<&dyn cairn_tier::ObjectReader>,
-    own_len: u64,
-    off: u64,
-    len: usize,
-    out: &mut Vec<u8>,
-) -> Result<()> {
-    let start = out.len();
-    out.resize(start + len, 0);
-    let have = own_len.saturating_sub(off).min(len as u64) as usize;
-    if let (Some(r), true) = (part, have > 0) {
-        r.read_exact_at(&mut out[start..start + have], off)?;
+/// A message assembled from slices of stored objects, in a buffer kept from step to step:
+/// the bytes are read straight into it, and only padding is zeroed.
+#[derive(Default)]
+struct SliceBuf {
+    buf: Vec<u8>,
+    used: usize,
+}
+
+impl SliceBuf {
+    fn clear(&mut self) {
+        self.used = 0;
     }
-    Ok(())
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.used]
+    }
+
+    /// Append bytes `[off, off + len)` of an object of `obj_len` bytes, zeros past its end
+    /// (parts are padded to the set's segment size) or for an object that could not be
+    /// opened.
+    fn append(
+        &mut self,
+        obj: Option<&dyn cairn_tier::ObjectReader>,
+        obj_len: u64,
+        off: u64,
+        len: usize,
+    ) -> Result<()> {
+        let start = self.used;
+        if self.buf.len() < start + len {
+            self.buf.resize(start + len, 0);
+        }
+        self.used += len;
+        let have = match obj {
+            Some(_) => obj_len.saturating_sub(off).min(len as u64) as usize,
+            None => 0,
+        };
+        let dst = &mut self.buf[start..start + len];
+        dst[have..].fill(0);
+        if let (Some(r), true) = (obj, have > 0) {
+            r.read_exact_at(&mut dst[..have], off)?;
+        }
+        Ok(())
+    }
 }
 
 /// Collective within each set: compute and store the parity shards this rank holds.
@@ -407,7 +434,7 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
     let mut enc = stripe::SliceEncoder::new(code, k, m);
     // What each member sent this step (index: ring distance), kept from slice to slice.
     let mut got: Vec<Vec<u8>> = vec![Vec::new(); n];
-    let mut msg = Vec::with_capacity(m * SLICE);
+    let mut msg = SliceBuf::default();
     let mut parity = Vec::with_capacity(SLICE);
     let zeros = vec![0u8; SLICE.min(s)];
     for off in (0..s).step_by(SLICE) {
@@ -418,12 +445,13 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
             for (t, _) in stripe::held_stripes(n, m, to) {
                 if let Some(i) = data_index(n, m, t, me) {
                     let at = (i * s + off) as u64;
-                    if let Err(e) = append_slice(part.as_deref(), own_len, at, c, &mut msg) {
+                    if let Err(e) = msg.append(part.as_deref(), own_len, at, c) {
                         err.get_or_insert(e);
                     }
                 }
             }
-            ctx.comm.sendrecv_into(&msg, set[to], set[from], got_d)?;
+            ctx.comm
+                .sendrecv_into(msg.bytes(), set[to], set[from], got_d)?;
             let want = held
                 .iter()
                 .filter(|(t, _)| data_index(n, m, *t, from).is_some())
@@ -923,7 +951,7 @@ fn rebuild_sets(
         })
         .max()
         .unwrap_or(0);
-    let mut msg = Vec::new();
+    let mut msg = SliceBuf::default();
     for step in 0..steps {
         for x in &needy {
             let h = set_of(*x).expect("checked above");
@@ -943,7 +971,7 @@ fn rebuild_sets(
                     if let Err(e) = rebuild_message(h, data, par, off, c, &mut msg) {
                         err.get_or_insert(e);
                     }
-                    ctx.comm.send(&msg, *x)?;
+                    ctx.comm.send(msg.bytes(), *x)?;
                 } else if rank == *x {
                     received.push((y_idx, ctx.comm.recv(*y)?));
                 }
@@ -989,46 +1017,31 @@ fn rebuild_message(
     par: Option<&dyn cairn_tier::ObjectReader>,
     off: usize,
     c: usize,
-    msg: &mut Vec<u8>,
+    msg: &mut SliceBuf,
 ) -> Result<()> {
     let (n, m, s) = (h.n(), h.m as usize, h.segment as usize);
     let k = n - m;
     msg.clear();
-    msg.push(0);
+    // The flags byte, set below.
+    msg.append(None, 0, 0, 1)?;
     let mut res = Ok(());
-    let flags = match data {
-        Some(r) => {
-            for i in 0..k {
-                let at = (i * s + off) as u64;
-                if let Err(e) = append_slice(Some(r), r.len(), at, c, msg) {
-                    res = Err(e);
-                }
-            }
-            HAS_DATA
+    let len = |r: Option<&dyn cairn_tier::ObjectReader>| r.map_or(0, |r| r.len());
+    for i in 0..k {
+        let at = (i * s + off) as u64;
+        if let Err(e) = msg.append(data, len(data), at, c) {
+            res = Err(e);
         }
-        None => {
-            msg.resize(1 + k * c, 0);
-            0
+    }
+    let base = h.encoded_len() as u64;
+    for j in 0..m {
+        let at = base + (j * s + off) as u64;
+        if let Err(e) = msg.append(par, len(par), at, c) {
+            res = Err(e);
         }
-    };
-    let flags = flags
-        | match par {
-            Some(r) => {
-                let base = h.encoded_len() as u64;
-                for j in 0..m {
-                    let at = base + (j * s + off) as u64;
-                    if let Err(e) = append_slice(Some(r), r.len(), at, c, msg) {
-                        res = Err(e);
-                    }
-                }
-                HAS_PARITY
-            }
-            None => {
-                msg.resize(1 + n * c, 0);
-                0
-            }
-        };
-    msg[0] = if res.is_ok() { flags } else { 0 };
+    }
+    let flags =
+        if data.is_some() { HAS_DATA } else { 0 } | if par.is_some() { HAS_PARITY } else { 0 };
+    msg.buf[0] = if res.is_ok() { flags } else { 0 };
     res
 }
 
@@ -1044,7 +1057,7 @@ struct SetRebuild<'a> {
     parity: Box<dyn ObjectWriter>,
     sums: Vec<ChecksumStream>,
     enc: stripe::SliceEncoder,
-    buf: Vec<u8>,
+    buf: SliceBuf,
     out: Vec<u8>,
 }
 
@@ -1083,7 +1096,7 @@ impl<'a> SetRebuild<'a> {
             parity: ctx.tier.create(&parity_key(name, version, rank))?,
             sums: (0..m).map(|_| ChecksumStream::new()).collect(),
             enc: stripe::SliceEncoder::new(code, n - m, m),
-            buf: Vec::new(),
+            buf: SliceBuf::default(),
             out: Vec::new(),
         })
     }
@@ -1098,7 +1111,7 @@ impl<'a> SetRebuild<'a> {
         self.buf.clear();
         if let Some(r) = self.own {
             for i in 0..k {
-                append_slice(Some(r), r.len(), (i * s + off) as u64, c, &mut self.buf)?;
+                self.buf.append(Some(r), r.len(), (i * s + off) as u64, c)?;
             }
         }
         // data[member][i] and parity[member][j] for this slice.
@@ -1106,7 +1119,7 @@ impl<'a> SetRebuild<'a> {
         let mut parity: Vec<Option<&[u8]>> = vec![None; n * m];
         if self.own.is_some() {
             for i in 0..k {
-                data[me * k + i] = Some(&self.buf[i * c..(i + 1) * c]);
+                data[me * k + i] = Some(&self.buf.bytes()[i * c..(i + 1) * c]);
             }
         }
         for (y, msg) in received {
