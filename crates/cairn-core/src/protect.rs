@@ -429,34 +429,36 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
             None
         }
     };
-    let held = stripe::held_stripes(n, m, me);
-    let mut sums: Vec<ChecksumStream> = held.iter().map(|_| ChecksumStream::new()).collect();
+    let mut sums: Vec<ChecksumStream> = (0..m).map(|_| ChecksumStream::new()).collect();
     let mut enc = stripe::SliceEncoder::new(code, k, m);
     // What each member sent this step (index: ring distance), kept from slice to slice.
     let mut got: Vec<Vec<u8>> = vec![Vec::new(); n];
     let mut msg = SliceBuf::default();
-    let mut parity = Vec::with_capacity(SLICE);
+    // The m parity slices of stripe `me`, which this member encodes.
+    let mut parity: Vec<Vec<u8>> = vec![Vec::with_capacity(SLICE); m];
+    let mut shard = Vec::new();
     let zeros = vec![0u8; SLICE.min(s)];
+    let t = me;
     for off in (0..s).step_by(SLICE) {
         let c = SLICE.min(s - off);
+        // Data: stripe t is encoded by its first parity holder, member t, alone; each data
+        // member sends it its segment's slice.
         for (d, got_d) in got.iter_mut().enumerate().skip(1) {
             let (to, from) = ((me + d) % n, (me + n - d) % n);
             msg.clear();
-            for (t, _) in stripe::held_stripes(n, m, to) {
-                if let Some(i) = data_index(n, m, t, me) {
-                    let at = (i * s + off) as u64;
-                    if let Err(e) = msg.append(part.as_deref(), own_len, at, c) {
-                        err.get_or_insert(e);
-                    }
+            if let Some(i) = data_index(n, m, to, me) {
+                let at = (i * s + off) as u64;
+                if let Err(e) = msg.append(part.as_deref(), own_len, at, c) {
+                    err.get_or_insert(e);
                 }
             }
             ctx.comm
                 .sendrecv_into(msg.bytes(), set[to], set[from], got_d)?;
-            let want = held
-                .iter()
-                .filter(|(t, _)| data_index(n, m, *t, from).is_some())
-                .count()
-                * c;
+            let want = if data_index(n, m, t, from).is_some() {
+                c
+            } else {
+                0
+            };
             if got_d.len() != want {
                 err.get_or_insert(peer_failed(format!(
                     "rank {} sent no data for parity (see its message)",
@@ -464,37 +466,53 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
                 )));
             }
         }
-        if err.is_some() {
-            // Keep exchanging so the set's other members are not left waiting; encode nothing.
-            continue;
-        }
-        for (h, (t, j)) in held.iter().enumerate() {
-            // Data shard i of stripe t came from the member at ring distance d, at the place
-            // of t among the stripes that member contributes to here.
+        let mut encoded = err.is_none();
+        if encoded {
             let mut slices: Vec<&[u8]> = vec![&zeros[..c]; k];
             for (d, got_d) in got.iter().enumerate().skip(1) {
-                let from = (me + n - d) % n;
-                let Some(i) = data_index(n, m, *t, from) else {
-                    continue;
-                };
-                let at = held[..h]
-                    .iter()
-                    .filter(|(u, _)| data_index(n, m, *u, from).is_some())
-                    .count()
-                    * c;
-                slices[i] = &got_d[at..at + c];
+                if let Some(i) = data_index(n, m, t, (me + n - d) % n) {
+                    slices[i] = got_d;
+                }
             }
-            if let Err(e) = enc.encode_one(&slices, *j, &mut parity) {
+            if let Err(e) = enc.encode_all(&slices, &mut parity) {
                 err = Some(Error::new(ErrorKind::Io, e));
-                break;
+                encoded = false;
             }
-            sums[h].update(&parity);
+        }
+        // Parity: shard j of stripe t belongs to member t + j, which keeps it as its shard j.
+        // Every member takes part in each shift, sending nothing after a failure.
+        for j in 0..m {
+            let bytes: &[u8] = if j == 0 {
+                shard.clear();
+                if encoded {
+                    shard.extend_from_slice(&parity[0]);
+                }
+                &shard
+            } else {
+                ctx.comm.sendrecv_into(
+                    if encoded { &parity[j] } else { &[] },
+                    set[(me + j) % n],
+                    set[(me + n - j) % n],
+                    &mut shard,
+                )?;
+                &shard
+            };
+            if err.is_some() {
+                continue;
+            }
+            if bytes.len() != c {
+                err = Some(peer_failed(format!(
+                    "rank {} sent no parity (see its message)",
+                    set[(me + n - j) % n]
+                )));
+                continue;
+            }
+            sums[j].update(bytes);
             let w = out
                 .as_mut()
                 .expect("a writer exists while there is no error");
-            if let Err(e) = w.write_all_at(&parity, base + (h * s + off) as u64) {
+            if let Err(e) = w.write_all_at(bytes, base + (j * s + off) as u64) {
                 err = Some(e.into());
-                break;
             }
         }
     }

@@ -72,6 +72,10 @@ pub struct SliceEncoder {
     rs: Option<reed_solomon_simd::ReedSolomonEncoder>,
 }
 
+fn rs_error(e: reed_solomon_simd::Error) -> String {
+    format!("Reed-Solomon encode: {e}")
+}
+
 impl SliceEncoder {
     pub fn new(codec: Codec, k: usize, m: usize) -> SliceEncoder {
         SliceEncoder {
@@ -80,6 +84,58 @@ impl SliceEncoder {
             m,
             rs: None,
         }
+    }
+
+    /// Every parity shard of one slice of a stripe, from its `k` data slices (all the same
+    /// even length), into `out[j]` (each resized to that length).
+    pub fn encode_all(&mut self, data: &[&[u8]], out: &mut [Vec<u8>]) -> Result<(), String> {
+        if out.len() != self.m {
+            return Err(format!("a stripe has {} parity shards", self.m));
+        }
+        match self.codec {
+            Codec::Xor => self.encode_one(data, 0, &mut out[0]),
+            Codec::ReedSolomon => {
+                let len = data.first().map_or(0, |d| d.len());
+                if data.len() != self.k || data.iter().any(|d| d.len() != len) {
+                    return Err(format!(
+                        "a stripe slice needs {} data slices of one length",
+                        self.k
+                    ));
+                }
+                let rs = self.rs_encoder(data, len)?;
+                let result = rs.encode().map_err(rs_error)?;
+                for (j, o) in out.iter_mut().enumerate() {
+                    let shard = result
+                        .recovery(j)
+                        .ok_or_else(|| format!("Reed-Solomon encode: no recovery shard {j}"))?;
+                    o.clear();
+                    o.extend_from_slice(shard);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The kept Reed-Solomon encoder, reset for shards of `len` bytes and fed `data`.
+    fn rs_encoder(
+        &mut self,
+        data: &[&[u8]],
+        len: usize,
+    ) -> Result<&mut reed_solomon_simd::ReedSolomonEncoder, String> {
+        match self.rs.as_mut() {
+            Some(rs) => rs.reset(self.k, self.m, len).map_err(rs_error)?,
+            None => {
+                self.rs = Some(
+                    reed_solomon_simd::ReedSolomonEncoder::new(self.k, self.m, len)
+                        .map_err(rs_error)?,
+                )
+            }
+        }
+        let rs = self.rs.as_mut().ok_or("Reed-Solomon encoder missing")?;
+        for d in data {
+            rs.add_original_shard(d).map_err(rs_error)?;
+        }
+        Ok(rs)
     }
 
     /// Parity shard `j` of one slice of a stripe, from its `k` data slices (all the same
@@ -106,21 +162,8 @@ impl SliceEncoder {
                 }
             }
             Codec::ReedSolomon => {
-                let e = |e: reed_solomon_simd::Error| format!("Reed-Solomon encode: {e}");
-                let rs = match self.rs.as_mut() {
-                    Some(rs) => {
-                        rs.reset(self.k, self.m, len).map_err(e)?;
-                        rs
-                    }
-                    None => self.rs.insert(
-                        reed_solomon_simd::ReedSolomonEncoder::new(self.k, self.m, len)
-                            .map_err(e)?,
-                    ),
-                };
-                for d in data {
-                    rs.add_original_shard(d).map_err(e)?;
-                }
-                let result = rs.encode().map_err(e)?;
+                let rs = self.rs_encoder(data, len)?;
+                let result = rs.encode().map_err(rs_error)?;
                 let shard = result
                     .recovery(j)
                     .ok_or_else(|| format!("Reed-Solomon encode: no recovery shard {j}"))?;
@@ -333,6 +376,17 @@ mod tests {
                 }
                 assert_eq!(&got, w, "SliceEncoder {codec:?} k={k} m={m} j={j}");
             }
+            let mut all = vec![Vec::new(); m];
+            let mut outs = vec![Vec::new(); m];
+            for o in (0..s).step_by(slice) {
+                let c = slice.min(s - o);
+                let part: Vec<&[u8]> = data.iter().map(|d| &d[o..o + c]).collect();
+                enc.encode_all(&part, &mut outs).unwrap();
+                for (a, p) in all.iter_mut().zip(&outs) {
+                    a.extend_from_slice(p);
+                }
+            }
+            assert_eq!(all, whole, "encode_all {codec:?} k={k} m={m}");
         }
     }
 
