@@ -39,7 +39,9 @@ use crate::config::{Config, NodeLocal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::flush::{Flusher, JobState, Limits, Recode};
 use crate::memstore;
-use crate::part::{self, Codec, Codecs, Hashes, PartMeta, Reduction, RegionMut, RegionRef};
+use crate::part::{
+    self, Codec, Codecs, FileRegion, Hashes, PartMeta, Reduction, RegionMut, RegionRef,
+};
 use crate::policy::{Covers, Policy};
 use crate::protect;
 use cairn_comm::{Comm, Op, Topology};
@@ -133,12 +135,16 @@ struct Restored {
 }
 
 /// The shape of a stored region: what a buffer for it must hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shape {
     pub id: i32,
     pub dtype: Dtype,
     /// Elements of `dtype`.
     pub count: u64,
+    /// A stored file that holds exactly this region's bytes as they are (a file the tier
+    /// adopted when the checkpoint was taken), if there is one: the region may be taken from
+    /// it in place (see [`OwnedRegion::in_place`]) instead of being copied.
+    pub stored: Option<std::path::PathBuf>,
 }
 
 impl Shape {
@@ -158,6 +164,22 @@ pub struct OwnedRegion {
     pub id: i32,
     pub dtype: Dtype,
     pub buf: Box<dyn AsMut<[u8]> + Send>,
+    /// The region's [`Shape::stored`] file, to be verified where it is rather than restored
+    /// into `buf` (which is then not used): the restart checks every block of the file
+    /// against the checkpoint's index and fails over like any damaged part if one differs.
+    pub in_place: Option<std::path::PathBuf>,
+}
+
+impl OwnedRegion {
+    /// A buffer for region `id`, restored by copying into it.
+    pub fn new(id: i32, dtype: Dtype, buf: Box<dyn AsMut<[u8]> + Send>) -> OwnedRegion {
+        OwnedRegion {
+            id,
+            dtype,
+            buf,
+            in_place: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for OwnedRegion {
@@ -473,6 +495,20 @@ impl Engine {
         version: i64,
         regions: &[RegionRef<'_>],
     ) -> Result<()> {
+        self.checkpoint_files(name, version, regions, &[])
+    }
+
+    /// [`Engine::checkpoint`] with files as regions too (the file API), after `regions`. On
+    /// a directory tier on the files' file system the files become part of the checkpoint
+    /// where they are, without a copy (see [`part::write_part_files`]); they are gone from
+    /// their paths afterwards in that case, whether the checkpoint succeeded or not.
+    pub fn checkpoint_files(
+        &mut self,
+        name: &str,
+        version: i64,
+        regions: &[RegionRef<'_>],
+        files: &[FileRegion<'_>],
+    ) -> Result<()> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
         self.settle(None)?;
@@ -552,10 +588,13 @@ impl Engine {
                 }),
             };
             let ctx = self.ctx();
-            let res = match (partner, self.cfg.partner_mode.as_str()) {
-                (true, "readback") => protect::write_readback(&ctx, meta, regions, red),
-                (true, _) => protect::write_streamed(&ctx, meta, regions, red),
-                (false, _) => part::write_part(&*first, &key, meta, regions, red),
+            // Files the tier adopts are read back for the partner: their bytes are in place
+            // before the part is written, so there is nothing to stream alongside.
+            let readback = self.cfg.partner_mode == "readback" || !files.is_empty();
+            let res = match (partner, readback) {
+                (true, true) => protect::write_readback(&ctx, meta, regions, files, red),
+                (true, false) => protect::write_streamed(&ctx, meta, regions, red),
+                (false, _) => part::write_part_files(&*first, &key, meta, regions, files, red),
             };
             res.map(Some).map_err(|e| {
                 e.context(format!(
@@ -602,8 +641,10 @@ impl Engine {
             return Ok(());
         }
         let capture_ns = (-v[3]) as u64;
-        let bytes: u64 = regions.iter().map(|r| r.bytes.len() as u64).sum();
         let written = written.ok().flatten();
+        let bytes: u64 = written
+            .as_ref()
+            .map_or(0, |ix| ix.regions.iter().map(|r| r.nbytes).sum());
         let stored = written.as_ref().map_or(0, |ix| ix.stored_bytes());
         let hashes = written
             .as_ref()
@@ -1562,12 +1603,16 @@ impl Engine {
         }
         ns.last = Some(v);
         ns.restored = Some(v);
-        let flushing = !first_is_global
-            && (self.cfg.flush_every > 0 || self.cfg.flush_seconds > 0.0 || self.cfg.flush_auto);
         let undurable = !ns.global.contains(&v) && ns.first.contains(&v);
-        if flushing && self.comm.all_agree(undurable)? {
-            // The run that wrote v may have died before v became durable: carry its flush on
-            // (parts already committed on the global tier are not copied again).
+        // The run that wrote v may have died before v became durable: carry its flush on
+        // (parts already committed on the global tier are not copied again), but only when
+        // the configuration says v is due: every checkpoint is flushed, or the flush time
+        // schedule says one is due now. Otherwise the restart writes nothing.
+        // (The time schedule is read on each rank: they agree on it.)
+        let scheduled = !first_is_global
+            && (self.cfg.flush_every == 1 || self.cfg.flush_seconds > 0.0 || self.cfg.flush_auto);
+        let due = self.cfg.flush_every == 1 || self.flush_time_due(name);
+        if scheduled && self.comm.all_agree(undurable && due)? {
             self.scheduled_flush(name, v)?;
         }
         // The next checkpoint may be incremental against v only if every rank restored v from
@@ -1619,6 +1664,7 @@ impl Engine {
                 let chain = part::open_chain(&**tier, name, v, rank, Some(self.topo.size))?;
                 let mut extra = Vec::new();
                 if let Some(sized) = sized.as_deref_mut() {
+                    let files = chain[0].reader.files();
                     let shapes: Vec<Shape> = chain[0]
                         .index
                         .regions
@@ -1628,24 +1674,47 @@ impl Engine {
                             id: e.id,
                             dtype: e.dtype,
                             count: e.count,
+                            stored: part::stored_file(e, &files),
                         })
                         .collect();
                     extra = sized(v, &shapes)?;
+                    for o in &extra {
+                        let Some(path) = &o.in_place else { continue };
+                        let e = chain[0].index.regions.iter().find(|e| e.id == o.id);
+                        match e.filter(|e| part::stored_file(e, &files).as_ref() == Some(path)) {
+                            Some(e) => part::check_in_place(e, chain[0].index.block_size, path)?,
+                            None => {
+                                return Err(Error::invalid(format!(
+                                    "region {} cannot be taken from {} in place",
+                                    o.id,
+                                    path.display()
+                                )))
+                            }
+                        }
+                    }
                 }
-                let mut all: Vec<RegionMut<'_>> = regions
-                    .iter_mut()
-                    .map(|r| RegionMut {
-                        id: r.id,
-                        dtype: r.dtype,
-                        bytes: &mut *r.bytes,
-                    })
-                    .chain(extra.iter_mut().map(|o| RegionMut {
-                        id: o.id,
-                        dtype: o.dtype,
-                        bytes: o.buf.as_mut().as_mut(),
-                    }))
+                let in_place: Vec<i32> = extra
+                    .iter()
+                    .filter(|o| o.in_place.is_some())
+                    .map(|o| o.id)
                     .collect();
-                part::check_fits(&chain[0].index, &all)?;
+                let mut all: Vec<RegionMut<'_>> =
+                    regions
+                        .iter_mut()
+                        .map(|r| RegionMut {
+                            id: r.id,
+                            dtype: r.dtype,
+                            bytes: &mut *r.bytes,
+                        })
+                        .chain(extra.iter_mut().filter(|o| o.in_place.is_none()).map(|o| {
+                            RegionMut {
+                                id: o.id,
+                                dtype: o.dtype,
+                                bytes: o.buf.as_mut().as_mut(),
+                            }
+                        }))
+                        .collect();
+                part::check_fits_except(&chain[0].index, &all, &in_place)?;
                 part::restore(&chain, &mut all)?;
                 drop(all);
                 let on_first = Arc::ptr_eq(tier, &self.first);

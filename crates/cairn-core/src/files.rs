@@ -31,12 +31,13 @@
 
 use crate::engine::{Engine, OwnedRegion, Shape};
 use crate::error::{Error, ErrorKind, Result};
-use crate::part::{RegionMut, RegionRef};
+use crate::mapped::Mapped;
+use crate::part::{FileRegion, RegionMut, RegionRef};
 use cairn_format::Dtype;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The dataset is a checkpoint: restart may use it.
@@ -462,10 +463,12 @@ fn io(e: std::io::Error, what: &str, path: &Path) -> Error {
     Error::new(ErrorKind::Io, format!("{what} {}: {e}", path.display()))
 }
 
-/// Store a complete dataset: the checkpoint, then the output copies.
+/// Store a complete dataset: the checkpoint, then the output copies. A checkpoint that is
+/// not also output hands its files to the tier, which keeps them where they are when it can
+/// (see [`Engine::checkpoint_files`]); an output's files stay staged until they are copied
+/// to their paths.
 fn store(engine: &mut Engine, o: &Output, memory: &[RegionRef<'_>]) -> Result<()> {
     let res = (|| {
-        let mut maps = Vec::with_capacity(o.routed.len());
         let mut meta = Meta {
             format: META_FORMAT,
             label: o.label.clone(),
@@ -473,19 +476,17 @@ fn store(engine: &mut Engine, o: &Output, memory: &[RegionRef<'_>]) -> Result<()
             files: Vec::with_capacity(o.routed.len()),
         };
         for (i, (name, path)) in o.routed.iter().enumerate() {
-            let m = Mapped::read(path)?;
+            let md = std::fs::metadata(path).map_err(|e| io(e, "stat", path))?;
             meta.files.push(MetaFile {
                 name: name.clone(),
                 region: file_region(i),
-                bytes: m.len as u64,
-                mode: m.mode,
+                bytes: md.len(),
+                mode: md.permissions().mode(),
             });
-            maps.push(m);
         }
-        let meta = serde_json::to_vec(&meta).expect("a plain record serialises");
-        Ok((maps, meta))
+        Ok(serde_json::to_vec(&meta).expect("a plain record serialises"))
     })();
-    let (maps, meta) = engine.agreed(res, "read the routed files")?;
+    let meta = engine.agreed(res, "read the routed files")?;
     if o.flags & FLAG_CHECKPOINT != 0 {
         let mut regions: Vec<RegionRef<'_>> = memory.to_vec();
         regions.push(RegionRef {
@@ -493,16 +494,31 @@ fn store(engine: &mut Engine, o: &Output, memory: &[RegionRef<'_>]) -> Result<()
             dtype: Dtype::Byte,
             bytes: &meta,
         });
-        for (i, m) in maps.iter().enumerate() {
-            regions.push(RegionRef {
+        let files: Vec<FileRegion<'_>> = o
+            .routed
+            .iter()
+            .enumerate()
+            .map(|(i, (_, path))| FileRegion {
                 id: file_region(i),
+                path,
+            })
+            .collect();
+        if o.flags & FLAG_OUTPUT == 0 {
+            engine.checkpoint_files(&o.name, o.version, &regions, &files)?;
+        } else {
+            let maps = files
+                .iter()
+                .map(|f| Mapped::read(f.path))
+                .collect::<Result<Vec<_>>>();
+            let maps = engine.agreed(maps, "read the routed files")?;
+            regions.extend(files.iter().zip(&maps).map(|(f, m)| RegionRef {
+                id: f.id,
                 dtype: Dtype::Byte,
                 bytes: m.bytes(),
-            });
+            }));
+            engine.checkpoint(&o.name, o.version, &regions)?;
         }
-        engine.checkpoint(&o.name, o.version, &regions)?;
     }
-    drop(maps);
     if o.flags & FLAG_OUTPUT != 0 {
         let res = o
             .routed
@@ -542,6 +558,12 @@ fn buffer(dir: &Path, s: &Shape) -> Result<OwnedRegion> {
             ),
         ));
     }
+    if let (Some(stored), true) = (&s.stored, s.id != META_REGION) {
+        return Ok(OwnedRegion {
+            in_place: Some(stored.clone()),
+            ..OwnedRegion::new(s.id, s.dtype, Box::new(Vec::new()))
+        });
+    }
     let bytes = usize::try_from(s.bytes())
         .map_err(|_| Error::new(ErrorKind::Corrupt, format!("region {} is too large", s.id)))?;
     let buf: Box<dyn AsMut<[u8]> + Send> = if s.id == META_REGION {
@@ -558,11 +580,7 @@ fn buffer(dir: &Path, s: &Shape) -> Result<OwnedRegion> {
             bytes,
         )?)
     };
-    Ok(OwnedRegion {
-        id: s.id,
-        dtype: s.dtype,
-        buf,
-    })
+    Ok(OwnedRegion::new(s.id, s.dtype, buf))
 }
 
 /// After a restore: read the description, check it against the regions, and give each file
@@ -581,8 +599,13 @@ fn restored_files(
     };
     let mut meta = None;
     let mut sizes = BTreeMap::new();
+    let mut in_place = BTreeMap::new();
     for mut b in bufs {
-        if b.id == META_REGION {
+        if let Some(path) = b.in_place.take() {
+            let md = std::fs::metadata(&path).map_err(|e| io(e, "stat", &path))?;
+            sizes.insert(b.id, md.len());
+            in_place.insert(b.id, path);
+        } else if b.id == META_REGION {
             meta = Some(
                 serde_json::from_slice::<Meta>(b.buf.as_mut().as_mut())
                     .map_err(|e| damaged(format!("the description of its files: {e}")))?,
@@ -613,6 +636,14 @@ fn restored_files(
                 f.name
             )));
         }
+        if let Some(stored) = in_place.remove(&f.region) {
+            // The checkpoint's own file, verified: handed back where it is, read-only, so
+            // that the application cannot change the checkpoint through it by mistake.
+            std::fs::set_permissions(&stored, std::fs::Permissions::from_mode(0o400))
+                .map_err(|e| io(e, "chmod", &stored))?;
+            files.insert(f.name.clone(), stored);
+            continue;
+        }
         let from = dir.join(format!("region{}", -f.region));
         let to = dir.join(staged_name(i, &f.name));
         std::fs::rename(&from, &to).map_err(|e| io(e, "rename to", &to))?;
@@ -628,108 +659,4 @@ fn restored_files(
         )));
     }
     Ok((meta, files))
-}
-
-/// A file mapped into memory: read-only to store it, writable to restore into it.
-struct Mapped {
-    ptr: *mut u8,
-    len: usize,
-    mode: u32,
-    _file: File,
-}
-
-// SAFETY: the mapping is owned by this value alone and freed in Drop; nothing else refers to
-// the pointer, so moving it to another thread is sound.
-unsafe impl Send for Mapped {}
-
-impl Mapped {
-    fn read(path: &Path) -> Result<Mapped> {
-        let file = File::open(path).map_err(|e| io(e, "open", path))?;
-        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
-        let len = usize::try_from(md.len()).map_err(|_| Error::invalid("file too large"))?;
-        Mapped::map(
-            file,
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            md.permissions().mode(),
-            path,
-        )
-    }
-
-    fn create(path: &Path, len: usize) -> Result<Mapped> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| io(e, "create", path))?;
-        file.set_len(len as u64).map_err(|e| io(e, "size", path))?;
-        Mapped::map(
-            file,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            0o600,
-            path,
-        )
-    }
-
-    fn map(
-        file: File,
-        len: usize,
-        prot: i32,
-        flags: i32,
-        mode: u32,
-        path: &Path,
-    ) -> Result<Mapped> {
-        use std::os::fd::AsRawFd;
-        let ptr = if len == 0 {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: a fresh mapping of `len` bytes of an open file; the kernel picks the
-            // address, and the result is checked.
-            let p =
-                unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, file.as_raw_fd(), 0) };
-            if p == libc::MAP_FAILED {
-                return Err(io(std::io::Error::last_os_error(), "map", path));
-            }
-            p.cast::<u8>()
-        };
-        Ok(Mapped {
-            ptr,
-            len,
-            mode,
-            _file: file,
-        })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: `ptr` maps `len` readable bytes for the life of self.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl AsMut<[u8]> for Mapped {
-    fn as_mut(&mut self) -> &mut [u8] {
-        if self.len == 0 {
-            return &mut [];
-        }
-        // SAFETY: buffers for restoring are writable shared mappings of `len` bytes, owned
-        // by self and borrowed exclusively here.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: the mapping made in `map`, unmapped once.
-            unsafe { libc::munmap(self.ptr.cast(), self.len) };
-        }
-    }
 }

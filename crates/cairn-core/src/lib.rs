@@ -34,6 +34,7 @@ mod error;
 pub mod files;
 pub mod flush;
 pub mod inventory;
+mod mapped;
 pub mod memstore;
 pub mod model;
 pub mod part;

@@ -8,6 +8,7 @@
 //! chunk's checksum.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::mapped::Mapped;
 use cairn_format::{block_kind, block_sum, check_header, BlockEntry, Dtype, FORMAT_VERSION};
 use cairn_format::{
     checksum, encode_header, RankIndex, RegionEntry, Trailer, HEADER_LEN, TRAILER_LEN,
@@ -254,6 +255,105 @@ impl BlockCoder {
 /// (one write per run rather than per block, while the run is still in cache).
 const RAW_RUN: usize = 1 << 20;
 
+/// A file to store as a region of a part, which the tier may adopt in place.
+#[derive(Debug, Clone, Copy)]
+pub struct FileRegion<'a> {
+    pub id: i32,
+    pub path: &'a std::path::Path,
+}
+
+/// [`write_part`] with files as regions too (after `regions` in the index). Where the tier
+/// can take them over (a directory tier on the files' file system) and nothing is compressed,
+/// the files become the head of the part as they are: their bytes are read once, to hash
+/// them, and never copied. Files it cannot take are read and written like memory. The files
+/// are gone from their paths afterwards when they were adopted, even if the write fails;
+/// otherwise they stay.
+pub fn write_part_files(
+    tier: &dyn Tier,
+    key: &str,
+    meta: PartMeta<'_>,
+    regions: &[RegionRef<'_>],
+    files: &[FileRegion<'_>],
+    red: Reduction<'_>,
+) -> Result<RankIndex> {
+    let mut w = tier.create(key)?;
+    let mut adopted = Vec::with_capacity(files.len());
+    if red.codecs.codec == Codec::None {
+        for f in files {
+            match w.adopt(f.path)? {
+                Some(file) => adopted.push((f.id, Mapped::read_file(file, f.path)?)),
+                None => break,
+            }
+        }
+    }
+    let copied = files[adopted.len()..]
+        .iter()
+        .map(|f| Ok((f.id, Mapped::read(f.path)?)))
+        .collect::<Result<Vec<_>>>()?;
+    fn as_region((id, m): &(i32, Mapped)) -> RegionRef<'_> {
+        RegionRef {
+            id: *id,
+            dtype: Dtype::Byte,
+            bytes: m.bytes(),
+        }
+    }
+    let head: Vec<RegionRef<'_>> = adopted.iter().map(as_region).collect();
+    let mut rest = regions.to_vec();
+    rest.extend(copied.iter().map(as_region));
+    let index = encode_after(&mut w, meta, &head, &rest, red)?;
+    w.commit()?;
+    Ok(index)
+}
+
+/// The stored file among `files` (a reader's [`ObjectReader::files`]) that holds exactly
+/// region `e`'s bytes, every block of it raw.
+pub fn stored_file(
+    e: &RegionEntry,
+    files: &[(u64, u64, std::path::PathBuf)],
+) -> Option<std::path::PathBuf> {
+    let raw = e.blocks.iter().all(|b| b.kind == block_kind::RAW);
+    files
+        .iter()
+        .find(|(at, len, _)| raw && *at == e.offset && *len == e.nbytes)
+        .map(|f| f.2.clone())
+}
+
+/// Check a region kept in place: the stored file at `path` holds exactly `e`'s bytes, every
+/// block matching its hash (read through a mapping, so no copy is made).
+pub fn check_in_place(e: &RegionEntry, block: u32, path: &std::path::Path) -> Result<()> {
+    let m = Mapped::read(path)?;
+    if m.len as u64 != e.nbytes {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{} holds {} bytes, region {} has {}",
+                path.display(),
+                m.len,
+                e.id,
+                e.nbytes
+            ),
+        ));
+    }
+    for (i, (raw, b)) in m
+        .bytes()
+        .chunks(block.max(1) as usize)
+        .zip(&e.blocks)
+        .enumerate()
+    {
+        if b.kind != block_kind::RAW || block_hash(raw) != b.hash {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "block {i} of region {} in {} is damaged",
+                    e.id,
+                    path.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Write one rank file under `key` and publish it atomically. Returns its index.
 pub fn write_part(
     tier: &dyn Tier,
@@ -292,6 +392,19 @@ pub fn encode_part(
     regions: &[RegionRef<'_>],
     red: Reduction<'_>,
 ) -> Result<RankIndex> {
+    encode_after(sink, meta, &[], regions, red)
+}
+
+/// [`encode_part`] after `adopted`: regions whose bytes are already the first bytes of the
+/// part, in order (files the tier adopted). Each of their blocks is recorded raw, its hash
+/// (which is also its checksum) computed in one read; the part then has no header.
+fn encode_after(
+    sink: &mut dyn PartSink,
+    meta: PartMeta<'_>,
+    adopted: &[RegionRef<'_>],
+    regions: &[RegionRef<'_>],
+    red: Reduction<'_>,
+) -> Result<RankIndex> {
     let t0 = Instant::now();
     let block = meta.block.max(1) as usize;
     let mut index = RankIndex::new(
@@ -307,21 +420,33 @@ pub fn encode_part(
         buf: Vec::with_capacity(COALESCE),
     };
     let mut coder = BlockCoder::new(red.codecs);
-    out.write(&encode_header())?;
-    let mut offset = HEADER_LEN;
+    let mut offset = 0;
+    for r in adopted {
+        let nbytes = r.bytes.len() as u64;
+        let mut entry = empty_entry(r, offset, block);
+        for raw in r.bytes.chunks(block) {
+            let hash = block_hash(raw);
+            entry.blocks.push(BlockEntry {
+                kind: block_kind::RAW,
+                stored: raw.len() as u32,
+                sum: hash as u64,
+                hash,
+            });
+        }
+        offset += nbytes;
+        index.regions.push(entry);
+    }
+    let headerless = !adopted.is_empty();
+    if !headerless {
+        out.write(&encode_header())?;
+        offset = HEADER_LEN;
+    }
     for r in regions {
         let nbytes = r.bytes.len() as u64;
         let base = red
             .base
             .and_then(|(_, h)| h.region(r.id, r.dtype, block as u32));
-        let mut entry = RegionEntry {
-            id: r.id,
-            dtype: r.dtype,
-            count: nbytes / r.dtype.size() as u64,
-            offset,
-            nbytes,
-            blocks: Vec::with_capacity(r.bytes.len().div_ceil(block)),
-        };
+        let mut entry = empty_entry(r, offset, block);
         // A run of raw blocks not yet written: [run, at) of the region.
         let mut run = 0;
         for (i, raw) in r.bytes.chunks(block).enumerate() {
@@ -348,16 +473,35 @@ pub fn encode_part(
         index.regions.push(entry);
     }
     index.write_ns = t0.elapsed().as_nanos() as u64;
-    finish_part(&mut out, &index, offset)?;
+    finish_part(&mut out, &index, offset, headerless)?;
     Ok(index)
 }
 
-fn finish_part(out: &mut Coalescing<'_>, index: &RankIndex, offset: u64) -> Result<()> {
+/// The index entry of region `r`, stored from `offset`, before its block records.
+fn empty_entry(r: &RegionRef<'_>, offset: u64, block: usize) -> RegionEntry {
+    let nbytes = r.bytes.len() as u64;
+    RegionEntry {
+        id: r.id,
+        dtype: r.dtype,
+        count: nbytes / r.dtype.size() as u64,
+        offset,
+        nbytes,
+        blocks: Vec::with_capacity(r.bytes.len().div_ceil(block)),
+    }
+}
+
+fn finish_part(
+    out: &mut Coalescing<'_>,
+    index: &RankIndex,
+    offset: u64,
+    headerless: bool,
+) -> Result<()> {
     let ib = index.encode();
     let trailer = Trailer {
         index_offset: offset,
         index_len: ib.len() as u64,
         index_sum: checksum(&ib),
+        headerless,
     };
     out.write(&ib)?;
     out.write(&trailer.encode())?;
@@ -367,31 +511,41 @@ fn finish_part(out: &mut Coalescing<'_>, index: &RankIndex, offset: u64) -> Resu
 /// Read and check the header, trailer and index of a rank file.
 pub fn read_index(r: &dyn ObjectReader) -> Result<RankIndex> {
     let len = r.len();
-    if len < HEADER_LEN + TRAILER_LEN {
+    if len < TRAILER_LEN {
         return Err(Error::new(
             ErrorKind::Corrupt,
             format!("file of {len} bytes is too short"),
         ));
     }
-    let mut h = [0u8; HEADER_LEN as usize];
-    r.read_exact_at(&mut h, 0)?;
-    let format = check_header(&h)?;
     let mut t = [0u8; TRAILER_LEN as usize];
     r.read_exact_at(&mut t, len - TRAILER_LEN)?;
     let tr = Trailer::decode(&t, len)?;
+    let format = if tr.headerless {
+        FORMAT_VERSION
+    } else {
+        let mut h = [0u8; HEADER_LEN as usize];
+        r.read_exact_at(&mut h, 0)?;
+        check_header(&h)?
+    };
     let mut ib = vec![0u8; tr.index_len as usize];
     r.read_exact_at(&mut ib, tr.index_offset)?;
     if checksum(&ib) != tr.index_sum {
         return Err(Error::new(ErrorKind::Corrupt, "index fails its checksum"));
     }
     let index = RankIndex::decode_format(&ib, format)?;
-    index.check_extents(tr.index_offset)?;
+    index.check_extents_in(tr.data_start(), tr.index_offset)?;
     Ok(index)
 }
 
 /// Check that a stored part has exactly the regions now protected, with the same types and
 /// sizes. Errors name the region and both shapes.
 pub fn check_fits(index: &RankIndex, regions: &[RegionMut<'_>]) -> Result<()> {
+    check_fits_except(index, regions, &[])
+}
+
+/// [`check_fits`], but the stored regions `skip` need not be among `regions` (they are
+/// taken in place, see [`check_in_place`]).
+pub fn check_fits_except(index: &RankIndex, regions: &[RegionMut<'_>], skip: &[i32]) -> Result<()> {
     for r in regions {
         let count = (r.bytes.len() / r.dtype.size()) as u64;
         match index.regions.iter().find(|e| e.id == r.id) {
@@ -416,7 +570,7 @@ pub fn check_fits(index: &RankIndex, regions: &[RegionMut<'_>]) -> Result<()> {
     if let Some(e) = index
         .regions
         .iter()
-        .find(|e| !regions.iter().any(|r| r.id == e.id))
+        .find(|e| !regions.iter().any(|r| r.id == e.id) && !skip.contains(&e.id))
     {
         return Err(Error::new(
             ErrorKind::Mismatch,
@@ -737,7 +891,7 @@ pub fn rewrite(
         }
         index.regions.push(entry);
     }
-    finish_part(&mut out, &index, offset)?;
+    finish_part(&mut out, &index, offset, false)?;
     Ok(index)
 }
 
@@ -1490,6 +1644,7 @@ mod tests {
             index_offset: file.len() as u64,
             index_len: ib.len() as u64,
             index_sum: checksum(&ib),
+            headerless: false,
         };
         file.extend_from_slice(&ib);
         file.extend_from_slice(&trailer.encode());

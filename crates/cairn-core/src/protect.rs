@@ -17,7 +17,9 @@
 use crate::catalog::{self, rank_key, version_dir};
 use crate::engine::agree;
 use crate::error::{Error, ErrorKind, Result};
-use crate::part::{self, encode_part, part_len, PartMeta, PartSink, Reduction, RegionRef};
+use crate::part::{
+    self, encode_part, part_len, FileRegion, PartMeta, PartSink, Reduction, RegionRef,
+};
 use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
 use cairn_redundancy::stripe::{self, Codec};
@@ -271,12 +273,13 @@ pub(crate) fn write_readback(
     ctx: &Ctx<'_>,
     meta: PartMeta<'_>,
     regions: &[RegionRef<'_>],
+    files: &[FileRegion<'_>],
     red: Reduction<'_>,
 ) -> Result<RankIndex> {
     let rank = ctx.topo.rank;
     let (dest, src) = (ctx.plan.partner_dest[rank], ctx.plan.partner_src[rank]);
     let own_key = rank_key(meta.name, meta.version, rank);
-    let written = part::write_part(ctx.tier, &own_key, meta, regions, red);
+    let written = part::write_part_files(ctx.tier, &own_key, meta, regions, files, red);
     let reader = written
         .as_ref()
         .ok()

@@ -9,6 +9,7 @@ mod common;
 use cairn_core::files::{FLAG_CHECKPOINT, FLAG_OUTPUT};
 use cairn_core::{Config, Engine, ErrorKind, Files, RegionMut, RegionRef};
 use common::job;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 const RANKS: usize = 4;
@@ -130,18 +131,23 @@ fn files_restart_bit_exactly_under_every_scheme_and_after_a_lost_node() {
         if scheme == "single" {
             continue;
         }
-        // Node 1 is lost: its storage (parts, copies, parity, staging) is deleted for real.
-        std::fs::remove_dir_all(dir.path().join("local/node1")).unwrap();
-        job(RANKS, &cfg, |rank, e| {
-            let mut files = Files::new(e);
-            read_back(&mut files, e, rank, 2);
-            // And the job goes on checkpointing files.
-            write_version(&mut files, e, rank, 3);
-        });
-        job(RANKS, &cfg, |rank, e| {
-            read_back(&mut Files::new(e), e, rank, 3);
-        });
+        lose_node_1_and_go_on(dir.path(), &cfg);
     }
+}
+
+/// Node 1 is lost: its storage (parts, copies, parity, staging, adopted files) is deleted
+/// for real. A new job restores v2 and goes on checkpointing files (v3), which the next
+/// job restores.
+fn lose_node_1_and_go_on(root: &Path, cfg: &Config) {
+    std::fs::remove_dir_all(root.join("local/node1")).unwrap();
+    job(RANKS, cfg, |rank, e| {
+        let mut files = Files::new(e);
+        read_back(&mut files, e, rank, 2);
+        write_version(&mut files, e, rank, 3);
+    });
+    job(RANKS, cfg, |rank, e| {
+        read_back(&mut Files::new(e), e, rank, 3);
+    });
 }
 
 #[test]
@@ -344,4 +350,81 @@ fn deleted_versions_are_gone_from_every_tier_and_bases_are_kept() {
     job(RANKS, &cfg, |rank, e| {
         read_back(&mut Files::new(e), e, rank, 4);
     });
+}
+
+/// The files of rank `rank`'s part of `sim` v`v` on node `node`'s local tier that the tier
+/// keeps as they were written (adopted), with their lengths.
+fn adopted(root: &Path, node: usize, rank: usize, v: i64) -> Vec<(u64, PathBuf)> {
+    use cairn_tier::{DirTier, Scope, Tier};
+    let tier = DirTier::open_existing(
+        "local",
+        root.join(format!("local/node{node}")),
+        Scope::NodeLocal,
+    )
+    .unwrap();
+    let r = tier.open(&format!("sim/v{v}/rank{rank}.ckpt")).unwrap();
+    r.files().into_iter().map(|(_, len, p)| (len, p)).collect()
+}
+
+#[test]
+fn uncompressed_files_are_kept_where_they_were_written_and_restart_under_every_scheme() {
+    for scheme in ["single", "partner", "xor", "rs"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), scheme);
+        cfg.compress = "none".to_string();
+        write_job(&cfg, 2);
+        for rank in 0..RANKS {
+            // Ranks 0, 1 are on node 0 and 2, 3 on node 1; each routed two files.
+            let files = adopted(dir.path(), rank / 2, rank, 2);
+            let lens: Vec<u64> = files.iter().map(|f| f.0).collect();
+            let want: Vec<u64> = (0..2).map(|k| content(rank, k, 2).len() as u64).collect();
+            assert_eq!(lens, want, "{scheme}: rank {rank}'s files were not adopted");
+            assert_eq!(std::fs::read(&files[0].1).unwrap(), content(rank, 0, 2));
+        }
+        let root = dir.path().to_path_buf();
+        job(RANKS, &cfg, move |rank, e| {
+            // The restart hands back the stored files themselves, read-only.
+            let mut files = Files::new(e);
+            let mut step = [0i64];
+            files
+                .start_restart(e, "sim", &mut [RegionMut::new(0, &mut step)])
+                .unwrap()
+                .unwrap();
+            let stored = adopted(&root, rank / 2, rank, 2);
+            for (k, n) in names(rank).iter().enumerate() {
+                let p = files.route_file(n).unwrap();
+                assert_eq!(p, stored[k].1, "rank {rank}: {n} was copied");
+                let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o400, "{}", p.display());
+            }
+            assert!(files.complete_restart(e, true).unwrap());
+            read_back(&mut files, e, rank, 2);
+        });
+        if scheme == "single" {
+            // A byte of an adopted file changed on disk: its checksum catches it, and the
+            // restart falls back to the version before.
+            let (_, path) = adopted(dir.path(), 0, 1, 2).remove(0);
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[700] ^= 0x40;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::write(&path, bytes).unwrap();
+            job(RANKS, &cfg, |rank, e| {
+                read_back(&mut Files::new(e), e, rank, 1)
+            });
+            // Flushed to the global tier, a part with adopted files is one ordinary file
+            // there, and restarts when every node-local tier is gone.
+            let dir = tempfile::tempdir().unwrap();
+            let mut cfg = config(dir.path(), scheme);
+            cfg.compress = "none".to_string();
+            cfg.flush_every = 1;
+            write_job(&cfg, 2);
+            std::fs::remove_dir_all(dir.path().join("local")).unwrap();
+            job(RANKS, &cfg, |rank, e| {
+                read_back(&mut Files::new(e), e, rank, 2)
+            });
+            continue;
+        }
+        // Node 1 is lost: its adopted files go with it and are rebuilt from redundancy.
+        lose_node_1_and_go_on(dir.path(), &cfg);
+    }
 }

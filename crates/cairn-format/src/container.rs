@@ -25,6 +25,9 @@ use crate::{Dtype, FormatError, FORMAT_VERSION};
 pub const RANK_MAGIC: &[u8; 8] = b"CAIRNCKP";
 /// Last eight bytes of every rank file, and the first eight of its index.
 pub const INDEX_MAGIC: &[u8; 8] = b"CAIRNIDX";
+/// Last eight bytes of a *headerless* rank file: one whose data starts at offset 0 because
+/// its first regions are files the application wrote in place (see `docs/format.md`).
+pub const HEADERLESS_MAGIC: &[u8; 8] = b"CAIRNIXH";
 /// Length of the fixed header.
 pub const HEADER_LEN: u64 = 16;
 /// Length of the fixed trailer.
@@ -121,6 +124,9 @@ pub struct Trailer {
     pub index_offset: u64,
     pub index_len: u64,
     pub index_sum: u64,
+    /// The file has no header: its data area starts at offset 0 and the trailer's magic is
+    /// [`HEADERLESS_MAGIC`]. Its index is a version-2 index.
+    pub headerless: bool,
 }
 
 impl Trailer {
@@ -129,16 +135,30 @@ impl Trailer {
         t[..8].copy_from_slice(&self.index_offset.to_le_bytes());
         t[8..16].copy_from_slice(&self.index_len.to_le_bytes());
         t[16..24].copy_from_slice(&self.index_sum.to_le_bytes());
-        t[24..].copy_from_slice(INDEX_MAGIC);
+        t[24..].copy_from_slice(if self.headerless {
+            HEADERLESS_MAGIC
+        } else {
+            INDEX_MAGIC
+        });
         t
+    }
+
+    /// Where the data area starts: after the header, or at 0 in a headerless file.
+    pub fn data_start(&self) -> u64 {
+        if self.headerless {
+            0
+        } else {
+            HEADER_LEN
+        }
     }
 
     /// Decode a trailer and check it fits a file of `file_len` bytes.
     pub fn decode(t: &[u8], file_len: u64) -> Result<Trailer, FormatError> {
-        if t.len() != TRAILER_LEN as usize || file_len < HEADER_LEN + TRAILER_LEN {
+        if t.len() != TRAILER_LEN as usize || file_len < TRAILER_LEN {
             return Err(FormatError::Truncated("trailer"));
         }
-        if &t[24..] != INDEX_MAGIC {
+        let headerless = &t[24..] == HEADERLESS_MAGIC;
+        if &t[24..] != INDEX_MAGIC && !headerless {
             return Err(FormatError::Truncated(
                 "trailer magic missing (file incomplete)",
             ));
@@ -147,9 +167,13 @@ impl Trailer {
             index_offset: u64::from_le_bytes(t[..8].try_into().unwrap()),
             index_len: u64::from_le_bytes(t[8..16].try_into().unwrap()),
             index_sum: u64::from_le_bytes(t[16..24].try_into().unwrap()),
+            headerless,
         };
         let end = tr.index_offset.checked_add(tr.index_len);
-        if tr.index_offset < HEADER_LEN || end != Some(file_len - TRAILER_LEN) {
+        if file_len < tr.data_start() + TRAILER_LEN
+            || tr.index_offset < tr.data_start()
+            || end != Some(file_len - TRAILER_LEN)
+        {
             return Err(FormatError::Invalid {
                 field: "trailer index location",
                 value: format!(
@@ -551,11 +575,17 @@ impl RankIndex {
     /// Check that region ids are unique and every region's stored bytes lie inside
     /// `[HEADER_LEN, data_end)` without overlapping another's.
     pub fn check_extents(&self, data_end: u64) -> Result<(), FormatError> {
+        self.check_extents_in(HEADER_LEN, data_end)
+    }
+
+    /// [`RankIndex::check_extents`] for a data area `[data_start, data_end)` (a headerless
+    /// file's starts at 0).
+    pub fn check_extents_in(&self, data_start: u64, data_end: u64) -> Result<(), FormatError> {
         let mut spans: Vec<(u64, u64, i32)> = Vec::with_capacity(self.regions.len());
         for r in &self.regions {
             let stored = r.stored_bytes();
             let end = r.offset.checked_add(stored).filter(|e| *e <= data_end);
-            if r.offset < HEADER_LEN || end.is_none() {
+            if r.offset < data_start || end.is_none() {
                 return Err(invalid(
                     "region extent",
                     format!(
@@ -853,12 +883,40 @@ mod tests {
             index_offset: 100,
             index_len: 50,
             index_sum: 9,
+            headerless: false,
         };
         assert_eq!(Trailer::decode(&t.encode(), 182).unwrap(), t);
         assert!(Trailer::decode(&t.encode(), 183).is_err());
         let mut bytes = t.encode();
         bytes[31] ^= 1;
         assert!(Trailer::decode(&bytes, 182).is_err());
+    }
+
+    #[test]
+    fn a_headerless_trailer_says_so_and_may_point_at_offset_zero() {
+        let t = Trailer {
+            index_offset: 0,
+            index_len: 50,
+            index_sum: 9,
+            headerless: true,
+        };
+        let back = Trailer::decode(&t.encode(), 82).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(back.data_start(), 0);
+        // The same numbers with the ordinary magic point into the header: refused.
+        let plain = Trailer {
+            headerless: false,
+            ..t
+        };
+        assert!(Trailer::decode(&plain.encode(), 82).is_err());
+        let mut ix = sample();
+        ix.regions[0].offset = 0;
+        ix.regions[1].offset = 20;
+        assert!(ix.check_extents_in(0, 36).is_ok());
+        assert!(
+            ix.check_extents(36).is_err(),
+            "offset 0 accepted with a header"
+        );
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub mod parity;
 
 pub use container::{
     block_kind, block_sum, check_header, checksum, encode_header, BlockEntry, BlockSumStream,
-    ChecksumStream, RankIndex, RegionEntry, StoredBlock, Trailer, HEADER_LEN, INDEX_MAGIC,
-    KIND_COUNT, RANK_MAGIC, TRAILER_LEN,
+    ChecksumStream, RankIndex, RegionEntry, StoredBlock, Trailer, HEADERLESS_MAGIC, HEADER_LEN,
+    INDEX_MAGIC, KIND_COUNT, RANK_MAGIC, TRAILER_LEN,
 };
 pub use dtype::Dtype;
 pub use manifest::{check_name, is_node_dir, node_index, CkptState, Manifest, MANIFEST_FORMAT};

@@ -16,6 +16,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Adopted file `i` of an object is stored beside it as `<object>~seg<i>` (`~` is in no key,
+/// so the name is never an object's).
+const SEG_MARK: &str = "~seg";
+
+fn seg_path(object: &Path, i: usize) -> PathBuf {
+    let mut p = object.as_os_str().to_os_string();
+    p.push(format!("{SEG_MARK}{i}"));
+    PathBuf::from(p)
+}
+
+/// Remove the adopted files of `object` from number `from` on (they are numbered without
+/// gaps).
+fn remove_segs(label: &str, object: &Path, from: usize) -> Result<()> {
+    for i in from.. {
+        let p = seg_path(object, i);
+        match fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(err(label, "cannot remove", &p, e)),
+        }
+    }
+    Ok(())
+}
+
 /// A tier stored in a directory.
 #[derive(Debug)]
 pub struct DirTier {
@@ -137,6 +161,8 @@ struct DirWriter {
     pos: u64,
     /// Whether `O_DIRECT` is set on the file now; `None` once the file system refused it.
     direct: Option<bool>,
+    /// Adopted files, under their temporary names, in order.
+    segs: Vec<PathBuf>,
 }
 
 impl DirWriter {
@@ -148,7 +174,11 @@ impl DirWriter {
         if self.direct == Some(on) {
             return true;
         }
-        let fd = self.file.as_ref().expect("writer used after commit").as_raw_fd();
+        let fd = self
+            .file
+            .as_ref()
+            .expect("writer used after commit")
+            .as_raw_fd();
         // SAFETY: fcntl on a descriptor this writer owns, with integer arguments only.
         let ok = unsafe {
             let flags = libc::fcntl(fd, libc::F_GETFL);
@@ -178,9 +208,8 @@ impl ObjectWriter for DirWriter {
 
     fn write_all_direct(&mut self, buf: &[u8]) -> Result<()> {
         let a = crate::DIRECT_ALIGN;
-        let aligned = (buf.as_ptr() as usize) % a == 0
-            && buf.len() % a == 0
-            && self.pos % a as u64 == 0;
+        let aligned =
+            (buf.as_ptr() as usize) % a == 0 && buf.len() % a == 0 && self.pos % a as u64 == 0;
         if !aligned || buf.is_empty() || !self.set_direct(true) {
             return self.write_all(buf);
         }
@@ -217,13 +246,72 @@ impl ObjectWriter for DirWriter {
             .map_err(|e| err(&self.label, "cannot write", &self.tmp, e))
     }
 
+    fn adopt(&mut self, path: &Path) -> Result<Option<File>> {
+        let refuse = |why: &str| {
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string());
+            Err(err(&self.label, "cannot adopt", path, e))
+        };
+        if self.pos > 0 {
+            return refuse("the object already has written bytes");
+        }
+        let f = self.file.as_ref().expect("writer used after commit");
+        let here = f
+            .metadata()
+            .map_err(|e| err(&self.label, "cannot stat", &self.tmp, e))?;
+        let md =
+            fs::symlink_metadata(path).map_err(|e| err(&self.label, "cannot stat", path, e))?;
+        if !md.file_type().is_file() {
+            return refuse("not a regular file");
+        }
+        if md.uid() != current_uid() || md.dev() != here.dev() {
+            // Someone else's file is never taken over; another file system cannot be.
+            return Ok(None);
+        }
+        let mut seg = seg_path(&self.tmp, self.segs.len());
+        match fs::rename(path, &seg) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => return Ok(None),
+            Err(e) => return Err(err(&self.label, "cannot adopt", path, e)),
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&seg)
+            .and_then(|file| {
+                file.set_permissions(fs::Permissions::from_mode(0o600))?;
+                Ok(file)
+            });
+        match file {
+            Ok(file) => {
+                self.segs.push(std::mem::take(&mut seg));
+                Ok(Some(file))
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&seg);
+                Err(err(&self.label, "cannot open", &seg, e))
+            }
+        }
+    }
+
     fn commit(mut self: Box<Self>) -> Result<()> {
         let f = self.file.take().expect("writer committed twice");
         if self.fsync {
             f.sync_all()
                 .map_err(|e| err(&self.label, "cannot sync", &self.tmp, e))?;
+            for s in &self.segs {
+                File::open(s)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| err(&self.label, "cannot sync", s, e))?;
+            }
         }
         drop(f);
+        // The adopted files go in place first, then any left by an older object of this key
+        // with more of them, and the object itself last: once it is visible, so are they.
+        for (i, s) in self.segs.iter().enumerate() {
+            let to = seg_path(&self.dest, i);
+            fs::rename(s, &to).map_err(|e| err(&self.label, "cannot publish", &to, e))?;
+        }
+        remove_segs(&self.label, &self.dest, self.segs.len())?;
         fs::rename(&self.tmp, &self.dest)
             .map_err(|e| err(&self.label, "cannot publish", &self.dest, e))?;
         if self.fsync {
@@ -241,15 +329,26 @@ impl Drop for DirWriter {
     fn drop(&mut self) {
         if self.file.take().is_some() {
             let _ = fs::remove_file(&self.tmp);
+            for s in &self.segs {
+                let _ = fs::remove_file(s);
+            }
         }
     }
 }
 
-struct DirReader {
-    label: String,
+/// One stored file of an object: where its bytes start in the object.
+struct Piece {
     file: File,
+    start: u64,
     len: u64,
     path: PathBuf,
+}
+
+/// An object: its adopted files, if any, then the file written for it.
+struct DirReader {
+    label: String,
+    pieces: Vec<Piece>,
+    len: u64,
 }
 
 impl ObjectReader for DirReader {
@@ -258,9 +357,32 @@ impl ObjectReader for DirReader {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(|e| err(&self.label, "cannot read", &self.path, e))
+        let mut done = 0usize;
+        // The first piece that ends after `offset`.
+        let mut i = self.pieces.partition_point(|p| p.start + p.len <= offset);
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let Some(p) = self.pieces.get(i) else {
+                let e = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                let path = &self.pieces.last().expect("an object has a file").path;
+                return Err(err(&self.label, "cannot read", path, e));
+            };
+            let n = ((p.start + p.len - at) as usize).min(buf.len() - done);
+            p.file
+                .read_exact_at(&mut buf[done..done + n], at - p.start)
+                .map_err(|e| err(&self.label, "cannot read", &p.path, e))?;
+            done += n;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn files(&self) -> Vec<(u64, u64, PathBuf)> {
+        let n = self.pieces.len().saturating_sub(1);
+        self.pieces[..n]
+            .iter()
+            .map(|p| (p.start, p.len, p.path.clone()))
+            .collect()
     }
 }
 
@@ -307,25 +429,46 @@ impl Tier for DirTier {
             fsync: self.fsync,
             pos: 0,
             direct: Some(false),
+            segs: Vec::new(),
         }))
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn ObjectReader>> {
         let path = self.path(key)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| err(&self.label, "cannot open", &path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| err(&self.label, "cannot stat", &path, e))?
-            .len();
+        let open = |path: PathBuf, start: u64| -> std::io::Result<Piece> {
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)?;
+            let len = file.metadata()?.len();
+            Ok(Piece {
+                file,
+                start,
+                len,
+                path,
+            })
+        };
+        // The object first (it is published last), then its adopted files in order.
+        let last = open(path.clone(), 0).map_err(|e| err(&self.label, "cannot open", &path, e))?;
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        loop {
+            let p = seg_path(&path, pieces.len());
+            match open(p.clone(), start) {
+                Ok(piece) => {
+                    start += piece.len;
+                    pieces.push(piece);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) => return Err(err(&self.label, "cannot open", &p, e)),
+            }
+        }
+        let len = start + last.len;
+        pieces.push(Piece { start, ..last });
         Ok(Box::new(DirReader {
             label: self.label.clone(),
-            file,
+            pieces,
             len,
-            path,
         }))
     }
 
@@ -370,7 +513,7 @@ impl Tier for DirTier {
         let mut names: Vec<String> = rd
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| !n.contains(".tmp."))
+            .filter(|n| !n.contains(".tmp.") && !n.contains(SEG_MARK))
             .collect();
         names.sort();
         Ok(names)
@@ -386,7 +529,7 @@ impl Tier for DirTier {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(err(&self.label, "cannot remove", &path, e))
             }
-            _ => Ok(()),
+            _ => remove_segs(&self.label, &path, 0),
         }
     }
 
@@ -510,5 +653,96 @@ mod tests {
         t.remove_all("nope/x").unwrap();
         assert!(t.create("../escape").is_err());
         assert!(t.list("..").is_err());
+    }
+}
+
+#[cfg(test)]
+mod adopt_tests {
+    use super::*;
+
+    #[test]
+    fn adopted_files_read_as_the_head_of_their_object_and_go_with_it() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = DirTier::new("local", d.path().join("t"), false).unwrap();
+        let staged = d.path().join("t").join("staged");
+        fs::create_dir_all(&staged).unwrap();
+        let a = staged.join("a");
+        let b = staged.join("b");
+        fs::write(&a, b"first file ").unwrap();
+        fs::write(&b, b"").unwrap();
+        let c = staged.join("c");
+        fs::write(&c, b"second ").unwrap();
+        let mut w = tier.create("ck/v1/rank0.ckpt").unwrap();
+        for p in [&a, &b, &c] {
+            assert!(w.adopt(p).unwrap().is_some(), "{} not adopted", p.display());
+            assert!(!p.exists(), "{} was copied, not moved", p.display());
+        }
+        w.write_all(b"and the rest").unwrap();
+        let late = staged.join("late");
+        fs::write(&late, b"x").unwrap();
+        assert!(w.adopt(&late).is_err(), "adopted after a write");
+        w.commit().unwrap();
+
+        let r = tier.open("ck/v1/rank0.ckpt").unwrap();
+        let want = b"first file second and the rest";
+        assert_eq!(r.len(), want.len() as u64);
+        let mut all = vec![0u8; want.len()];
+        r.read_exact_at(&mut all, 0).unwrap();
+        assert_eq!(&all, want);
+        // A read spanning three stored files (one of them empty).
+        let mut mid = vec![0u8; 12];
+        r.read_exact_at(&mut mid, 6).unwrap();
+        assert_eq!(&mid, b"file second ");
+        assert!(r
+            .read_exact_at(&mut [0u8; 2], want.len() as u64 - 1)
+            .is_err());
+        let files = r.files();
+        assert_eq!(
+            files.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(),
+            vec![(0, 11), (11, 0), (11, 7)]
+        );
+        assert_eq!(fs::read(&files[2].2).unwrap(), b"second ");
+        assert_eq!(
+            fs::metadata(&files[0].2).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(tier.list("ck/v1").unwrap(), vec!["rank0.ckpt".to_string()]);
+
+        // Replaced by an object written as a whole: the old adopted files go.
+        tier.put("ck/v1/rank0.ckpt", b"plain").unwrap();
+        let r = tier.open("ck/v1/rank0.ckpt").unwrap();
+        assert_eq!(r.len(), 5);
+        assert!(r.files().is_empty());
+        assert!(!files[0].2.exists());
+
+        // Removing an object removes its adopted files; an uncommitted writer leaves nothing.
+        fs::write(&a, b"again").unwrap();
+        let mut w = tier.create("ck/v2/rank0.ckpt").unwrap();
+        w.adopt(&a).unwrap().unwrap();
+        w.commit().unwrap();
+        let seg = tier.open("ck/v2/rank0.ckpt").unwrap().files()[0].2.clone();
+        tier.remove("ck/v2/rank0.ckpt").unwrap();
+        assert!(!seg.exists());
+        fs::write(&a, b"dropped").unwrap();
+        let mut w = tier.create("ck/v3/rank0.ckpt").unwrap();
+        w.adopt(&a).unwrap().unwrap();
+        drop(w);
+        assert!(tier.list("ck/v3").unwrap().is_empty());
+        assert_eq!(fs::read_dir(d.path().join("t/ck/v3")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = DirTier::new("local", d.path().join("t"), false).unwrap();
+        let target = d.path().join("t/target");
+        fs::write(&target, b"x").unwrap();
+        let link = d.path().join("t/link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut w = tier.create("ck/v1/rank0.ckpt").unwrap();
+        assert!(w.adopt(&link).is_err());
+        assert!(w.adopt(&d.path().join("t")).is_err());
+        assert!(w.adopt(&d.path().join("t/missing")).is_err());
+        assert!(target.exists() && link.exists());
     }
 }

@@ -28,7 +28,8 @@ pub use cairn_shm;
 pub use dir::DirTier;
 pub use mem::{MemTier, ENGINE_DIR};
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 
 /// What went wrong in a tier, with the tier and object it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,15 @@ pub trait ObjectWriter: Send {
     fn write_all_direct(&mut self, buf: &[u8]) -> Result<()> {
         self.write_all(buf)
     }
+    /// Take the file at `path` as the object's next bytes without copying them: the tier
+    /// moves the file into its own storage, and the object then reads as its adopted files,
+    /// in order, followed by everything written. Only before the first write. Returns the
+    /// adopted file opened for reading, or `None` when this tier cannot take it (another
+    /// file system, a tier in memory), in which case the caller writes the bytes instead and
+    /// the file stays where it is. The caller must not change the file after adopting it.
+    fn adopt(&mut self, _path: &Path) -> Result<Option<File>> {
+        Ok(None)
+    }
     /// Make the object visible under its key, atomically replacing any older one.
     fn commit(self: Box<Self>) -> Result<()>;
 }
@@ -80,6 +90,12 @@ pub trait ObjectReader: Send {
     }
     /// Fill `buf` from byte `offset`; a short object is an error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// The stored files holding a run of the object's bytes as they are, as (offset in the
+    /// object, length, path): its adopted files (see [`ObjectWriter::adopt`]). Empty for
+    /// an object written as a whole.
+    fn files(&self) -> Vec<(u64, u64, PathBuf)> {
+        Vec::new()
+    }
 }
 
 /// Whether a tier's contents are visible from one node or from all.
