@@ -1715,7 +1715,10 @@ impl Engine {
                         }))
                         .collect();
                 part::check_fits_except(&chain[0].index, &all, &in_place)?;
-                part::restore(&chain, &mut all)?;
+                // Cores the node's ranks leave idle help read and check this rank's part.
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let threads = cores / self.topo.node_ranks().len().max(1);
+                part::restore_with(&chain, &mut all, threads)?;
                 drop(all);
                 let on_first = Arc::ptr_eq(tier, &self.first);
                 let hashes = Hashes::from_index(&chain[0].index).filter(|_| on_first);

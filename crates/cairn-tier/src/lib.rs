@@ -83,7 +83,7 @@ pub trait ObjectWriter: Send {
 pub const DIRECT_ALIGN: usize = 4096;
 
 /// A stored object opened for reading.
-pub trait ObjectReader: Send {
+pub trait ObjectReader: Send + Sync {
     fn len(&self) -> u64;
     fn is_empty(&self) -> bool {
         self.len() == 0
