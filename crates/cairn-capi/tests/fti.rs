@@ -490,7 +490,7 @@ Keep_last_ckpt      = 0
 Keep_L4_ckpt        = 0
 Group_size          = 2
 Verbosity           = 3
-Max_sync_intv       = 256
+Max_sync_intv       = 0      ; FTI's default (512)
 Ckpt_io             = 1
 Enable_staging      = 0
 Enable_dcp          = 0
@@ -700,6 +700,11 @@ fn a_bad_configuration_file_fails_fti_init_with_a_message() {
             "Ckpt_L1 = soon\n",
             "[basic] Ckpt_L1 = soon: expected minutes >= 0",
             "a bad interval",
+        ),
+        (
+            "Max_sync_intv = -1\n",
+            "Max_sync_intv = -1: expected a whole number from 0 to",
+            "a negative synchronisation interval",
         ),
         (
             "Keep_last_ckpt = 2\n",

@@ -227,7 +227,7 @@ static int k_number(struct reading *r, const struct key *k, const char *value)
     else if (strcmp(k->arg, "dcp_block") == 0)
         r->dcp_block = v;
     else if (strcmp(k->arg, "max_sync") == 0)
-        r->cfg->max_sync = (int)v;
+        r->cfg->max_sync = v == 0 ? 512 : (int)v; /* 0: FTI's default */
     else if (strcmp(k->arg, "node_size") == 0)
         r->cfg->node_size = (int)v;
     else
@@ -271,7 +271,7 @@ static const struct key keys[] = {
     {"basic", "Keep_L4_ckpt", k_keep_l4, NULL, 0, 1, 0},
     {"basic", "Group_size", k_number, "group", 1, INT_MAX, 0},
     {"basic", "Verbosity", k_verbosity, NULL, 1, INT_MAX, 0},
-    {"basic", "Max_sync_intv", k_number, "max_sync", 1, INT_MAX, 0},
+    {"basic", "Max_sync_intv", k_number, "max_sync", 0, INT_MAX, 0},
     {"basic", "Ckpt_io", k_plain, "Cairn writes its own per-rank checkpoint files, as FTI's "
                                   "POSIX mode (1) does; MPI-IO, FTI-FF, SIONlib and HDF5 are not "
                                   "provided", 1, 5, 1},
