@@ -486,11 +486,11 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
         // Every member takes part in each shift, sending nothing after a failure.
         for j in 0..m {
             let bytes: &[u8] = if j == 0 {
-                shard.clear();
                 if encoded {
-                    shard.extend_from_slice(&parity[0]);
+                    &parity[0]
+                } else {
+                    &[]
                 }
-                &shard
             } else {
                 ctx.comm.sendrecv_into(
                     if encoded { &parity[j] } else { &[] },
@@ -587,13 +587,13 @@ impl Status {
 /// Check this rank's parity object, its header and every shard, reading it slice by slice.
 fn read_parity(tier: &dyn Tier, name: &str, version: i64, rank: usize) -> Option<ParityHeader> {
     let r = tier.open(&parity_key(name, version, rank)).ok()?;
-    let mut len = [0u8; 4];
-    r.read_exact_at(&mut len, 12).ok()?;
-    let hlen = u32::from_le_bytes(len) as u64;
-    if hlen > r.len() || hlen > 1 << 24 {
+    let mut prefix = [0u8; ParityHeader::PREFIX_LEN];
+    r.read_exact_at(&mut prefix, 0).ok()?;
+    let hlen = ParityHeader::len_from_prefix(&prefix)?;
+    if hlen as u64 > r.len() {
         return None;
     }
-    let mut head = vec![0u8; hlen as usize];
+    let mut head = vec![0u8; hlen];
     r.read_exact_at(&mut head, 0).ok()?;
     let h = ParityHeader::decode(&head).ok()?;
     let s = h.segment;

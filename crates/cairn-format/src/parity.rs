@@ -49,6 +49,21 @@ impl ParityHeader {
         self.members.len()
     }
 
+    /// Bytes at the start of a parity object that say how long its header is.
+    pub const PREFIX_LEN: usize = 16;
+
+    /// The length of the header that starts with `prefix` (its first [`Self::PREFIX_LEN`]
+    /// bytes), to read it whole before [`ParityHeader::decode`]; `None` for what is not a
+    /// parity header or cannot be a sane one. The header itself is checked by `decode`.
+    pub fn len_from_prefix(prefix: &[u8]) -> Option<usize> {
+        if prefix.len() < Self::PREFIX_LEN || &prefix[..8] != PARITY_MAGIC {
+            return None;
+        }
+        let h = u32::from_le_bytes(prefix[12..16].try_into().unwrap()) as usize;
+        // At most 1024 members and as many shards (see `decode`).
+        (52..=44 + 20 * 1024 + 8).contains(&h).then_some(h)
+    }
+
     pub fn encoded_len(&self) -> usize {
         44 + 12 * self.members.len() + 8 * self.shard_sums.len() + 8
     }
@@ -159,5 +174,17 @@ mod tests {
             assert!(ParityHeader::decode(&bad).is_err(), "flip at {i} accepted");
         }
         assert!(ParityHeader::decode(&b[..40]).is_err());
+        assert_eq!(ParityHeader::len_from_prefix(&b), Some(h.encoded_len()));
+        assert_eq!(ParityHeader::len_from_prefix(&b[..15]), None);
+        let mut bad = b.clone();
+        bad[0] ^= 1;
+        assert_eq!(ParityHeader::len_from_prefix(&bad), None);
+        bad = b.clone();
+        bad[14] = 0x7f;
+        assert_eq!(
+            ParityHeader::len_from_prefix(&bad),
+            None,
+            "an absurd length"
+        );
     }
 }

@@ -185,11 +185,7 @@ impl Comm for MpiComm {
         let mut len = 0u64;
         mpi::point_to_point::send_receive_into(&(send.len() as u64), &d, &mut len, &s);
         // Only growth is zeroed; a buffer kept from piece to piece is overwritten in place.
-        if out.len() >= len as usize {
-            out.truncate(len as usize);
-        } else {
-            out.resize(len as usize, 0);
-        }
+        out.resize(len as usize, 0);
         mpi::point_to_point::send_receive_into(send, &d, &mut out[..], &s);
         Ok(())
     }
