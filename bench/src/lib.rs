@@ -39,6 +39,23 @@ pub struct Mpi {
     pub size: usize,
 }
 
+/// The parsed arguments of a benchmark that is not an MPI program, or the end of the
+/// process: the usage and exit code 0 for `--help`, the error, the usage and exit code 2 for
+/// bad arguments.
+pub fn args_or_exit<A>(prog: &str, usage: &str, parsed: Result<Option<A>, String>) -> A {
+    match parsed {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{usage}");
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("{prog}: {e}\n{usage}");
+            std::process::exit(2);
+        }
+    }
+}
+
 /// The `main` of an MPI benchmark: initialise MPI, parse the arguments, run on every rank,
 /// and exit with the run's code (0 and the usage for `--help`, 2 for bad arguments). MPI is
 /// finalised before the process exits.

@@ -420,6 +420,26 @@ impl AppReport {
         median(&self.get(v).iter().map(f).collect::<Vec<_>>())
     }
 
+    /// For each run of `v` that counted something: a time over its count (`f` gives both),
+    /// e.g. the flush time per flush.
+    fn per_count(&self, v: Variant, f: impl Fn(&AppRun) -> (f64, u64)) -> Vec<f64> {
+        self.get(v)
+            .iter()
+            .map(f)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| s / n as f64)
+            .collect()
+    }
+
+    /// Whether a flush can hide behind the compute: the median background flush per
+    /// checkpoint, the compute between two checkpoints and the compute per step (of the
+    /// runs without checkpoints).
+    fn flush_vs_compute(&self, args: &Args) -> (f64, f64, f64) {
+        let flush = median(&self.per_count(Variant::Async, |x| (x.flush, x.flushes)));
+        let step = self.med(Variant::NoCkpt, |x| x.compute / args.steps as f64);
+        (flush, step * args.every as f64, step)
+    }
+
     /// Per repetition: variant `a`'s wall time over `b`'s (runs of one repetition are adjacent).
     fn paired(&self, a: Variant, b: Variant) -> Vec<f64> {
         self.get(a)
@@ -538,12 +558,7 @@ fn print_app(args: &Args, ranks_per_node: usize, r: &AppReport) {
         let hi = walls.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let wall = median(&walls);
         let per = |f: fn(&AppRun) -> (f64, u64)| {
-            let vals: Vec<f64> = runs
-                .iter()
-                .map(f)
-                .filter(|(_, n)| *n > 0)
-                .map(|(s, n)| s / n as f64)
-                .collect();
+            let vals = r.per_count(v, f);
             if vals.is_empty() {
                 "-".to_string()
             } else {
@@ -582,15 +597,7 @@ fn print_app(args: &Args, ranks_per_node: usize, r: &AppReport) {
         none / no_ckpt
     );
     // Was the global tier the bottleneck? Compare a flush with the compute it can hide behind.
-    let flush_per: Vec<f64> = r
-        .get(Variant::Async)
-        .iter()
-        .filter(|x| x.flushes > 0)
-        .map(|x| x.flush / x.flushes as f64)
-        .collect();
-    let flush = median(&flush_per);
-    let step = r.med(Variant::NoCkpt, |x| x.compute / steps);
-    let between = step * args.every as f64;
+    let (flush, between, step) = r.flush_vs_compute(args);
     println!(
         "   flush vs compute: async flush {} per checkpoint vs {} of compute between checkpoints ({} steps x {}, no-ckpt) = {:.2}",
         ms(flush),
@@ -829,13 +836,7 @@ fn app_json(args: &Args, ranks_per_node: usize, r: &AppReport) -> Value {
     let no_ckpt = r.med(Variant::NoCkpt, |x| x.wall);
     let cpu0 = r.med(Variant::NoCkpt, |x| x.cpu);
     let per_ckpt = |v: Variant, f: fn(&AppRun) -> (f64, u64)| -> Value {
-        let vals: Vec<f64> = r
-            .get(v)
-            .iter()
-            .map(f)
-            .filter(|(_, n)| *n > 0)
-            .map(|(s, n)| s / n as f64)
-            .collect();
+        let vals = r.per_count(v, f);
         if vals.is_empty() {
             Value::Null
         } else {
@@ -863,15 +864,7 @@ fn app_json(args: &Args, ranks_per_node: usize, r: &AppReport) -> Value {
             }),
         );
     }
-    let flush_per: Vec<f64> = r
-        .get(Variant::Async)
-        .iter()
-        .filter(|x| x.flushes > 0)
-        .map(|x| x.flush / x.flushes as f64)
-        .collect();
-    let flush = median(&flush_per);
-    let step = r.med(Variant::NoCkpt, |x| x.compute / steps);
-    let between = step * args.every as f64;
+    let (flush, between, step) = r.flush_vs_compute(args);
     let ratio = r.med(Variant::Async, |x| x.wall) / none;
     let (allowed, online) = cores();
     json!({

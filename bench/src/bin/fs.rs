@@ -1456,17 +1456,7 @@ fn main() {
         }
         return;
     }
-    let a = match parse_args(argv) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(argv));
     if let Some(p) = &a.json_out {
         if let Err(e) = cairn_bench::json_out_ready(p) {
             eprintln!("{PROG}: {e}");

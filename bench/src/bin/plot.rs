@@ -458,6 +458,14 @@ impl Figure {
             self.panels.push(p);
         }
     }
+
+    /// The figure with these panels added, in order (see [`Figure::push`]).
+    fn with(mut self, panels: impl IntoIterator<Item = Panel>) -> Figure {
+        for p in panels {
+            self.push(p);
+        }
+        self
+    }
 }
 
 // ---- colours -----------------------------------------------------------------------------
@@ -1173,7 +1181,7 @@ fn ckpt(v: &Value) -> Res<Vec<Figure>> {
             scr * k,
             REFERENCE,
         );
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "fixed",
             "Fixed cost of a Cairn checkpoint",
             format!(
@@ -1185,9 +1193,7 @@ fn ckpt(v: &Value) -> Res<Vec<Figure>> {
                 yes_no(get(f, "meets_target").and_then(Value::as_bool)),
             ),
         )
-        .grid(1, 760, 480);
-        fig.push(p);
-        figs.push(fig);
+        .grid(1, 760, 480).with([p]));
     }
     if let Some(b) = get(v, "bandwidth") {
         let kinds = [
@@ -1235,7 +1241,7 @@ fn ckpt(v: &Value) -> Res<Vec<Figure>> {
             target * total / stats[0].med,
             TARGET,
         );
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "bandwidth",
             "Checkpoint bandwidth against a plain write of the same bytes",
             format!(
@@ -1246,10 +1252,7 @@ fn ckpt(v: &Value) -> Res<Vec<Figure>> {
                 yes_no(get(b, "meets_target").and_then(Value::as_bool)),
             ),
         )
-        .grid(2, 640, 440);
-        fig.push(t);
-        fig.push(bw);
-        figs.push(fig);
+        .grid(2, 640, 440).with([t, bw]));
     }
     Ok(figs)
 }
@@ -1481,14 +1484,17 @@ fn redundancy(v: &Value) -> Res<Vec<Figure>> {
             }
             p.add(s);
         }
-        let mut fig = Figure::new(
-            "codec",
-            "xor and Reed-Solomon codes: encode and recover against memcpy",
-            format!("{ctx}; one process, one stripe of k in-memory data shards per code. {MARKS}."),
-        )
-        .grid(1, 820, 440);
-        fig.push(p);
-        figs.push(fig);
+        figs.push(
+            Figure::new(
+                "codec",
+                "xor and Reed-Solomon codes: encode and recover against memcpy",
+                format!(
+                    "{ctx}; one process, one stripe of k in-memory data shards per code. {MARKS}."
+                ),
+            )
+            .grid(1, 820, 440)
+            .with([p]),
+        );
     }
 
     let engine = get(v, "engine")
@@ -1533,16 +1539,14 @@ fn redundancy(v: &Value) -> Res<Vec<Figure>> {
             p.add(s);
         }
         let mib = num(&engine[0], "mib_per_rank")?;
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "engine",
             "Redundancy schemes in the engine: checkpoint, restart and rebuild",
             format!(
                 "{ctx}; {mib} MiB per rank; 8 ranks on 4 simulated nodes, 10 on 10; restart = restart_test + restart, bytes checked. {MARKS}."
             ),
         )
-        .grid(1, 980, 460);
-        fig.push(p);
-        figs.push(fig);
+        .grid(1, 980, 460).with([p]));
     }
     Ok(figs)
 }
@@ -1702,7 +1706,7 @@ fn flush(v: &Value) -> Res<Vec<Figure>> {
                 num(a, "flush_over_compute")?
             )
         };
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "app",
             "Application overhead of flushing checkpoints to the global tier (DEEP-ER style)",
             format!(
@@ -1716,10 +1720,7 @@ fn flush(v: &Value) -> Res<Vec<Figure>> {
                 num(a, "sync_over_none")?,
             ),
         )
-        .grid(2, 620, 440);
-        fig.push(wall);
-        fig.push(ck);
-        figs.push(fig);
+        .grid(2, 620, 440).with([wall, ck]));
     }
     if let Some(f) = get(v, "fit") {
         let kinds = [
@@ -1816,7 +1817,7 @@ fn flush(v: &Value) -> Res<Vec<Figure>> {
                 fmt_num(num(kd, "n_half_mib")?)
             ));
         }
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "fit",
             "Fixed and per-byte cost of a checkpoint (scrio style): t(n) = t_overhead + n / B_max",
             format!(
@@ -1825,10 +1826,7 @@ fn flush(v: &Value) -> Res<Vec<Figure>> {
                 sub.join("; ")
             ),
         )
-        .grid(2, 620, 460);
-        fig.push(t);
-        fig.push(bw);
-        figs.push(fig);
+        .grid(2, 620, 460).with([t, bw]));
     }
     Ok(figs)
 }
@@ -1944,7 +1942,7 @@ fn reduce(v: &Value) -> Res<Vec<Figure>> {
             Some(why) => format!(" Blosc2 baseline skipped: {}.", why.as_str().unwrap_or("?")),
             None => String::new(),
         };
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "codec",
             "Block codecs: Cairn's reduction against memcpy and Blosc2",
             format!(
@@ -1952,11 +1950,7 @@ fn reduce(v: &Value) -> Res<Vec<Figure>> {
                 fmt_bytes(num(v, "block")?)
             ),
         )
-        .grid(1, 1240, 380);
-        for p in panels {
-            fig.push(p);
-        }
-        figs.push(fig);
+        .grid(1, 1240, 380).with(panels));
     }
     if let Some(h) = get(v, "hash") {
         let mut p = Panel::xy(
@@ -1996,14 +1990,15 @@ fn reduce(v: &Value) -> Res<Vec<Figure>> {
         {
             p.line(format!("target: {} GB/s per core", fmt_num(t)), t, TARGET);
         }
-        let mut fig = Figure::new(
-            "hash",
-            "Block hash throughput per block size",
-            format!("{ctx}. {MARKS}."),
-        )
-        .grid(1, 860, 460);
-        fig.push(p);
-        figs.push(fig);
+        figs.push(
+            Figure::new(
+                "hash",
+                "Block hash throughput per block size",
+                format!("{ctx}. {MARKS}."),
+            )
+            .grid(1, 860, 460)
+            .with([p]),
+        );
     }
     if let Some(b) = get(v, "blocks") {
         let mut panels: Vec<Panel> = [
@@ -2050,16 +2045,12 @@ fn reduce(v: &Value) -> Res<Vec<Figure>> {
                 i += 1;
             }
         }
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "blocks",
             "The block size: ratio and speed of LZ4 with the shuffle",
             format!("{ctx}; lz4+shuffle stores one LZ4 block per shuffled block, lz4+split one per byte plane. {MARKS}."),
         )
-        .grid(3, 520, 420);
-        for p in panels {
-            fig.push(p);
-        }
-        figs.push(fig);
+        .grid(3, 520, 420).with(panels));
     }
     Ok(figs)
 }
@@ -2243,7 +2234,7 @@ fn fs(v: &Value) -> Res<Vec<Figure>> {
                 .and_then(|t| t.get("meets"))
                 .and_then(Value::as_bool)
         };
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             key,
             title,
             format!(
@@ -2252,10 +2243,7 @@ fn fs(v: &Value) -> Res<Vec<Figure>> {
                 yes_no(meets("store_vs_dev_shm"))
             ),
         )
-        .grid(2, 620, 440);
-        fig.push(bw);
-        fig.push(t);
-        figs.push(fig);
+        .grid(2, 620, 440).with([bw, t]));
     }
     if let Some(c) = get(v, "chunks").filter(|c| c.get("rows").is_some()) {
         let rows = arr(c, "rows")?;
@@ -2281,14 +2269,15 @@ fn fs(v: &Value) -> Res<Vec<Figure>> {
             }
             p.add(s);
         }
-        let mut fig = Figure::new(
-            "chunks",
-            "Chunk sizes of the store (CRUISE's figure 6)",
-            format!("{ctx}. {MARKS}."),
-        )
-        .grid(1, 860, 440);
-        fig.push(p);
-        figs.push(fig);
+        figs.push(
+            Figure::new(
+                "chunks",
+                "Chunk sizes of the store (CRUISE's figure 6)",
+                format!("{ctx}. {MARKS}."),
+            )
+            .grid(1, 860, 440)
+            .with([p]),
+        );
     }
     if let Some(s) = get(v, "spill").filter(|s| s.get("no_sync").is_some()) {
         let bytes = num(s, "file_mib")? * MIB;
@@ -2322,7 +2311,7 @@ fn fs(v: &Value) -> Res<Vec<Figure>> {
             .and_then(|f| f.get("type"))
             .and_then(Value::as_str)
             .unwrap_or("?");
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "spill",
             "Spill-over against CRUISE's model: T = S / (S_mem/T_mem + S_spill/T_spill)",
             format!(
@@ -2331,9 +2320,7 @@ fn fs(v: &Value) -> Res<Vec<Figure>> {
                 num(field(s, "sync")?, "measured_vs_model")?
             ),
         )
-        .grid(1, 720, 440);
-        fig.push(p);
-        figs.push(fig);
+        .grid(1, 720, 440).with([p]));
     }
     if let Some(pre) = get(v, "preload").filter(|p| p.get("rows").is_some()) {
         let rows = arr(pre, "rows")?;
@@ -2359,14 +2346,15 @@ fn fs(v: &Value) -> Res<Vec<Figure>> {
             }
             p.add(s);
         }
-        let mut fig = Figure::new(
-            "preload",
-            "Through the interposer libcairn-fs.so",
-            format!("{ctx}. Target: >= 3 x /dev/shm. {MARKS}."),
-        )
-        .grid(1, 720, 440);
-        fig.push(p);
-        figs.push(fig);
+        figs.push(
+            Figure::new(
+                "preload",
+                "Through the interposer libcairn-fs.so",
+                format!("{ctx}. Target: >= 3 x /dev/shm. {MARKS}."),
+            )
+            .grid(1, 720, 440)
+            .with([p]),
+        );
     }
     Ok(figs)
 }
@@ -2557,7 +2545,7 @@ fn transparent(v: &Value) -> Res<Vec<Figure>> {
                 out.add(Series::new(name, color, Style::Bar).at(0.0, s.scale(1e3)));
             }
         }
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "overhead",
             "Overhead of the preloaded library while not checkpointing",
             format!(
@@ -2571,10 +2559,7 @@ fn transparent(v: &Value) -> Res<Vec<Figure>> {
                 num(o, "plain_iqr")? * 100.0,
             ),
         )
-        .grid(2, 620, 440);
-        fig.push(p);
-        fig.push(out);
-        figs.push(fig);
+        .grid(2, 620, 440).with([p, out]));
     }
     if let Some(a) = get(v, "affinity") {
         let reps = arr(a, "reps")?;
@@ -2645,7 +2630,7 @@ fn transparent(v: &Value) -> Res<Vec<Figure>> {
             TARGET,
         );
         ratio.line("1 (as fast as before)", 1.0, REFERENCE);
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             "affinity",
             "A pinned streaming loop before a checkpoint and after a restart",
             format!(
@@ -2658,10 +2643,7 @@ fn transparent(v: &Value) -> Res<Vec<Figure>> {
                 yes_no(get(a, "meets_target_off").and_then(Value::as_bool)),
             ),
         )
-        .grid(2, 640, 440);
-        fig.push(it);
-        fig.push(ratio);
-        figs.push(fig);
+        .grid(2, 640, 440).with([it, ratio]));
     }
     Ok(figs)
 }
@@ -2764,14 +2746,12 @@ fn peers(v: &Value) -> Res<Vec<Figure>> {
                 }
             })
             .collect();
-        let mut fig = Figure::new(
+        figs.push(Figure::new(
             file,
             format!("Cairn against SCR, VeloC and FTI: scheme {scheme}"),
             format!("{ranks} ranks x {mib} MiB per rank; the same job with each library; time of a checkpoint and of a restart. {MARKS}."),
         )
-        .grid(1, 760, 460);
-        fig.push(p);
-        figs.push(fig);
+        .grid(1, 760, 460).with([p]));
     }
     Ok(figs)
 }
@@ -2827,17 +2807,7 @@ fn run(a: &Args) -> Res<Vec<PathBuf>> {
 }
 
 fn main() {
-    let a = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(std::env::args().skip(1).collect()));
     match run(&a) {
         Ok(files) => {
             for f in files {
@@ -2854,10 +2824,7 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use cairn_bench::strings;
 
     #[test]
     fn arguments_parse() {

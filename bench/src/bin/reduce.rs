@@ -1651,17 +1651,7 @@ fn run(a: &Args) -> Result<(), String> {
 }
 
 fn main() {
-    let a = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(std::env::args().skip(1).collect()));
     let (t, r) = time(|| run(&a));
     match r {
         Ok(()) => eprintln!("{PROG}: done in {t:.0} s"),
@@ -1675,10 +1665,7 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use cairn_bench::strings;
 
     #[test]
     fn arguments_parse() {

@@ -1566,17 +1566,7 @@ fn run(a: &Args) -> Result<Value, String> {
 }
 
 fn main() {
-    let a = match parse_args(std::env::args().skip(1).collect()) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(std::env::args().skip(1).collect()));
     if let Some(p) = &a.json_out {
         if let Err(e) = cairn_bench::json_out_ready(p) {
             eprintln!("{PROG}: {e}");
