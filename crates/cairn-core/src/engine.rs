@@ -1608,7 +1608,7 @@ impl Engine {
         // (parts already committed on the global tier are not copied again), but only when
         // the configuration says v is due: every checkpoint is flushed, or the flush time
         // schedule says one is due now. Otherwise the restart writes nothing.
-        // (The time schedule is read on each rank: they agree on it.)
+        // Each rank reads the time schedule on its own clock; the agreement makes one answer.
         let scheduled = !first_is_global
             && (self.cfg.flush_every == 1 || self.cfg.flush_seconds > 0.0 || self.cfg.flush_auto);
         let due = self.cfg.flush_every == 1 || self.flush_time_due(name);

@@ -175,7 +175,7 @@ impl SliceEncoder {
 }
 
 /// `acc ^= src`, byte by byte over the shorter of the two.
-pub fn xor_into(acc: &mut [u8], src: &[u8]) {
+fn xor_into(acc: &mut [u8], src: &[u8]) {
     // Word-at-a-time XOR; the compiler vectorises the 8-byte loop.
     let (a8, a_tail) = acc.split_at_mut(acc.len() / 8 * 8);
     let (s8, s_tail) = src.split_at(a8.len());
