@@ -17,6 +17,7 @@
 use crate::catalog::{self, rank_key, version_dir};
 use crate::engine::agree;
 use crate::error::{Error, ErrorKind, Result};
+use crate::mapped::MappedObject;
 use crate::part::{
     self, encode_part, part_len, FileRegion, PartMeta, PartSink, Reduction, RegionRef,
 };
@@ -414,6 +415,7 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
             None
         }
     };
+    let view = part.as_deref().and_then(MappedObject::of);
     let (code, pcodec) = codec(ctx.plan.scheme);
     let mut header = ParityHeader {
         codec: pcodec,
@@ -449,14 +451,23 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
         for (d, got_d) in got.iter_mut().enumerate().skip(1) {
             let (to, from) = ((me + d) % n, (me + n - d) % n);
             msg.clear();
+            // A slice inside the part is sent from its mapping; one reaching into the
+            // padding (or a part that is not in files) is read into `msg`.
+            let mut direct = None;
             if let Some(i) = data_index(n, m, to, me) {
                 let at = (i * s + off) as u64;
-                if let Err(e) = msg.append(part.as_deref(), own_len, at, c) {
-                    err.get_or_insert(e);
+                direct = view
+                    .as_ref()
+                    .filter(|_| at + c as u64 <= own_len)
+                    .and_then(|v| v.get(at, c));
+                if direct.is_none() {
+                    if let Err(e) = msg.append(part.as_deref(), own_len, at, c) {
+                        err.get_or_insert(e);
+                    }
                 }
             }
             ctx.comm
-                .sendrecv_into(msg.bytes(), set[to], set[from], got_d)?;
+                .sendrecv_into(direct.unwrap_or(msg.bytes()), set[to], set[from], got_d)?;
             let want = if data_index(n, m, t, from).is_some() {
                 c
             } else {

@@ -6,7 +6,7 @@
 //! rename and the directory after it, so a published object survives a node crash; node-local
 //! tiers skip it because they are lost with the node anyway and checksums catch torn data.
 
-use crate::{check_key, ObjectReader, ObjectWriter, Result, Scope, Tier, TierError};
+use crate::{check_key, ObjectReader, ObjectWriter, Result, Scope, StoredFile, Tier, TierError};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
@@ -382,6 +382,18 @@ impl ObjectReader for DirReader {
         self.pieces[..n]
             .iter()
             .map(|p| (p.start, p.len, p.path.clone()))
+            .collect()
+    }
+
+    fn stored_files(&self) -> Vec<StoredFile<'_>> {
+        self.pieces
+            .iter()
+            .map(|p| StoredFile {
+                start: p.start,
+                len: p.len,
+                file: &p.file,
+                path: &p.path,
+            })
             .collect()
     }
 }

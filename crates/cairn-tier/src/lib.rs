@@ -96,6 +96,20 @@ pub trait ObjectReader: Send + Sync {
     fn files(&self) -> Vec<(u64, u64, PathBuf)> {
         Vec::new()
     }
+    /// Every file the object's bytes are kept in, in order, covering the object whole: what
+    /// a reader may map instead of copying. Empty for a tier that keeps objects elsewhere.
+    fn stored_files(&self) -> Vec<StoredFile<'_>> {
+        Vec::new()
+    }
+}
+
+/// One file holding the run `[start, start + len)` of an object's bytes from its offset 0.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredFile<'a> {
+    pub start: u64,
+    pub len: u64,
+    pub file: &'a File,
+    pub path: &'a Path,
 }
 
 /// Whether a tier's contents are visible from one node or from all.
