@@ -36,6 +36,7 @@
 #define _GNU_SOURCE
 #include "image.h"
 
+#include <arpa/inet.h>
 #include <asm/prctl.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -137,6 +138,8 @@ static struct {
     int affinity;                 /* restore CPU masks */
     int verbose;                  /* CAIRN_CKPT_VERBOSE: report timings on stderr */
     int64_t stop_ns, write_ns;    /* of the last checkpoint */
+    int execed;                   /* this program replaced the job's process by exec */
+    char why[1024];               /* what the last checkpoint could not capture */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
 /* Written by the restorer (image.h). */
@@ -246,6 +249,50 @@ static int find_tid_offset(void)
     return -1;
 }
 
+/* The job process's pid in the environment, fixed-width so that a restart can write the
+ * new pid over it in place (no allocation while other threads may hold malloc's lock). */
+#define PID_ENV "CAIRN_CKPT_PID"
+#define PID_WIDTH 10
+
+/* This process was started by a job process (it is not the job's): remove the settings
+ * that would make it register as that process, and the library, from what it and its own
+ * children see. CAIRN_JOB, CAIRN_PROC and CAIRN_NODE stay, for the program to read. */
+static void leave_job_environment(void)
+{
+    static const char *const ours[] = {"CAIRN_COORD_ADDR", "CAIRN_COORD_TOKEN", "CAIRN_CKPT_DIR",
+                                       "CAIRN_CKPT_AFFINITY", "CAIRN_CKPT_SIGNAL", PID_ENV};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        unsetenv(ours[i]);
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "libcairn-ckpt.so")) {
+        char kept[4096] = "";
+        char list[4096];
+        snprintf(list, sizeof list, "%s", pre);
+        for (char *save = NULL, *tok = strtok_r(list, ": ", &save); tok; tok = strtok_r(NULL, ": ", &save)) {
+            if (strstr(tok, "libcairn-ckpt.so"))
+                continue;
+            size_t k = strlen(kept);
+            snprintf(kept + k, sizeof kept - k, "%s%s", k ? ":" : "", tok);
+        }
+        if (kept[0])
+            setenv("LD_PRELOAD", kept, 1);
+        else
+            unsetenv("LD_PRELOAD");
+    }
+}
+
+/* After a restart the process has a new pid: write it over the old one in the environment
+ * it inherited, so that a later exec in place still joins the job. */
+static void update_pid_env(void)
+{
+    char *v = getenv(PID_ENV);
+    if (!v || strlen(v) != PID_WIDTH)
+        return;
+    char pid[PID_WIDTH + 1];
+    snprintf(pid, sizeof pid, "%0*d", PID_WIDTH, (int)getpid());
+    memcpy(v, pid, PID_WIDTH);
+}
+
 __attribute__((constructor(101))) static void cairn_ckpt_init(void)
 {
     if (CONTROL.restarted)
@@ -268,28 +315,20 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
         S.sig = atoi(p);
     if (S.coord[0] == 0 && S.standalone_dir[0] == 0)
         return; /* not under cairn launch: stay out of the way */
-    /* Processes this one starts are not part of the job: they get neither the library nor
-     * the settings that would make them register with the coordinator as this process.
-     * CAIRN_JOB, CAIRN_PROC and CAIRN_NODE stay, for the program to read. */
-    static const char *const ours[] = {"CAIRN_COORD_ADDR", "CAIRN_COORD_TOKEN", "CAIRN_CKPT_DIR",
-                                       "CAIRN_CKPT_AFFINITY", "CAIRN_CKPT_SIGNAL"};
-    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
-        unsetenv(ours[i]);
-    const char *pre = getenv("LD_PRELOAD");
-    if (pre && strstr(pre, "libcairn-ckpt.so")) {
-        char kept[4096] = "";
-        char list[4096];
-        snprintf(list, sizeof list, "%s", pre);
-        for (char *save = NULL, *tok = strtok_r(list, ": ", &save); tok; tok = strtok_r(NULL, ": ", &save)) {
-            if (strstr(tok, "libcairn-ckpt.so"))
-                continue;
-            size_t k = strlen(kept);
-            snprintf(kept + k, sizeof kept - k, "%s%s", k ? ":" : "", tok);
-        }
-        if (kept[0])
-            setenv("LD_PRELOAD", kept, 1);
-        else
-            unsetenv("LD_PRELOAD");
+    /* CAIRN_CKPT_PID names the job's process: the library stays in the environment, so a
+     * program the process execs in its place (through any number of shell or interpreter
+     * wrappers) loads it again and joins the job as the same process; a process it starts
+     * finds another pid there and stays out of the job. */
+    const char *owner = getenv(PID_ENV);
+    if (owner && atol(owner) != (long)getpid()) {
+        leave_job_environment();
+        return;
+    }
+    S.execed = owner != NULL;
+    if (!owner) {
+        char pid[16];
+        snprintf(pid, sizeof pid, "%0*d", PID_WIDTH, (int)getpid());
+        setenv(PID_ENV, pid, 1);
     }
     /* Keep the restorer's place free: nothing of this process may ever be mapped there. */
     void *hole = mmap((void *)CAIRN_IMG_HOLE_START, CAIRN_IMG_HOLE_LEN, PROT_NONE,
@@ -695,13 +734,170 @@ static void identity(struct cairn_img_header *h)
     }
 }
 
-/* Record descriptor fd if it is a regular file (not the library's own). */
+/* ---- what a checkpoint cannot capture ------------------------------------------------- */
+
+/* Character devices without state of their own: reopened by name after a restart. */
+static int reopenable_device(const char *path)
+{
+    static const char *const ok[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcmp(path, ok[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Add one finding to S.why ("; " between them; cut short with "..." when full). */
+static void unrestorable(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void unrestorable(const char *fmt, ...)
+{
+    size_t n = strlen(S.why), cap = sizeof S.why - 4;
+    if (n >= cap)
+        return;
+    if (n > 0)
+        n += (size_t)snprintf(S.why + n, cap - n, "; ");
+    if (n >= cap) {
+        strcpy(S.why + cap, "...");
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(S.why + n, cap - n, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= cap - n)
+        strcpy(S.why + cap, "...");
+}
+
+/* A socket's family and type, and its peer's address where it has one. */
+static void describe_socket(int fd, char *out, size_t len)
+{
+    int dom = 0, type = 0;
+    socklen_t sl = sizeof dom;
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
+    sl = sizeof type;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    const char *d = dom == AF_UNIX ? "Unix" : dom == AF_INET ? "IPv4" : dom == AF_INET6 ? "IPv6" : dom == AF_NETLINK ? "netlink" : "other";
+    const char *t = type == SOCK_STREAM ? "stream" : type == SOCK_DGRAM ? "datagram" : type == SOCK_SEQPACKET ? "seqpacket" : "raw";
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    char peer[INET6_ADDRSTRLEN + 8] = "";
+    if (getpeername(fd, (struct sockaddr *)&a, &al) == 0) {
+        char host[INET6_ADDRSTRLEN] = "";
+        if (a.ss_family == AF_INET) {
+            struct sockaddr_in *in = (void *)&a;
+            inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+            snprintf(peer, sizeof peer, ", peer %s:%u", host, ntohs(in->sin_port));
+        } else if (a.ss_family == AF_INET6) {
+            struct sockaddr_in6 *in6 = (void *)&a;
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+            snprintf(peer, sizeof peer, ", peer [%s]:%u", host, ntohs(in6->sin6_port));
+        } else {
+            snprintf(peer, sizeof peer, ", connected");
+        }
+    } else {
+        int listening = 0;
+        sl = sizeof listening;
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) == 0 && listening)
+            snprintf(peer, sizeof peer, ", listening");
+    }
+    snprintf(out, len, "%s %s%s", d, t, peer);
+}
+
+/* One descriptor: anything but the standard streams (which a restart takes from the
+ * restarting command), the library's own, files, directories and stateless devices. */
+static void census_fd(int fd, void *dirfd)
+{
+    if (fd <= 2 || fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1])
+        return;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    if (strncmp(target, "anon_inode:", 11) == 0) {
+        unrestorable("fd %d is %s", fd, target);
+    } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
+        if (strstr(target, " (deleted)") || target[0] != '/')
+            unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
+    } else if (S_ISCHR(st.st_mode)) {
+        if (!reopenable_device(target))
+            unrestorable("fd %d is the device %s", fd, target);
+    } else if (S_ISFIFO(st.st_mode)) {
+        unrestorable("fd %d is a pipe or FIFO (%s)", fd, target);
+    } else if (S_ISSOCK(st.st_mode)) {
+        char what[128];
+        describe_socket(fd, what, sizeof what);
+        unrestorable("fd %d is a socket (%s; %s)", fd, what, target);
+    } else {
+        unrestorable("fd %d is not a file (%s)", fd, target);
+    }
+}
+
+/* One thread's children: none may exist, running or waiting to be reaped. */
+static void census_children(int tid, void *arg)
+{
+    (void)arg;
+    char path[64], list[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", tid);
+    if (read_file(path, list, sizeof list) < 0)
+        return;
+    for (char *p = list; *p;) {
+        char *end;
+        long child = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        p = end;
+        char stat_path[64], st[512], comm[64] = "?", state = '?';
+        snprintf(stat_path, sizeof stat_path, "/proc/%ld/stat", child);
+        if (read_file(stat_path, st, sizeof st) > 0) {
+            char *open = strchr(st, '('), *close = strrchr(st, ')');
+            if (open && close && close > open) {
+                snprintf(comm, sizeof comm, "%.*s", (int)(close - open - 1), open + 1);
+                state = close[1] == ' ' ? close[2] : '?';
+            }
+        }
+        if (state == 'Z')
+            unrestorable("child process %ld (%s) has ended and its exit status was not collected yet", child, comm);
+        else
+            unrestorable("child process %ld (%s) is not under checkpoint control", child, comm);
+    }
+}
+
+/* Everything this process holds that an image of it cannot bring back, into S.why (empty
+ * when there is nothing): the checkpoint fails with that list rather than store an image
+ * that could not be restored. Shared mappings a restart cannot map again (a file the
+ * process may write through its mapping after the checkpoint, deleted files, shared
+ * anonymous and System V memory) count, as do children and descriptors. */
+static void census(const struct cairn_img_region *regs, int n)
+{
+    int dirfd = -1;
+    each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
+    if (S.nfds >= MAX_FDS)
+        unrestorable("more than %d files are open", MAX_FDS);
+    each_number("/proc/self/task", census_children, NULL, NULL);
+    for (int i = 0; i < n; i++) {
+        const struct cairn_img_region *r = &regs[i];
+        if (!(r->flags & CAIRN_REG_SHARED) || (r->flags & CAIRN_REG_SPECIAL))
+            continue;
+        if (!(r->flags & CAIRN_REG_FILE) || strstr(r->path, " (deleted)"))
+            unrestorable("shared memory at %#llx-%#llx (%s) is not saved", (unsigned long long)r->start,
+                         (unsigned long long)r->end, r->path[0] ? r->path : "anonymous");
+        else if (r->prot & PROT_WRITE)
+            unrestorable("%s is mapped shared and writable at %#llx-%#llx: the file may change after the "
+                         "checkpoint", r->path, (unsigned long long)r->start, (unsigned long long)r->end);
+    }
+}
+
+
+/* Record descriptor fd if it is a file, a directory or a stateless device (not the
+ * library's own), to open again after a restart. */
 static void save_fd(int fd, void *dirfd)
 {
     if (fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1] || S.nfds >= MAX_FDS)
         return;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode)))
         return;
     struct fd_rec *f = &S.fds[S.nfds];
     char link[64];
@@ -710,7 +906,7 @@ static void save_fd(int fd, void *dirfd)
     if (n <= 0 || f->path[0] != '/')
         return;
     f->path[n] = 0;
-    if (strstr(f->path, " (deleted)"))
+    if (strstr(f->path, " (deleted)") || (S_ISCHR(st.st_mode) && !reopenable_device(f->path)))
         return;
     f->fd = fd;
     f->flags = fcntl(fd, F_GETFL);
@@ -776,6 +972,12 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     int n = read_maps(regs, max_regions, text, text_len);
     if (n < 0)
         return n;
+    S.why[0] = 0;
+    if (n == max_regions)
+        unrestorable("more than %d memory mappings", max_regions - 1);
+    census(regs, n);
+    if (S.why[0])
+        return -ENOTRECOVERABLE;
     uint64_t bitmap_bytes = 0;
     r = plan_pages(regs, n, bitmaps, bitmap_cap, &bitmap_bytes);
     if (r < 0)
@@ -970,6 +1172,7 @@ static void restore_thread(struct thread_rec *t)
 
 static void resume_process(void)
 {
+    update_pid_env();
     for (int s = 1; s < 65; s++) {
         if (s == SIGKILL || s == SIGSTOP)
             continue;
@@ -1139,8 +1342,9 @@ static int connect_coord(int restarted)
                     gethostname(host_name, sizeof host_name - 1);
                     encode(S.job, job, sizeof job);
                     encode(host_name, hn, sizeof hn);
-                    return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d",
-                                     S.token, job, S.proc, (int)getpid(), hn, S.node, restarted);
+                    return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d",
+                                     S.token, job, S.proc, (int)getpid(), hn, S.node, restarted,
+                                     S.execed && !restarted);
                 }
                 close(fd);
             }
@@ -1243,6 +1447,17 @@ static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
     return w;
 }
 
+/* Why checkpoint_once returned err < 0, naming this process. */
+static void failure(char *out, size_t len, int64_t err)
+{
+    if (err == -ENOTRECOVERABLE && S.why[0])
+        snprintf(out, len, "proc %d (pid %d, %s) holds what a restart could not bring back: %s", S.proc,
+                 (int)getpid(), program_invocation_short_name, S.why);
+    else
+        snprintf(out, len, "proc %d (pid %d, %s): %s", S.proc, (int)getpid(), program_invocation_short_name,
+                 strerror((int)-err));
+}
+
 static void run_standalone(void)
 {
     char line[8];
@@ -1265,8 +1480,11 @@ static void run_standalone(void)
             continue;
         }
         release_threads();
-        if (w < 0)
-            say("checkpoint %llu failed: %s", (unsigned long long)v, strerror((int)-w));
+        if (w < 0) {
+            char why[1280];
+            failure(why, sizeof why, w);
+            say("checkpoint %llu failed: %s", (unsigned long long)v, why);
+        }
         else if (S.verbose)
             say("checkpoint %llu: %lld bytes in %s, stop %.6f s, write %.6f s", (unsigned long long)v,
                 (long long)w, path, S.stop_ns / 1e9, S.write_ns / 1e9);
@@ -1317,8 +1535,8 @@ static void run_coordinated(int restarted)
             if (w == -ECANCELED)
                 continue;
             if (w < 0) {
-                char why[256], enc[512];
-                snprintf(why, sizeof why, "proc %d: %s", S.proc, strerror((int)-w));
+                char why[1280], enc[3 * sizeof why];
+                failure(why, sizeof why, w);
                 encode(why, enc, sizeof enc);
                 send_line("FAILED ckpt=%llu why=%s", (unsigned long long)v, enc);
             } else {

@@ -58,6 +58,7 @@ typedef unsigned long u64;
 #define SYS_set_tid_address 218
 #define SYS_exit_group 231
 #define SYS_mbind 237
+#define SYS_close_range 436
 
 #define PROT_NONE 0
 #define PROT_READ 1
@@ -771,6 +772,12 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     if (argc < 2 || sprefix(argv[1], "-"))
         fail(2, "usage: cairn-restore IMAGE [--coord HOST:PORT] [--token HEX] [--proc N] "
                 "[--cpus LIST] [--affinity on|off]");
+    /* The restored process gets its standard streams from whoever started the restorer and
+     * its files from the image, nothing else: descriptors inherited beyond those would
+     * take the numbers its files come back at, or make its next checkpoint fail. */
+    if (sys3(SYS_close_range, 3, ~0u, 0) != 0)
+        for (int fd = 3; fd < 4096; fd++)
+            sys1(SYS_close, fd);
     img = (int)sys3(SYS_open, argv[1], O_RDONLY | O_CLOEXEC, 0);
     if (img < 0) {
         put("cairn-restore: cannot open the image ");

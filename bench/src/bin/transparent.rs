@@ -345,9 +345,11 @@ impl Programs {
             "CAIRN_CKPT_SIGNAL",
             "CAIRN_CKPT_AFFINITY",
             "CAIRN_CKPT_VERBOSE",
+            "CAIRN_CKPT_PID",
         ] {
             c.env_remove(v);
         }
+        cairn_ckpt::standard_streams_only(&mut c);
         if let Some(images) = preload {
             c.env("LD_PRELOAD", &self.lib)
                 .env("CAIRN_CKPT_DIR", images)

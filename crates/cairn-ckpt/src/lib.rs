@@ -238,6 +238,34 @@ fn find(env: &str, name: &str, built: &str) -> Option<PathBuf> {
     built.is_file().then_some(built)
 }
 
+/// Makes `cmd`'s child start with standard input, output and error only: every other
+/// descriptor it would inherit from its starter's environment (a batch system's or a
+/// shell's) is closed at exec. A process under the checkpoint library could not get them
+/// back after a restart, so its checkpoints would be refused for them: `cairn launch` starts
+/// the job's processes this way, as should anything else that starts them.
+pub fn standard_streams_only(cmd: &mut std::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only makes system
+    // calls on integers (close_range, or fcntl per descriptor where the kernel has no
+    // close_range); it allocates nothing. Marking rather than closing keeps the standard
+    // library's own exec-status pipe working (it is close-on-exec already).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            let r = libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
+            if r != 0 {
+                let top = match libc::sysconf(libc::_SC_OPEN_MAX) {
+                    n if n > 3 => n.min(1 << 20) as libc::c_int,
+                    _ => 1024,
+                };
+                for fd in 3..top {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// `libcairn-ckpt.so`: `CAIRN_CKPT_PRELOAD` if set, else beside the running binary (or in
 /// `../lib`), else where this crate's build put it.
 pub fn preload_library() -> Option<PathBuf> {

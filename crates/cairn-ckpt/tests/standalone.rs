@@ -51,7 +51,9 @@ struct Run {
 fn launch(dir: &Path, prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = dir.join("out.txt");
     let images = dir.join("images");
-    let child = Command::new(prog)
+    let mut c = Command::new(prog);
+    cairn_ckpt::standard_streams_only(&mut c);
+    let child = c
         .args(args)
         .env("LD_PRELOAD", lib())
         .env("CAIRN_CKPT_DIR", &images)
@@ -463,7 +465,9 @@ int getpriority(__priority_which_t w, id_t who) {
     let prog = program("counter", &[]);
     let out = dir.path().join("out.txt");
     let images = dir.path().join("images");
-    let mut child = Command::new(&prog)
+    let mut c = Command::new(&prog);
+    cairn_ckpt::standard_streams_only(&mut c);
+    let mut child = c
         .args(["800", "1000"])
         .env(
             "LD_PRELOAD",

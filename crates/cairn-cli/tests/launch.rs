@@ -370,9 +370,12 @@ fn real_library_checkpoint_kill_and_restart() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("imgs");
     // Each process counts to 25 in its own file (named by its pid, which the restored shell
-    // keeps in $$), one step every 0.1 s.
+    // keeps in $$), a step about every 0.1 s. The wait between steps is the shell's own
+    // loop: a `sleep` child would not be under checkpoint control, and the checkpoint would
+    // be refused for it.
     let script = format!(
-        "i=0; while [ $i -lt 25 ]; do i=$((i+1)); echo $i >> {}/out.$$; sleep 0.1; done",
+        "i=0; while [ $i -lt 25 ]; do i=$((i+1)); echo $i >> {}/out.$$; \
+         j=0; while [ $j -lt 100000 ]; do j=$((j+1)); done; done",
         t.path().display()
     );
     let mut job = cairn()
@@ -907,4 +910,107 @@ fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
     // The second restart, from the image taken after the first one, runs to the end.
     restart_from(&config, t.path(), 2);
     check_counters(t.path(), 2, 1000);
+}
+
+/// Launches `args` as job `job` (one process) with the tiers of `config`; returns the
+/// launcher and the process's pid once it runs.
+fn launch_one(t: &Path, config: &Path, job: &str, args: &[&str]) -> (Child, String) {
+    let child = configured(config, &["launch", "--job", job, "--dir"])
+        .arg(t.join("imgs"))
+        .arg("--")
+        .args(args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = running_pids(t, 1).remove(0);
+    (child, pid)
+}
+
+#[test]
+fn real_library_a_program_started_through_two_exec_wrappers_is_checkpointed_and_restarted() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    let counter = build_counter(t.path());
+    // The launched shell execs a second shell, which execs the counter: the pid is the job's
+    // throughout, and the counter must be under checkpoint control when it runs.
+    let inner = format!(
+        "exec {} 1000 5000 {}",
+        counter.display(),
+        t.path().display()
+    );
+    let outer = format!("exec sh -c '{inner}'");
+    let (mut job, pid) = launch_one(t.path(), &config, "wrapped", &["sh", "-c", &outer]);
+    wait_steps(t.path(), 1, 100);
+    wait_for("the counter to join the job", 20, || {
+        let s = status(&t.path().join("imgs"));
+        (s["procs"][0]["state"] == "running").then_some(())
+    });
+    checkpoint(t.path());
+    let m = manifest(t.path(), "wrapped", 1);
+    assert_eq!(m["procs"].as_array().unwrap().len(), 1, "{m}");
+    kill9_all(&[pid]);
+    wait_child(&mut job, 30);
+    restart_from(&config, t.path(), 1);
+    check_counters(t.path(), 1, 1000);
+}
+
+#[test]
+fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    let holder = build_test_program(t.path(), "holder");
+    let cases = [
+        ("pipe", &["is a pipe or FIFO (pipe:[", "child process"][..]),
+        ("socket", &["is a socket (IPv4 stream, listening"][..]),
+        ("shared", &["shared.dat is mapped shared and writable"][..]),
+        ("eventfd", &["is anon_inode:[eventfd]"][..]),
+        (
+            "child",
+            &["child process", "(holder) is not under checkpoint control"][..],
+        ),
+    ];
+    for (what, expected) in cases {
+        let job_name = format!("holds-{what}");
+        let (mut job, pid) = launch_one(
+            t.path(),
+            &config,
+            &job_name,
+            &[
+                holder.to_str().unwrap(),
+                what,
+                "600",
+                t.path().to_str().unwrap(),
+            ],
+        );
+        wait_steps(t.path(), 1, 20);
+        let o = cairn()
+            .args(["checkpoint", "--dir"])
+            .arg(t.path().join("imgs"))
+            .output()
+            .unwrap();
+        let all = text(&o);
+        // Refused at the checkpoint, naming the process and what it holds.
+        assert!(!o.status.success(), "{what}: {all}");
+        assert!(
+            all.contains(&format!("proc 0 (pid {pid}, holder)")),
+            "{what}: {all}"
+        );
+        for e in expected {
+            assert!(all.contains(e), "{what}: no {e:?} in {all}");
+        }
+        assert!(
+            !t.path().join(format!("imgs/{job_name}/v1")).exists(),
+            "{what}: a refused checkpoint left a version"
+        );
+        // The program goes on to its end.
+        assert_eq!(wait_child(&mut job, 60).code(), Some(0), "{what}");
+        let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
+        assert!(out.ends_with("holder: done\n"), "{what}: {out}");
+    }
 }

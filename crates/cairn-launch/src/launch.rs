@@ -928,6 +928,10 @@ fn run(
         let node = node_of(i, procs, nodes);
         let addr = &addrs[node];
         let mut c = spawn(i, addr, &token);
+        cairn_ckpt::standard_streams_only(&mut c);
+        // The library writes this process's own pid there (a stale one would make the
+        // process leave the job).
+        c.env_remove("CAIRN_CKPT_PID");
         c.env("CAIRN_COORD_ADDR", addr)
             .env(TOKEN_ENV, token.hex())
             .env("CAIRN_JOB", &o.job)

@@ -241,6 +241,11 @@ impl Kind {
 }
 
 /// `proc 3 (pid 1234 on host), proc 5 (pid 1236 on host)`, for reports.
+/// Why a process's connection closes without BYE.
+const LOST: &str = "lost its connection (the process died, or replaced itself by exec with a \
+                    program that does not load the checkpoint library: statically linked, or \
+                    started with LD_PRELOAD or the environment cleared)";
+
 fn describe_all(procs: &BTreeMap<usize, Local>, which: &BTreeSet<usize>) -> String {
     let names: Vec<String> = which.iter().map(|&i| describe(procs, i)).collect();
     names.join(", ")
@@ -339,6 +344,15 @@ impl NodeLoop {
             Ok(i) => i,
             Err(why) => return deny(writer, &why, who),
         };
+        if let Some(old) = self.procs[&i].conn {
+            // The process replaced itself by exec: the connection of its former program is
+            // dead (close-on-exec), and a phase waiting on that program cannot complete.
+            if let Some((_, w)) = self.peers.remove(&old) {
+                let _ = w.shutdown(Shutdown::Both);
+            }
+            self.writing.remove(&i);
+            self.proc_gone(i, "replaced itself by exec");
+        }
         let p = self.procs.get_mut(&i).expect("checked");
         p.conn = Some(id);
         p.pid = msg.num("pid").unwrap_or(0);
@@ -390,8 +404,13 @@ impl NodeLoop {
                 return Err(format!("this is node {}, not node {n}", self.a.node));
             }
         }
+        // A program the process ran by exec in its place joins again, under the same pid.
+        let exec_in_place =
+            msg.get("exec") == Some("1") && msg.num::<u32>("pid").is_ok_and(|pid| pid == p.pid);
         match p.state {
             LState::Missing => Ok(i),
+            // Its old connection closes at the exec; the new one may be read first.
+            LState::Lost | LState::Running if exec_in_place => Ok(i),
             LState::Running => Err(format!("proc {i} is already connected")),
             LState::Exited(_) | LState::Lost => Err(format!("proc {i} has already ended")),
         }
@@ -442,7 +461,7 @@ impl NodeLoop {
                 describe(&self.procs, i)
             );
             self.up(Msg::new(Verb::Left).arg("proc", i).arg("lost", 1));
-            self.proc_gone(i, "lost its connection (the process died?)");
+            self.proc_gone(i, LOST);
         }
     }
 

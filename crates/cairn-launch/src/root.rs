@@ -779,7 +779,9 @@ impl RootLoop {
             .filter_map(|(i, p)| match p.state {
                 ProcState::Exited(s) => Some(format!("proc {i} exited with status {s}")),
                 ProcState::Lost => Some(format!(
-                    "proc {i} (node {}) is gone (its connection was lost)",
+                    "proc {i} (node {}) is gone: it lost its connection (it died, or replaced \
+                     itself by exec with a program that does not load the checkpoint library: \
+                     statically linked, or with LD_PRELOAD or the environment cleared)",
                     p.node
                 )),
                 _ => None,

@@ -1,0 +1,103 @@
+/* Holds one thing a checkpoint of the process cannot capture, named by the first argument,
+ * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
+ * checkpoint must leave it running.
+ *
+ *   holder pipe|socket|shared|eventfd|child STEPS DIR
+ *
+ *   pipe     a pipe to a forked child that reads it
+ *   socket   a TCP socket listening on 127.0.0.1
+ *   shared   a file mapped shared and writable, written every step
+ *   eventfd  an eventfd
+ *   child    a forked child that sleeps until the end */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: holder pipe|socket|shared|eventfd|child STEPS DIR\n");
+        return 2;
+    }
+    const char *what = argv[1];
+    long steps = atol(argv[2]);
+    char path[4096];
+    const char *proc = getenv("CAIRN_PROC");
+    snprintf(path, sizeof path, "%s/out.%s", argv[3], proc ? proc : "0");
+    if (!freopen(path, "w", stdout))
+        return 2;
+    int wfd = -1;
+    pid_t child = -1;
+    unsigned char *map = NULL;
+    if (strcmp(what, "pipe") == 0) {
+        int p[2];
+        if (pipe(p) != 0)
+            return 3;
+        child = fork();
+        if (child == 0) {
+            close(p[1]);
+            char c;
+            while (read(p[0], &c, 1) > 0) {
+            }
+            _exit(0);
+        }
+        close(p[0]);
+        wfd = p[1];
+    } else if (strcmp(what, "socket") == 0) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 4) != 0)
+            return 3;
+    } else if (strcmp(what, "shared") == 0) {
+        snprintf(path, sizeof path, "%s/shared.dat", argv[3]);
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || ftruncate(fd, 4096) != 0)
+            return 3;
+        map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED)
+            return 3;
+        close(fd);
+    } else if (strcmp(what, "eventfd") == 0) {
+        if (eventfd(0, 0) < 0)
+            return 3;
+    } else if (strcmp(what, "child") == 0) {
+        child = fork();
+        if (child == 0) {
+            pause();
+            _exit(0);
+        }
+    } else {
+        fprintf(stderr, "holder: unknown %s\n", what);
+        return 2;
+    }
+    for (long i = 1; i <= steps; i++) {
+        printf("step %ld\n", i);
+        fflush(stdout);
+        if (wfd >= 0 && write(wfd, "x", 1) != 1)
+            return 4;
+        if (map)
+            map[i % 4096] = (unsigned char)i;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    if (wfd >= 0)
+        close(wfd);
+    if (child > 0) {
+        if (strcmp(what, "child") == 0)
+            kill(child, SIGTERM);
+        waitpid(child, NULL, 0);
+    }
+    printf("holder: done\n");
+    return 0;
+}
