@@ -619,6 +619,8 @@ static int read_maps(struct cairn_img_region *out, int max, char *text, size_t t
                     r->flags |= CAIRN_REG_STACK;
                 else if (strcmp(path, "[heap]") == 0)
                     r->flags |= CAIRN_REG_HEAP;
+                else if (r->flags & CAIRN_REG_SHARED && strcmp(path, "/dev/zero (deleted)") == 0)
+                    ; /* MAP_SHARED|MAP_ANONYMOUS: memory, saved as such */
                 else if (ino != 0 && path[0] == '/')
                     r->flags |= CAIRN_REG_FILE;
             }
@@ -633,7 +635,8 @@ static int read_maps(struct cairn_img_region *out, int max, char *text, size_t t
 /* Decide which pages of each region go into the image, filling bitmaps in scratch.
  * Private anonymous memory: present or swapped pages. Private file mappings: pages that
  * are no longer the file's (written, so copied). Shared anonymous: present pages. Shared
- * file mappings live in their file. */
+ * writable file mappings: every page inside the file. Shared read-only ones live in their
+ * file. */
 static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, size_t cap,
                       uint64_t *bitmap_bytes)
 {
@@ -647,8 +650,17 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
         if ((r->flags & CAIRN_REG_SPECIAL) || r->prot == PROT_NONE)
             continue;
         int file = (r->flags & CAIRN_REG_FILE) != 0, shared = (r->flags & CAIRN_REG_SHARED) != 0;
-        if (file && shared)
-            continue;
+        /* A file mapped shared and writable: the process may change the file after the
+         * checkpoint, so its bytes under the mapping are saved, every page inside the file,
+         * and written back through the mapping at restart. Read-only ones live in their
+         * file (the restart checks that it did not change). */
+        uint64_t in_file = 0;
+        if (file && shared) {
+            struct stat st;
+            if (!(r->prot & PROT_WRITE) || stat(r->path, &st) != 0 || (uint64_t)st.st_size <= r->file_offset)
+                continue;
+            in_file = ((uint64_t)st.st_size - r->file_offset + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE;
+        }
         uint64_t pages = (r->end - r->start) / CAIRN_IMG_PAGE;
         size_t bytes = (size_t)((pages + 7) / 8);
         if (used + bytes > cap) {
@@ -675,7 +687,9 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
             for (uint64_t j = 0; j < k; j++) {
                 uint64_t e = ent[j];
                 int present = (e >> 63) & 1, swapped = (e >> 62) & 1, filepage = (e >> 61) & 1;
-                int take = file ? (present && !filepage) : (present || swapped);
+                int take = file && shared ? p + j < in_file
+                           : file         ? (present && !filepage)
+                                          : (present || swapped);
                 if (take) {
                     bm[(p + j) / 8] |= (uint8_t)(1u << ((p + j) % 8));
                     saved++;
@@ -683,7 +697,7 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
                         addrs[na++] = (void *)(r->start + (p + j) * CAIRN_IMG_PAGE);
                 }
             }
-            if (na && syscall(SYS_move_pages, 0, na, addrs, NULL, status, 0) == 0)
+            if (na && !(file && shared) && syscall(SYS_move_pages, 0, na, addrs, NULL, status, 0) == 0)
                 for (unsigned long j = 0; j < na; j++)
                     if (status[j] >= 0 && status[j] < 64)
                         per_node[status[j]]++;
@@ -866,9 +880,9 @@ static void census_children(int tid, void *arg)
 
 /* Everything this process holds that an image of it cannot bring back, into S.why (empty
  * when there is nothing): the checkpoint fails with that list rather than store an image
- * that could not be restored. Shared mappings a restart cannot map again (a file the
- * process may write through its mapping after the checkpoint, deleted files, shared
- * anonymous and System V memory) count, as do children and descriptors. */
+ * that could not be restored. Shared mappings a restart cannot map again (deleted files,
+ * System V memory, a file whose name now leads elsewhere) count, as do children and
+ * descriptors. */
 static void census(const struct cairn_img_region *regs, int n)
 {
     int dirfd = -1;
@@ -880,12 +894,18 @@ static void census(const struct cairn_img_region *regs, int n)
         const struct cairn_img_region *r = &regs[i];
         if (!(r->flags & CAIRN_REG_SHARED) || (r->flags & CAIRN_REG_SPECIAL))
             continue;
-        if (!(r->flags & CAIRN_REG_FILE) || strstr(r->path, " (deleted)"))
-            unrestorable("shared memory at %#llx-%#llx (%s) is not saved", (unsigned long long)r->start,
-                         (unsigned long long)r->end, r->path[0] ? r->path : "anonymous");
-        else if (r->prot & PROT_WRITE)
-            unrestorable("%s is mapped shared and writable at %#llx-%#llx: the file may change after the "
-                         "checkpoint", r->path, (unsigned long long)r->start, (unsigned long long)r->end);
+        struct stat st;
+        if (!(r->flags & CAIRN_REG_FILE)) {
+            if (strcmp(r->path, "/dev/zero (deleted)") != 0)
+                unrestorable("shared memory at %#llx-%#llx (%s) is not saved", (unsigned long long)r->start,
+                             (unsigned long long)r->end, r->path[0] ? r->path : "anonymous");
+        } else if (strstr(r->path, " (deleted)") || strncmp(r->path, "/SYSV", 5) == 0) {
+            unrestorable("shared memory at %#llx-%#llx (%s) has no name to map again", (unsigned long long)r->start,
+                         (unsigned long long)r->end, r->path);
+        } else if (stat(r->path, &st) != 0 || (uint64_t)st.st_ino != r->ino) {
+            unrestorable("%s, mapped shared at %#llx-%#llx, is no longer the file of that name", r->path,
+                         (unsigned long long)r->start, (unsigned long long)r->end);
+        }
     }
 }
 

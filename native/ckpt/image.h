@@ -41,7 +41,7 @@
 /* Region flags. */
 #define CAIRN_REG_SHARED 0x1u   /* MAP_SHARED (else private) */
 #define CAIRN_REG_FILE 0x2u     /* backed by a file (path, dev, ino, offset valid) */
-#define CAIRN_REG_SAVED 0x4u    /* its present pages are in the image */
+#define CAIRN_REG_SAVED 0x4u    /* pages in the image (with SHARED|FILE: written to the file at restart) */
 #define CAIRN_REG_STACK 0x8u    /* [stack] (grows down) */
 #define CAIRN_REG_HEAP 0x10u    /* [heap] */
 #define CAIRN_REG_SPECIAL 0x20u /* [vdso], [vvar], [vvar_vclock]: moved, not mapped */

@@ -45,6 +45,7 @@ typedef unsigned long u64;
 #define SYS_rt_sigprocmask 14
 #define SYS_pread64 17
 #define SYS_mremap 25
+#define SYS_ftruncate 77
 #define SYS_madvise 28
 #define SYS_getpid 39
 #define SYS_clone 56
@@ -476,9 +477,17 @@ static i64 open_region_file(struct cairn_img_region *r)
     u64 mn = (st.dev & 0xff) | ((st.dev >> 12) & ~0xffull);
     u64 recorded_maj = r->dev >> 32, recorded_min = r->dev & 0xffffffff;
     i64 mtime = (i64)st.mtime * 1000000000 + (i64)st.mtime_ns;
-    if (st.ino != r->ino || dev != recorded_maj || mn != recorded_min ||
-        (u64)st.size != r->file_size || mtime != r->file_mtime_ns)
+    if (st.ino != r->ino || dev != recorded_maj || mn != recorded_min)
+        map_failed(r, 0, "the file was replaced since the checkpoint");
+    if (writable_shared && (r->flags & CAIRN_REG_SAVED)) {
+        /* Its bytes under the mapping come from the image, written through the mapping;
+         * the file goes back to its size at the checkpoint first. */
+        i64 e = sys2(SYS_ftruncate, fd, r->file_size);
+        if (e < 0)
+            map_failed(r, e, "cannot set the file back to its size at the checkpoint");
+    } else if ((u64)st.size != r->file_size || mtime != r->file_mtime_ns) {
         map_failed(r, 0, "the file changed since the checkpoint");
+    }
     return fd;
 }
 

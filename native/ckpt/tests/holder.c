@@ -2,13 +2,22 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|shared|eventfd|child STEPS DIR
+ *   holder pipe|socket|shared|anon|eventfd|child|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a TCP socket listening on 127.0.0.1
- *   shared   a file mapped shared and writable, written every step
+ *   shared   a file mapped shared and writable (DIR/shared.dat, 4 KiB): each step adds 1
+ *            to byte STEP mod 4096, so a file not put back to its bytes at the checkpoint
+ *            ends with some bytes at 2
+ *   anon     the same in MAP_SHARED|MAP_ANONYMOUS memory; the end prints the bytes' sum
  *   eventfd  an eventfd
- *   child    a forked child that sleeps until the end */
+ *   child    a forked child that sleeps until the end
+ *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
+ *            step: each step appends a line to DIR/dirlog through openat() on the
+ *            directory's descriptor, writes to /dev/null and reads /dev/urandom
+ *
+ * A checkpoint is refused for pipe, socket, eventfd and child; shared, anon and dirs come
+ * back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,7 +36,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|shared|eventfd|child STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|shared|anon|eventfd|child|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -40,6 +49,7 @@ int main(int argc, char **argv)
     int wfd = -1;
     pid_t child = -1;
     unsigned char *map = NULL;
+    int dirfd = -1, nullfd = -1, randfd = -1;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -68,6 +78,16 @@ int main(int argc, char **argv)
         if (map == MAP_FAILED)
             return 3;
         close(fd);
+    } else if (strcmp(what, "anon") == 0) {
+        map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED)
+            return 3;
+    } else if (strcmp(what, "dirs") == 0) {
+        dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
+        nullfd = open("/dev/null", O_WRONLY);
+        randfd = open("/dev/urandom", O_RDONLY);
+        if (dirfd < 0 || nullfd < 0 || randfd < 0)
+            return 3;
     } else if (strcmp(what, "eventfd") == 0) {
         if (eventfd(0, 0) < 0)
             return 3;
@@ -87,7 +107,15 @@ int main(int argc, char **argv)
         if (wfd >= 0 && write(wfd, "x", 1) != 1)
             return 4;
         if (map)
-            map[i % 4096] = (unsigned char)i;
+            map[i % 4096] += 1;
+        if (dirfd >= 0) {
+            char line[32], r[8];
+            int fd = openat(dirfd, "dirlog", O_WRONLY | O_APPEND | O_CREAT, 0600);
+            int len = snprintf(line, sizeof line, "%ld\n", i);
+            if (fd < 0 || write(fd, line, (size_t)len) != len || close(fd) != 0 ||
+                write(nullfd, line, (size_t)len) != len || read(randfd, r, sizeof r) != (ssize_t)sizeof r)
+                return 4;
+        }
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
@@ -97,6 +125,12 @@ int main(int argc, char **argv)
         if (strcmp(what, "child") == 0)
             kill(child, SIGTERM);
         waitpid(child, NULL, 0);
+    }
+    if (map) {
+        long sum = 0;
+        for (int k = 0; k < 4096; k++)
+            sum += map[k];
+        printf("holder: sum %ld\n", sum);
     }
     printf("holder: done\n");
     return 0;
