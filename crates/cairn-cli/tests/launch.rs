@@ -926,6 +926,12 @@ fn launch_one(t: &Path, config: &Path, job: &str, args: &[&str]) -> (Child, Stri
     (child, pid)
 }
 
+/// `holder WHAT 600 t` (native/ckpt/tests/holder.c) launched as job `job`.
+fn launch_holder(t: &Path, config: &Path, job: &str, holder: &Path, what: &str) -> (Child, String) {
+    let args = [holder.to_str().unwrap(), what, "600", t.to_str().unwrap()];
+    launch_one(t, config, job, &args)
+}
+
 #[test]
 fn real_library_a_program_started_through_two_exec_wrappers_is_checkpointed_and_restarted() {
     if !real_tools() {
@@ -976,17 +982,7 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
     ];
     for (what, expected) in cases {
         let job_name = format!("holds-{what}");
-        let (mut job, pid) = launch_one(
-            t.path(),
-            &config,
-            &job_name,
-            &[
-                holder.to_str().unwrap(),
-                what,
-                "600",
-                t.path().to_str().unwrap(),
-            ],
-        );
+        let (mut job, pid) = launch_holder(t.path(), &config, &job_name, &holder, what);
         wait_steps(t.path(), 1, 20);
         let o = cairn()
             .args(["checkpoint", "--dir"])
@@ -1028,17 +1024,7 @@ fn real_library_shared_mappings_and_directories_come_back() {
     // through a directory's descriptor and two devices, which must be open again.
     for what in ["shared", "anon", "dirs"] {
         let job_name = format!("maps-{what}");
-        let (mut job, pid) = launch_one(
-            t.path(),
-            &config,
-            &job_name,
-            &[
-                holder.to_str().unwrap(),
-                what,
-                "600",
-                t.path().to_str().unwrap(),
-            ],
-        );
+        let (mut job, pid) = launch_holder(t.path(), &config, &job_name, &holder, what);
         wait_steps(t.path(), 1, 100);
         checkpoint(t.path());
         wait_steps(t.path(), 1, 300);
