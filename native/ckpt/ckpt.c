@@ -95,8 +95,17 @@ struct thread_rec {
     char name[16];
 };
 
+/* What a descriptor comes back as. */
+enum fd_kind {
+    FD_REOPEN,      /* the file, directory or device at `path`, reopened */
+    FD_CLOSED_PIPE, /* a pipe or FIFO whose other end is closed */
+    FD_CLOSED_SOCK, /* a socket whose peer is closed (type in `sock_type`) */
+};
+
 struct fd_rec {
     int fd;
+    int kind;    /* enum fd_kind */
+    int sock_type;
     int flags;   /* F_GETFL */
     int cloexec; /* FD_CLOEXEC */
     int64_t offset;
@@ -139,6 +148,7 @@ static struct {
     int verbose;                  /* CAIRN_CKPT_VERBOSE: report timings on stderr */
     int64_t stop_ns, write_ns;    /* of the last checkpoint */
     int execed;                   /* this program replaced the job's process by exec */
+    int close_external;           /* CAIRN_CKPT_EXTERNAL=close: pipes and sockets come back closed */
     char why[1024];               /* what the last checkpoint could not capture */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
@@ -309,6 +319,10 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
     S.affinity = !(p && strcmp(p, "off") == 0);
     p = getenv("CAIRN_CKPT_VERBOSE");
     S.verbose = p && *p && strcmp(p, "0") != 0;
+    p = getenv("CAIRN_CKPT_EXTERNAL");
+    S.close_external = p && strcmp(p, "close") == 0;
+    if (p && *p && strcmp(p, "close") != 0 && strcmp(p, "fail") != 0)
+        say("CAIRN_CKPT_EXTERNAL=%s: expected fail or close; checkpoints of pipes and sockets fail", p);
     S.sig = SIGRTMIN + 4;
     p = getenv("CAIRN_CKPT_SIGNAL");
     if (p && atoi(p) > 0 && atoi(p) < 65)
@@ -816,6 +830,30 @@ static void describe_socket(int fd, char *out, size_t len)
     snprintf(out, len, "%s %s%s", d, t, peer);
 }
 
+/* Under CAIRN_CKPT_EXTERNAL=close: record pipe or socket fd to come back with its other end
+ * closed, and say so now, on the process's standard error. */
+static void come_back_closed(int fd, int sock, const char *target)
+{
+    if (S.nfds >= MAX_FDS)
+        return; /* the census reports the count */
+    struct fd_rec *f = &S.fds[S.nfds];
+    memset(f, 0, sizeof *f);
+    f->fd = fd;
+    f->kind = sock ? FD_CLOSED_SOCK : FD_CLOSED_PIPE;
+    f->flags = fcntl(fd, F_GETFL);
+    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    char what[128] = "pipe or FIFO";
+    if (sock) {
+        socklen_t sl = sizeof f->sock_type;
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &f->sock_type, &sl);
+        describe_socket(fd, what, sizeof what);
+    }
+    snprintf(f->path, sizeof f->path, "%s", target);
+    S.nfds++;
+    say("checkpoint: fd %d (%s, %s) will come back closed after a restart (CAIRN_CKPT_EXTERNAL=close); "
+        "data in flight in it is not saved", fd, what, target);
+}
+
 /* One descriptor: anything but the standard streams (which a restart takes from the
  * restarting command), the library's own, files, directories and stateless devices. */
 static void census_fd(int fd, void *dirfd)
@@ -837,6 +875,8 @@ static void census_fd(int fd, void *dirfd)
     } else if (S_ISCHR(st.st_mode)) {
         if (!reopenable_device(target))
             unrestorable("fd %d is the device %s", fd, target);
+    } else if ((S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) && S.close_external) {
+        come_back_closed(fd, S_ISSOCK(st.st_mode), target);
     } else if (S_ISFIFO(st.st_mode)) {
         unrestorable("fd %d is a pipe or FIFO (%s)", fd, target);
     } else if (S_ISSOCK(st.st_mode)) {
@@ -920,6 +960,7 @@ static void save_fd(int fd, void *dirfd)
     if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode)))
         return;
     struct fd_rec *f = &S.fds[S.nfds];
+    f->kind = FD_REOPEN;
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, f->path, sizeof f->path - 1);
@@ -1190,6 +1231,34 @@ static void restore_thread(struct thread_rec *t)
     setpriority(PRIO_PROCESS, 0, t->nice);
 }
 
+/* A pipe or socket at f->fd whose other end is closed: reads see end-of-file, writes fail
+ * with EPIPE (SIGPIPE unless the program ignores it). */
+static void closed_end(const struct fd_rec *f)
+{
+    int ends[2], keep;
+    if (f->kind == FD_CLOSED_SOCK) {
+        if (socketpair(AF_UNIX, f->sock_type ? f->sock_type : SOCK_STREAM, 0, ends) != 0) {
+            say("cannot make fd %d (%s) again, closed: %s", f->fd, f->path, strerror(errno));
+            return;
+        }
+        keep = 0;
+    } else {
+        if (pipe(ends) != 0) {
+            say("cannot make fd %d (%s) again, closed: %s", f->fd, f->path, strerror(errno));
+            return;
+        }
+        keep = (f->flags & O_ACCMODE) == O_RDONLY ? 0 : 1;
+    }
+    close(ends[1 - keep]);
+    if (ends[keep] != f->fd) {
+        dup3(ends[keep], f->fd, f->cloexec ? O_CLOEXEC : 0);
+        close(ends[keep]);
+    } else if (f->cloexec) {
+        fcntl(f->fd, F_SETFD, FD_CLOEXEC);
+    }
+    fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
+}
+
 static void resume_process(void)
 {
     update_pid_env();
@@ -1201,6 +1270,10 @@ static void resume_process(void)
     }
     for (int i = 0; i < S.nfds; i++) {
         struct fd_rec *f = &S.fds[i];
+        if (f->kind != FD_REOPEN) {
+            closed_end(f);
+            continue;
+        }
         int fd = open(f->path, f->flags & ~(O_CREAT | O_TRUNC | O_EXCL), 0);
         if (fd < 0) {
             say("cannot reopen %s as fd %d: %s", f->path, f->fd, strerror(errno));

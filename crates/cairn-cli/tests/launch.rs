@@ -926,6 +926,23 @@ fn launch_one(t: &Path, config: &Path, job: &str, args: &[&str]) -> (Child, Stri
     (child, pid)
 }
 
+/// `cairn checkpoint` of the job in `t/imgs`, which must fail naming its process 0, the
+/// holder with pid `pid`; returns what it printed.
+fn refused_checkpoint(t: &Path, pid: &str) -> String {
+    let o = cairn()
+        .args(["checkpoint", "--dir"])
+        .arg(t.join("imgs"))
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert!(!o.status.success(), "{all}");
+    assert!(
+        all.contains(&format!("proc 0 (pid {pid}, holder)")),
+        "{all}"
+    );
+    all
+}
+
 /// `holder WHAT 600 t` (native/ckpt/tests/holder.c) launched as job `job`.
 fn launch_holder(t: &Path, config: &Path, job: &str, holder: &Path, what: &str) -> (Child, String) {
     let args = [holder.to_str().unwrap(), what, "600", t.to_str().unwrap()];
@@ -984,18 +1001,8 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
         let job_name = format!("holds-{what}");
         let (mut job, pid) = launch_holder(t.path(), &config, &job_name, &holder, what);
         wait_steps(t.path(), 1, 20);
-        let o = cairn()
-            .args(["checkpoint", "--dir"])
-            .arg(t.path().join("imgs"))
-            .output()
-            .unwrap();
-        let all = text(&o);
         // Refused at the checkpoint, naming the process and what it holds.
-        assert!(!o.status.success(), "{what}: {all}");
-        assert!(
-            all.contains(&format!("proc 0 (pid {pid}, holder)")),
-            "{what}: {all}"
-        );
+        let all = refused_checkpoint(t.path(), &pid);
         for e in expected {
             assert!(all.contains(e), "{what}: no {e:?} in {all}");
         }
@@ -1051,4 +1058,61 @@ fn real_library_shared_mappings_and_directories_come_back() {
             }
         }
     }
+}
+
+#[test]
+fn real_library_a_fifo_to_outside_the_job_fails_the_checkpoint_or_comes_back_closed() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    let holder = build_test_program(t.path(), "holder");
+    let fifo = t.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // The test holds the reading end (opened read-write, which Linux does not block on):
+    // the writer's peer is outside the job.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    // By default the checkpoint fails, naming the FIFO, and the program goes on.
+    let (mut job, pid) = launch_holder(t.path(), &config, "fifo-fail", &holder, "fifo");
+    wait_steps(t.path(), 1, 20);
+    let all = refused_checkpoint(t.path(), &pid);
+    assert!(all.contains("is a pipe or FIFO"), "{all}");
+    assert_eq!(wait_child(&mut job, 60).code(), Some(0));
+    // With CAIRN_CKPT_EXTERNAL=close it is checkpointed, and after a restart the program's
+    // writes to it fail (EPIPE), which it handles.
+    let mut job = configured(&config, &["launch", "--job", "fifo-close", "--dir"])
+        .arg(t.path().join("imgs"))
+        .arg("--")
+        .args([holder.to_str().unwrap(), "fifo", "600"])
+        .arg(t.path())
+        .env("CAIRN_CKPT_EXTERNAL", "close")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = running_pids(t.path(), 1).remove(0);
+    wait_steps(t.path(), 1, 100);
+    checkpoint(t.path());
+    kill9_all(&[pid]);
+    wait_child(&mut job, 30);
+    restart_from(&config, t.path(), 1);
+    let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
+    assert!(
+        out.contains("holder: the FIFO is closed: Broken pipe\n"),
+        "{out}"
+    );
+    assert!(out.ends_with("holder: done\n"), "{out}");
+    let seen: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+        .collect();
+    assert_eq!(seen, (1..=600).collect::<Vec<_>>());
 }

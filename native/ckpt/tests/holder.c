@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|shared|anon|eventfd|child|dirs STEPS DIR
+ *   holder pipe|socket|shared|anon|eventfd|child|fifo|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a TCP socket listening on 127.0.0.1
@@ -12,14 +12,18 @@
  *   anon     the same in MAP_SHARED|MAP_ANONYMOUS memory; the end prints the bytes' sum
  *   eventfd  an eventfd
  *   child    a forked child that sleeps until the end
+ *   fifo     DIR/fifo (made by the caller, who holds its reading end) opened for writing,
+ *            one byte a step; SIGPIPE is ignored, and a failed write is printed once and
+ *            the program goes on without the FIFO
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
- * A checkpoint is refused for pipe, socket, eventfd and child; shared, anon and dirs come
- * back. */
+ * A checkpoint is refused for pipe, socket, eventfd and child, and for fifo unless
+ * CAIRN_CKPT_EXTERNAL=close; shared, anon and dirs come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -36,7 +40,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|shared|anon|eventfd|child|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|shared|anon|eventfd|child|fifo|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -82,6 +86,12 @@ int main(int argc, char **argv)
         map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (map == MAP_FAILED)
             return 3;
+    } else if (strcmp(what, "fifo") == 0) {
+        signal(SIGPIPE, SIG_IGN);
+        snprintf(path, sizeof path, "%s/fifo", argv[3]);
+        wfd = open(path, O_WRONLY);
+        if (wfd < 0)
+            return 3;
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
@@ -104,8 +114,13 @@ int main(int argc, char **argv)
     for (long i = 1; i <= steps; i++) {
         printf("step %ld\n", i);
         fflush(stdout);
-        if (wfd >= 0 && write(wfd, "x", 1) != 1)
-            return 4;
+        if (wfd >= 0 && write(wfd, "x", 1) != 1) {
+            if (child > 0)
+                return 4;
+            printf("holder: the FIFO is closed: %s\n", strerror(errno));
+            close(wfd);
+            wfd = -1;
+        }
         if (map)
             map[i % 4096] += 1;
         if (dirfd >= 0) {
