@@ -57,12 +57,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -75,6 +79,7 @@
 
 #define MAX_THREADS 1024
 #define MAX_FDS 1024
+#define MAX_WATCHES 4096
 #define SCRATCH_OFF (32ull << 20) /* manager scratch: the second half of the hole */
 #define SCRATCH_LEN (32ull << 20)
 
@@ -100,12 +105,26 @@ enum fd_kind {
     FD_REOPEN,      /* the file, directory or device at `path`, reopened */
     FD_CLOSED_PIPE, /* a pipe or FIFO whose other end is closed */
     FD_CLOSED_SOCK, /* a socket whose peer is closed (type in `sock_type`) */
+    FD_EVENTFD,     /* an eventfd: its count in `value`, EFD_SEMAPHORE in `sock_type` */
+    FD_TIMERFD,     /* a timerfd: its clock in `sock_type`, time left and interval in `timer` */
+    FD_SIGNALFD,    /* a signalfd: its mask in `value` (bit s-1 for signal s) */
+    FD_EPOLL,       /* an epoll: `value` watches from S.watches[first_watch] */
+};
+
+/* One descriptor an epoll instance watches, as /proc/self/fdinfo shows it. */
+struct epoll_watch {
+    int32_t fd;
+    uint32_t events;
+    uint64_t data;
 };
 
 struct fd_rec {
     int fd;
     int kind;    /* enum fd_kind */
     int sock_type;
+    uint64_t value;
+    int64_t timer[4]; /* time left (s, ns) and interval (s, ns) */
+    int first_watch;
     int flags;   /* F_GETFL */
     int cloexec; /* FD_CLOEXEC */
     int64_t offset;
@@ -134,6 +153,8 @@ static struct {
     struct { uint64_t handler, flags, restorer, mask; } actions[65];
     int nfds;
     struct fd_rec fds[MAX_FDS];
+    int nwatches;
+    struct epoll_watch watches[MAX_WATCHES];
     char cwd[4096];
     mode_t umask;
     struct rlimit limits[RLIM_NLIMITS];
@@ -854,6 +875,77 @@ static void come_back_closed(int fd, int sock, const char *target)
         "data in flight in it is not saved", fd, what, target);
 }
 
+/* The number after `key` (and its colon) in fdinfo text, read in `base`. */
+static int fdinfo_number(const char *text, const char *key, int base, uint64_t *out)
+{
+    const char *p = strstr(text, key);
+    if (!p)
+        return 0;
+    p += strlen(key);
+    while (*p == ':' || *p == ' ' || *p == '\t')
+        p++;
+    *out = strtoull(p, NULL, base);
+    return 1;
+}
+
+/* Record an eventfd, timerfd, signalfd or epoll descriptor from its fdinfo, to make again
+ * after a restart. Returns 0 for another kind (or fdinfo that does not read as expected). */
+static int save_anon(int fd, const char *target)
+{
+    if (S.nfds >= MAX_FDS)
+        return 1; /* the census reports the count */
+    char path[64], info[16384];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+    if (read_file(path, info, sizeof info) < 0)
+        return 0;
+    struct fd_rec *f = &S.fds[S.nfds];
+    memset(f, 0, sizeof *f);
+    f->fd = fd;
+    f->flags = fcntl(fd, F_GETFL);
+    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    snprintf(f->path, sizeof f->path, "%s", target);
+    uint64_t v = 0;
+    if (strcmp(target, "anon_inode:[eventfd]") == 0 && fdinfo_number(info, "eventfd-count", 16, &f->value)) {
+        f->kind = FD_EVENTFD;
+        f->sock_type = fdinfo_number(info, "eventfd-semaphore", 10, &v) && v;
+    } else if (strcmp(target, "anon_inode:[timerfd]") == 0 && fdinfo_number(info, "clockid", 10, &v)) {
+        f->kind = FD_TIMERFD;
+        f->sock_type = (int)v;
+        const char *a = strstr(info, "it_value:"), *b = strstr(info, "it_interval:");
+        long long t[4];
+        if (!a || !b || sscanf(a, "it_value: (%lld, %lld)", &t[0], &t[1]) != 2 ||
+            sscanf(b, "it_interval: (%lld, %lld)", &t[2], &t[3]) != 2)
+            return 0;
+        for (int k = 0; k < 4; k++)
+            f->timer[k] = t[k];
+        /* Expirations not read yet come back as one, due at once. */
+        if (fdinfo_number(info, "ticks", 10, &v) && v > 0)
+            f->timer[0] = 0, f->timer[1] = 1;
+    } else if (strcmp(target, "anon_inode:[signalfd]") == 0 && fdinfo_number(info, "sigmask", 16, &f->value)) {
+        f->kind = FD_SIGNALFD;
+    } else if (strcmp(target, "anon_inode:[eventpoll]") == 0) {
+        f->kind = FD_EPOLL;
+        f->first_watch = S.nwatches;
+        for (const char *p = strstr(info, "tfd:"); p; p = strstr(p + 4, "tfd:")) {
+            int tfd;
+            unsigned events;
+            unsigned long long data;
+            if (sscanf(p, "tfd: %d events: %x data: %llx", &tfd, &events, &data) != 3)
+                return 0;
+            if (S.nwatches >= MAX_WATCHES) {
+                unrestorable("epoll instances watch more than %d descriptors", MAX_WATCHES);
+                return 1;
+            }
+            S.watches[S.nwatches++] = (struct epoll_watch){tfd, events, data};
+            f->value++;
+        }
+    } else {
+        return 0;
+    }
+    S.nfds++;
+    return 1;
+}
+
 /* One descriptor: anything but the standard streams (which a restart takes from the
  * restarting command), the library's own, files, directories and stateless devices. */
 static void census_fd(int fd, void *dirfd)
@@ -868,7 +960,8 @@ static void census_fd(int fd, void *dirfd)
     ssize_t n = readlink(link, target, sizeof target - 1);
     target[n > 0 ? n : 0] = 0;
     if (strncmp(target, "anon_inode:", 11) == 0) {
-        unrestorable("fd %d is %s", fd, target);
+        if (!save_anon(fd, target))
+            unrestorable("fd %d is %s", fd, target);
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
         if (strstr(target, " (deleted)") || target[0] != '/')
             unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
@@ -982,6 +1075,7 @@ static void save_fds(void)
 {
     int dirfd = -1;
     S.nfds = 0;
+    S.nwatches = 0;
     each_number("/proc/self/fd", save_fd, &dirfd, &dirfd);
 }
 
@@ -1231,6 +1325,55 @@ static void restore_thread(struct thread_rec *t)
     setpriority(PRIO_PROCESS, 0, t->nice);
 }
 
+/* Move descriptor fd to f->fd, with f's close-on-exec flag. */
+static void place(int fd, const struct fd_rec *f)
+{
+    if (fd != f->fd) {
+        dup3(fd, f->fd, f->cloexec ? O_CLOEXEC : 0);
+        close(fd);
+    } else {
+        fcntl(fd, F_SETFD, f->cloexec ? FD_CLOEXEC : 0);
+    }
+}
+
+/* An eventfd, timerfd, signalfd or epoll instance made again as it was at the checkpoint
+ * (an epoll after every descriptor it watches). */
+static void anon_again(const struct fd_rec *f)
+{
+    int nb = f->flags & O_NONBLOCK;
+    int fd = -1;
+    if (f->kind == FD_EVENTFD) {
+        fd = eventfd(0, (nb ? EFD_NONBLOCK : 0) | (f->sock_type ? EFD_SEMAPHORE : 0));
+        if (fd >= 0 && f->value && write(fd, &f->value, sizeof f->value) != (ssize_t)sizeof f->value)
+            say("cannot set eventfd %d back to %llu: %s", f->fd, (unsigned long long)f->value, strerror(errno));
+    } else if (f->kind == FD_TIMERFD) {
+        fd = timerfd_create(f->sock_type, nb ? TFD_NONBLOCK : 0);
+        struct itimerspec its = {{f->timer[2], f->timer[3]}, {f->timer[0], f->timer[1]}};
+        if (fd >= 0 && (its.it_value.tv_sec || its.it_value.tv_nsec) && timerfd_settime(fd, 0, &its, NULL) != 0)
+            say("cannot arm timerfd %d again: %s", f->fd, strerror(errno));
+    } else if (f->kind == FD_SIGNALFD) {
+        sigset_t mask;
+        sigemptyset(&mask);
+        for (int sig = 1; sig <= 64; sig++)
+            if (f->value & (1ull << (sig - 1)))
+                sigaddset(&mask, sig);
+        fd = signalfd(-1, &mask, nb ? SFD_NONBLOCK : 0);
+    } else if (f->kind == FD_EPOLL) {
+        fd = epoll_create1(0);
+        for (uint64_t k = 0; fd >= 0 && k < f->value; k++) {
+            const struct epoll_watch *w = &S.watches[f->first_watch + (int)k];
+            struct epoll_event ev = {.events = w->events, .data.u64 = w->data};
+            if (epoll_ctl(fd, EPOLL_CTL_ADD, w->fd, &ev) != 0)
+                say("epoll fd %d cannot watch fd %d again: %s", f->fd, w->fd, strerror(errno));
+        }
+    }
+    if (fd < 0) {
+        say("cannot make fd %d (%s) again: %s", f->fd, f->path, strerror(errno));
+        return;
+    }
+    place(fd, f);
+}
+
 /* A pipe or socket at f->fd whose other end is closed: reads see end-of-file, writes fail
  * with EPIPE (SIGPIPE unless the program ignores it). */
 static void closed_end(const struct fd_rec *f)
@@ -1250,12 +1393,7 @@ static void closed_end(const struct fd_rec *f)
         keep = (f->flags & O_ACCMODE) == O_RDONLY ? 0 : 1;
     }
     close(ends[1 - keep]);
-    if (ends[keep] != f->fd) {
-        dup3(ends[keep], f->fd, f->cloexec ? O_CLOEXEC : 0);
-        close(ends[keep]);
-    } else if (f->cloexec) {
-        fcntl(f->fd, F_SETFD, FD_CLOEXEC);
-    }
+    place(ends[keep], f);
     fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
 }
 
@@ -1270,8 +1408,13 @@ static void resume_process(void)
     }
     for (int i = 0; i < S.nfds; i++) {
         struct fd_rec *f = &S.fds[i];
-        if (f->kind != FD_REOPEN) {
+        if (f->kind == FD_CLOSED_PIPE || f->kind == FD_CLOSED_SOCK) {
             closed_end(f);
+            continue;
+        }
+        if (f->kind != FD_REOPEN) {
+            if (f->kind != FD_EPOLL)
+                anon_again(f);
             continue;
         }
         int fd = open(f->path, f->flags & ~(O_CREAT | O_TRUNC | O_EXCL), 0);
@@ -1296,6 +1439,9 @@ static void resume_process(void)
         if (!(f->flags & O_APPEND) && f->offset > 0)
             lseek(f->fd, f->offset, SEEK_SET);
     }
+    for (int i = 0; i < S.nfds; i++)
+        if (S.fds[i].kind == FD_EPOLL)
+            anon_again(&S.fds[i]);
     if (S.cwd[0] && chdir(S.cwd) != 0)
         say("cannot return to %s: %s", S.cwd, strerror(errno));
     umask(S.umask);

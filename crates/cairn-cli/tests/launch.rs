@@ -991,7 +991,7 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
     let cases = [
         ("pipe", &["is a pipe or FIFO (pipe:[", "child process"][..]),
         ("socket", &["is a socket (IPv4 stream, listening"][..]),
-        ("eventfd", &["is anon_inode:[eventfd]"][..]),
+        ("inotify", &["is anon_inode:inotify"][..]),
         (
             "child",
             &["child process", "(holder) is not under checkpoint control"][..],
@@ -1018,7 +1018,7 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
 }
 
 #[test]
-fn real_library_shared_mappings_and_directories_come_back() {
+fn real_library_shared_memory_directories_and_event_descriptors_come_back() {
     if !real_tools() {
         return;
     }
@@ -1028,8 +1028,10 @@ fn real_library_shared_mappings_and_directories_come_back() {
     // Each step adds 1 to one byte of a shared file mapping (or shared anonymous memory);
     // the steps between the checkpoint and the kill run twice, so unless the bytes go back
     // to what they were at the checkpoint, some end at 2. With `dirs`, every step goes
-    // through a directory's descriptor and two devices, which must be open again.
-    for what in ["shared", "anon", "dirs"] {
+    // through a directory's descriptor and two devices, which must be open again; with
+    // `epoll`, through an epoll instance watching a timerfd and an eventfd, whose count is
+    // checked every 10 steps.
+    for what in ["shared", "anon", "dirs", "epoll"] {
         let job_name = format!("maps-{what}");
         let (mut job, pid) = launch_holder(t.path(), &config, &job_name, &holder, what);
         wait_steps(t.path(), 1, 100);
@@ -1039,7 +1041,7 @@ fn real_library_shared_mappings_and_directories_come_back() {
         wait_child(&mut job, 30);
         restart_from(&config, t.path(), 1);
         let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
-        let end = if what == "dirs" {
+        let end = if what == "dirs" || what == "epoll" {
             "holder: done\n"
         } else {
             "holder: sum 600\nholder: done\n"

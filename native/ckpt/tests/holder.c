@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|shared|anon|eventfd|child|fifo|dirs STEPS DIR
+ *   holder pipe|socket|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a TCP socket listening on 127.0.0.1
@@ -10,16 +10,20 @@
  *            to byte STEP mod 4096, so a file not put back to its bytes at the checkpoint
  *            ends with some bytes at 2
  *   anon     the same in MAP_SHARED|MAP_ANONYMOUS memory; the end prints the bytes' sum
- *   eventfd  an eventfd
+ *   inotify  an inotify instance watching DIR
  *   child    a forked child that sleeps until the end
  *   fifo     DIR/fifo (made by the caller, who holds its reading end) opened for writing,
  *            one byte a step; SIGPIPE is ignored, and a failed write is printed once and
  *            the program goes on without the FIFO
+ *   epoll    an event loop: each step waits in epoll_wait for a 5 ms interval timerfd and
+ *            writes 1 to an eventfd the same epoll watches; every 10 steps the eventfd must
+ *            read 10 (exit 5 if the timer stops, 6 if epoll stops reporting the eventfd, 7 if
+ *            its count is wrong)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
- * A checkpoint is refused for pipe, socket, eventfd and child, and for fifo unless
+ * A checkpoint is refused for pipe, socket, inotify and child, and for fifo unless
  * CAIRN_CKPT_EXTERNAL=close; shared, anon and dirs come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -27,12 +31,16 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +48,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|shared|anon|eventfd|child|fifo|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -53,7 +61,7 @@ int main(int argc, char **argv)
     int wfd = -1;
     pid_t child = -1;
     unsigned char *map = NULL;
-    int dirfd = -1, nullfd = -1, randfd = -1;
+    int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -92,14 +100,26 @@ int main(int argc, char **argv)
         wfd = open(path, O_WRONLY);
         if (wfd < 0)
             return 3;
+    } else if (strcmp(what, "epoll") == 0) {
+        efd = eventfd(0, EFD_NONBLOCK);
+        tfd = timerfd_create(CLOCK_MONOTONIC, 0);
+        epfd = epoll_create1(EPOLL_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 1};
+        struct itimerspec its = {{0, 5000000}, {0, 5000000}};
+        if (efd < 0 || tfd < 0 || epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev) != 0)
+            return 3;
+        ev.data.u64 = 2;
+        if (epoll_ctl(epfd, EPOLL_CTL_ADD, efd, &ev) != 0 || timerfd_settime(tfd, 0, &its, NULL) != 0)
+            return 3;
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
         randfd = open("/dev/urandom", O_RDONLY);
         if (dirfd < 0 || nullfd < 0 || randfd < 0)
             return 3;
-    } else if (strcmp(what, "eventfd") == 0) {
-        if (eventfd(0, 0) < 0)
+    } else if (strcmp(what, "inotify") == 0) {
+        int in = inotify_init1(0);
+        if (in < 0 || inotify_add_watch(in, argv[3], IN_CREATE) < 0)
             return 3;
     } else if (strcmp(what, "child") == 0) {
         child = fork();
@@ -131,8 +151,39 @@ int main(int argc, char **argv)
                 write(nullfd, line, (size_t)len) != len || read(randfd, r, sizeof r) != (ssize_t)sizeof r)
                 return 4;
         }
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
+        if (epfd >= 0) {
+            uint64_t one = 1, c = 0;
+            if (write(efd, &one, sizeof one) != (ssize_t)sizeof one)
+                return 4;
+            int timer = 0, event = 0, idle = 0;
+            while (!timer) {
+                struct epoll_event evs[4];
+                int n = epoll_wait(epfd, evs, 4, 100);
+                if (n < 0 && errno != EINTR)
+                    return 4;
+                if (n == 0 && ++idle == 20) {
+                    printf("holder: the timer stopped at step %ld\n", i);
+                    return 5;
+                }
+                for (int k = 0; k < n; k++) {
+                    if (evs[k].data.u64 == 1 && read(tfd, &c, sizeof c) == (ssize_t)sizeof c)
+                        timer = 1;
+                    if (evs[k].data.u64 == 2)
+                        event = 1;
+                }
+            }
+            if (!event) {
+                printf("holder: epoll no longer reports the eventfd at step %ld\n", i);
+                return 6;
+            }
+            if (i % 10 == 0 && (read(efd, &c, sizeof c) != (ssize_t)sizeof c || c != 10)) {
+                printf("holder: the eventfd holds %llu at step %ld\n", (unsigned long long)c, i);
+                return 7;
+            }
+        } else {
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
     }
     if (wfd >= 0)
         close(wfd);
