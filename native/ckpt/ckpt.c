@@ -68,6 +68,7 @@
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,6 +110,9 @@ enum fd_kind {
     FD_TIMERFD,     /* a timerfd: its clock in `sock_type`, time left and interval in `timer` */
     FD_SIGNALFD,    /* a signalfd: its mask in `value` (bit s-1 for signal s) */
     FD_EPOLL,       /* an epoll: `value` watches from S.watches[first_watch] */
+    FD_LISTEN,      /* a listening socket: bound again to `addr` (family, type and protocol in
+                     * `sock_type`, `value` and `timer[0]`; SO_REUSEPORT, IPV6_V6ONLY in
+                     * `timer[1]`, `timer[2]`) */
 };
 
 /* One descriptor an epoll instance watches, as /proc/self/fdinfo shows it. */
@@ -125,6 +129,8 @@ struct fd_rec {
     uint64_t value;
     int64_t timer[4]; /* time left (s, ns) and interval (s, ns) */
     int first_watch;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
     int flags;   /* F_GETFL */
     int cloexec; /* FD_CLOEXEC */
     int64_t offset;
@@ -946,6 +952,49 @@ static int save_anon(int fd, const char *target)
     return 1;
 }
 
+/* Record a listening Unix, IPv4 or IPv6 socket, to bind and listen again at restart.
+ * Returns 0 for any other socket. */
+static int save_listener(int fd, const char *target)
+{
+    int listening = 0, dom = 0, type = 0, proto = 0, on = 0;
+    socklen_t sl = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) != 0 || !listening)
+        return 0;
+    sl = sizeof dom;
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
+    if (dom != AF_UNIX && dom != AF_INET && dom != AF_INET6)
+        return 0;
+    if (S.nfds >= MAX_FDS)
+        return 1; /* the census reports the count */
+    struct fd_rec *f = &S.fds[S.nfds];
+    memset(f, 0, sizeof *f);
+    f->addrlen = sizeof f->addr;
+    if (getsockname(fd, (struct sockaddr *)&f->addr, &f->addrlen) != 0)
+        return 0;
+    if (dom == AF_UNIX && f->addrlen <= offsetof(struct sockaddr_un, sun_path))
+        return 0; /* listening without a name: nothing could connect to it again */
+    sl = sizeof type;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    sl = sizeof proto;
+    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &sl);
+    f->fd = fd;
+    f->kind = FD_LISTEN;
+    f->sock_type = type;
+    f->value = (uint64_t)dom;
+    f->timer[0] = proto;
+    sl = sizeof on;
+    if (getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, &sl) == 0)
+        f->timer[1] = on;
+    sl = sizeof on;
+    if (dom == AF_INET6 && getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &sl) == 0)
+        f->timer[2] = on;
+    f->flags = fcntl(fd, F_GETFL);
+    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    snprintf(f->path, sizeof f->path, "%s", target);
+    S.nfds++;
+    return 1;
+}
+
 /* One descriptor: anything but the standard streams (which a restart takes from the
  * restarting command), the library's own, files, directories and stateless devices. */
 static void census_fd(int fd, void *dirfd)
@@ -968,6 +1017,8 @@ static void census_fd(int fd, void *dirfd)
     } else if (S_ISCHR(st.st_mode)) {
         if (!reopenable_device(target))
             unrestorable("fd %d is the device %s", fd, target);
+    } else if (S_ISSOCK(st.st_mode) && save_listener(fd, target)) {
+        /* bound again at restart */
     } else if ((S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) && S.close_external) {
         come_back_closed(fd, S_ISSOCK(st.st_mode), target);
     } else if (S_ISFIFO(st.st_mode)) {
@@ -1374,6 +1425,40 @@ static void anon_again(const struct fd_rec *f)
     place(fd, f);
 }
 
+/* A listening socket bound to its address again. A Unix socket's name left behind by the
+ * killed process is removed first (only if it is a socket). Connections waiting to be
+ * accepted at the checkpoint are gone; the backlog is SOMAXCONN. When the address is taken
+ * (by another process, or by connections of the killed one in TIME_WAIT on a socket without
+ * SO_REUSEADDR), the socket is put in place unbound and the restart says so. */
+static void listen_again(const struct fd_rec *f)
+{
+    int dom = (int)f->value, fd = socket(dom, f->sock_type, (int)f->timer[0]);
+    if (fd < 0) {
+        say("cannot make the listening socket fd %d (%s) again: %s", f->fd, f->path, strerror(errno));
+        return;
+    }
+    int on = 1;
+    if (dom != AF_UNIX)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (f->timer[1])
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
+    if (dom == AF_INET6) {
+        int v6only = (int)f->timer[2];
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+    }
+    const struct sockaddr_un *un = (const void *)&f->addr;
+    struct stat st;
+    if (dom == AF_UNIX && un->sun_path[0] && stat(un->sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(un->sun_path);
+    if (bind(fd, (const struct sockaddr *)&f->addr, f->addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+        /* The descriptor stays a socket, not listening: accept() fails with EINVAL. */
+        say("cannot listen again as fd %d (%s): %s; it comes back not listening", f->fd, f->path,
+            strerror(errno));
+    }
+    place(fd, f);
+    fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
+}
+
 /* A pipe or socket at f->fd whose other end is closed: reads see end-of-file, writes fail
  * with EPIPE (SIGPIPE unless the program ignores it). */
 static void closed_end(const struct fd_rec *f)
@@ -1410,6 +1495,10 @@ static void resume_process(void)
         struct fd_rec *f = &S.fds[i];
         if (f->kind == FD_CLOSED_PIPE || f->kind == FD_CLOSED_SOCK) {
             closed_end(f);
+            continue;
+        }
+        if (f->kind == FD_LISTEN) {
+            listen_again(f);
             continue;
         }
         if (f->kind != FD_REOPEN) {

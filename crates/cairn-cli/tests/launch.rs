@@ -865,6 +865,17 @@ fn restart_from(config: &Path, t: &Path, version: u64) -> String {
     all
 }
 
+/// `cairn restart` of the job in `t/imgs` in the background; returns it and the pids of its
+/// `procs` processes once they all run.
+fn restart_in_background(config: &Path, t: &Path, procs: usize) -> (Child, Vec<String>) {
+    let job = configured(config, &["restart", "--dir"])
+        .arg(t.join("imgs"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (job, running_pids(t, procs))
+}
+
 /// The pids of the job's `procs` processes in `t/imgs`, once all run again.
 fn running_pids(t: &Path, procs: usize) -> Vec<String> {
     wait_for("the processes to register", 30, || {
@@ -892,12 +903,7 @@ fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
     wait_child(&mut job, 30);
     // The first restart runs in the background: its processes register again, with new
     // pids, and are checkpointed while they run restored.
-    let mut job = configured(&config, &["restart", "--dir"])
-        .arg(t.path().join("imgs"))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let restored = running_pids(t.path(), 2);
+    let (mut job, restored) = restart_in_background(&config, t.path(), 2);
     assert!(
         restored.iter().all(|p| !pids.contains(p)),
         "{pids:?} {restored:?}"
@@ -943,6 +949,18 @@ fn refused_checkpoint(t: &Path, pid: &str) -> String {
     all
 }
 
+/// A scratch directory with a configuration and `holder` built in it, for the tests that run
+/// it; None (saying why) when the real library is not built.
+fn holder_setup() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+    if !real_tools() {
+        return None;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    let holder = build_test_program(t.path(), "holder");
+    Some((t, config, holder))
+}
+
 /// `holder WHAT 600 t` (native/ckpt/tests/holder.c) launched as job `job`.
 fn launch_holder(t: &Path, config: &Path, job: &str, holder: &Path, what: &str) -> (Child, String) {
     let args = [holder.to_str().unwrap(), what, "600", t.to_str().unwrap()];
@@ -982,15 +1000,15 @@ fn real_library_a_program_started_through_two_exec_wrappers_is_checkpointed_and_
 
 #[test]
 fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
-    if !real_tools() {
+    let Some((t, config, holder)) = holder_setup() else {
         return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
-    let holder = build_test_program(t.path(), "holder");
+    };
     let cases = [
         ("pipe", &["is a pipe or FIFO (pipe:[", "child process"][..]),
-        ("socket", &["is a socket (IPv4 stream, listening"][..]),
+        (
+            "socket",
+            &["is a socket (IPv4 datagram, peer 127.0.0.1:9"][..],
+        ),
         ("inotify", &["is anon_inode:inotify"][..]),
         (
             "child",
@@ -1019,12 +1037,9 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
 
 #[test]
 fn real_library_shared_memory_directories_and_event_descriptors_come_back() {
-    if !real_tools() {
+    let Some((t, config, holder)) = holder_setup() else {
         return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
-    let holder = build_test_program(t.path(), "holder");
+    };
     // Each step adds 1 to one byte of a shared file mapping (or shared anonymous memory);
     // the steps between the checkpoint and the kill run twice, so unless the bytes go back
     // to what they were at the checkpoint, some end at 2. With `dirs`, every step goes
@@ -1064,12 +1079,9 @@ fn real_library_shared_memory_directories_and_event_descriptors_come_back() {
 
 #[test]
 fn real_library_a_fifo_to_outside_the_job_fails_the_checkpoint_or_comes_back_closed() {
-    if !real_tools() {
+    let Some((t, config, holder)) = holder_setup() else {
         return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
-    let holder = build_test_program(t.path(), "holder");
+    };
     let fifo = t.path().join("fifo");
     assert!(Command::new("mkfifo")
         .arg(&fifo)
@@ -1117,4 +1129,36 @@ fn real_library_a_fifo_to_outside_the_job_fails_the_checkpoint_or_comes_back_clo
         .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
         .collect();
     assert_eq!(seen, (1..=600).collect::<Vec<_>>());
+}
+
+#[test]
+fn real_library_a_listening_socket_is_bound_again_and_serves_after_a_restart() {
+    use std::io::Read;
+    let Some((t, config, holder)) = holder_setup() else {
+        return;
+    };
+    let hello = || {
+        let port: u16 = std::fs::read_to_string(t.path().join("port"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        got
+    };
+    let (mut job, pid) = launch_holder(t.path(), &config, "listens", &holder, "listen");
+    wait_steps(t.path(), 1, 20);
+    assert_eq!(hello(), "hello\n");
+    checkpoint(t.path());
+    kill9_all(&[pid]);
+    wait_child(&mut job, 30);
+    // The restored process listens on the same address again, and serves.
+    let (mut job, _) = restart_in_background(&config, t.path(), 1);
+    assert_eq!(hello(), "hello\n");
+    assert_eq!(wait_child(&mut job, 60).code(), Some(0));
+    let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
+    assert!(out.ends_with("holder: done\n"), "{out}");
 }

@@ -2,10 +2,12 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR
+ *   holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
- *   socket   a TCP socket listening on 127.0.0.1
+ *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
+ *   listen   a TCP socket listening on 127.0.0.1, its port written to DIR/port; each step
+ *            accepts a waiting connection, if any, and writes "hello" to it
  *   shared   a file mapped shared and writable (DIR/shared.dat, 4 KiB): each step adds 1
  *            to byte STEP mod 4096, so a file not put back to its bytes at the checkpoint
  *            ends with some bytes at 2
@@ -48,7 +50,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -61,7 +63,7 @@ int main(int argc, char **argv)
     int wfd = -1;
     pid_t child = -1;
     unsigned char *map = NULL;
-    int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1;
+    int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -77,9 +79,24 @@ int main(int argc, char **argv)
         close(p[0]);
         wfd = p[1];
     } else if (strcmp(what, "socket") == 0) {
-        int s = socket(AF_INET, SOCK_STREAM, 0);
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(9),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0)
+            return 3;
+    } else if (strcmp(what, "listen") == 0) {
+        lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 4) != 0)
+        socklen_t al = sizeof a;
+        int on = 1; /* as servers do, so that its own closed connections do not hold the port */
+        if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 4) != 0 ||
+            getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+            return 3;
+        char tmp[4096];
+        snprintf(path, sizeof path, "%s/port", argv[3]);
+        snprintf(tmp, sizeof tmp, "%s/port.tmp", argv[3]);
+        FILE *pf = fopen(tmp, "w");
+        if (!pf || fprintf(pf, "%u\n", ntohs(a.sin_port)) < 0 || fclose(pf) != 0 || rename(tmp, path) != 0)
             return 3;
     } else if (strcmp(what, "shared") == 0) {
         snprintf(path, sizeof path, "%s/shared.dat", argv[3]);
@@ -143,6 +160,17 @@ int main(int argc, char **argv)
         }
         if (map)
             map[i % 4096] += 1;
+        if (lfd >= 0) {
+            int c = accept(lfd, NULL, NULL);
+            if (c >= 0) {
+                if (write(c, "hello\n", 6) != 6)
+                    return 4;
+                close(c);
+            } else if (errno != EAGAIN && errno != EINTR) {
+                printf("holder: accept: %s\n", strerror(errno));
+                return 4;
+            }
+        }
         if (dirfd >= 0) {
             char line[32], r[8];
             int fd = openat(dirfd, "dirlog", O_WRONLY | O_APPEND | O_CREAT, 0600);
