@@ -81,6 +81,20 @@
 #define MAX_THREADS 1024
 #define MAX_FDS 1024
 #define MAX_WATCHES 4096
+#define MAX_INFLIGHT (4u << 20)
+
+/* Bytes in flight in pipes inside the process at the checkpoint (part of the image). */
+static char inflight[MAX_INFLIGHT];
+static size_t inflight_used;
+
+/* Pipe descriptors seen by the census, paired up once all descriptors are known. */
+static struct pipe_end {
+    int fd;
+    int write;
+    uint64_t ino;
+    char target[64];
+} pipe_ends[MAX_FDS];
+static int npipe_ends;
 #define SCRATCH_OFF (32ull << 20) /* manager scratch: the second half of the hole */
 #define SCRATCH_LEN (32ull << 20)
 
@@ -110,6 +124,9 @@ enum fd_kind {
     FD_TIMERFD,     /* a timerfd: its clock in `sock_type`, time left and interval in `timer` */
     FD_SIGNALFD,    /* a signalfd: its mask in `value` (bit s-1 for signal s) */
     FD_EPOLL,       /* an epoll: `value` watches from S.watches[first_watch] */
+    FD_PIPE,        /* an end of a pipe whose both ends this process holds: inode in `value`,
+                     * 1 in `sock_type` for the write end; the pipe's first record has the
+                     * `timer[0]` bytes from inflight[timer[1]] that were in it */
     FD_LISTEN,      /* a listening socket: bound again to `addr` (family, type and protocol in
                      * `sock_type`, `value` and `timer[0]`; SO_REUSEPORT, IPV6_V6ONLY in
                      * `timer[1]`, `timer[2]`) */
@@ -1017,6 +1034,12 @@ static void census_fd(int fd, void *dirfd)
     } else if (S_ISCHR(st.st_mode)) {
         if (!reopenable_device(target))
             unrestorable("fd %d is the device %s", fd, target);
+    } else if (S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0 && npipe_ends < MAX_FDS) {
+        struct pipe_end *e = &pipe_ends[npipe_ends++];
+        e->fd = fd;
+        e->write = (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY;
+        e->ino = strtoull(target + 6, NULL, 10);
+        snprintf(e->target, sizeof e->target, "%s", target);
     } else if (S_ISSOCK(st.st_mode) && save_listener(fd, target)) {
         /* bound again at restart */
     } else if ((S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) && S.close_external) {
@@ -1067,10 +1090,92 @@ static void census_children(int tid, void *arg)
  * that could not be restored. Shared mappings a restart cannot map again (deleted files,
  * System V memory, a file whose name now leads elsewhere) count, as do children and
  * descriptors. */
+/* Move what is in the pipe out through read end `rfd` into inflight[], and put it back
+ * through write end `wfd`, so the process goes on as if nothing happened. Returns the bytes,
+ * or -1 (the census says why). */
+static ssize_t drain_pipe(int rfd, int wfd, const char *target)
+{
+    int fl = fcntl(rfd, F_GETFL);
+    fcntl(rfd, F_SETFL, fl | O_NONBLOCK);
+    size_t start = inflight_used;
+    ssize_t r;
+    while (inflight_used < MAX_INFLIGHT &&
+           (r = read(rfd, inflight + inflight_used, MAX_INFLIGHT - inflight_used)) > 0)
+        inflight_used += (size_t)r;
+    fcntl(rfd, F_SETFL, fl);
+    size_t got = inflight_used - start;
+    for (size_t done = 0; done < got;) {
+        ssize_t w = write(wfd, inflight + start + done, got - done);
+        if (w <= 0) {
+            unrestorable("the %zu bytes in %s could not be put back (%s): the process lost them", got - done,
+                         target, strerror(errno));
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    if (inflight_used == MAX_INFLIGHT) {
+        unrestorable("more than %u bytes are in flight in pipes inside the process", MAX_INFLIGHT);
+        return -1;
+    }
+    return (ssize_t)got;
+}
+
+/* Pipes: one whose both ends the process holds comes back with the bytes in flight in it;
+ * one with an end elsewhere leaves the job (refused, or closed under CAIRN_CKPT_EXTERNAL). */
+static void census_pipes(void)
+{
+    inflight_used = 0;
+    for (int i = 0; i < npipe_ends; i++) {
+        struct pipe_end *e = &pipe_ends[i];
+        int rfd = -1, wfd = -1, first = 1;
+        for (int j = 0; j < npipe_ends; j++) {
+            if (pipe_ends[j].ino != e->ino)
+                continue;
+            if (j < i)
+                first = 0;
+            if (pipe_ends[j].write && wfd < 0)
+                wfd = pipe_ends[j].fd;
+            if (!pipe_ends[j].write && rfd < 0)
+                rfd = pipe_ends[j].fd;
+        }
+        if (rfd < 0 || wfd < 0) {
+            if (S.close_external)
+                come_back_closed(e->fd, 0, e->target);
+            else
+                unrestorable("fd %d is a pipe or FIFO (%s) whose other end is outside the process", e->fd,
+                             e->target);
+            continue;
+        }
+        if (S.nfds >= MAX_FDS)
+            return; /* the census reports the count */
+        struct fd_rec *f = &S.fds[S.nfds];
+        memset(f, 0, sizeof *f);
+        f->fd = e->fd;
+        f->kind = FD_PIPE;
+        f->value = e->ino;
+        f->sock_type = e->write;
+        f->flags = fcntl(e->fd, F_GETFL);
+        f->cloexec = (fcntl(e->fd, F_GETFD) & FD_CLOEXEC) != 0;
+        snprintf(f->path, sizeof f->path, "%s", e->target);
+        if (first) {
+            /* The pipe's first record carries its bytes in flight. */
+            size_t at = inflight_used;
+            ssize_t got = drain_pipe(rfd, wfd, e->target);
+            if (got < 0)
+                return;
+            f->timer[0] = got;
+            f->timer[1] = (int64_t)at;
+        }
+        S.nfds++;
+    }
+}
+
 static void census(const struct cairn_img_region *regs, int n)
 {
     int dirfd = -1;
+    npipe_ends = 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
+    census_pipes();
     if (S.nfds >= MAX_FDS)
         unrestorable("more than %d files are open", MAX_FDS);
     each_number("/proc/self/task", census_children, NULL, NULL);
@@ -1459,6 +1564,66 @@ static void listen_again(const struct fd_rec *f)
     fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
 }
 
+/* The first record of pipe f->value in S.fds with write end `write`, or NULL. */
+static const struct fd_rec *first_end(uint64_t ino, int write)
+{
+    for (int i = 0; i < S.nfds; i++)
+        if (S.fds[i].kind == FD_PIPE && S.fds[i].value == ino && S.fds[i].sock_type == write)
+            return &S.fds[i];
+    return NULL;
+}
+
+/* A pipe inside the process: its first record makes it, with both ends at the first
+ * descriptors recorded for them, and writes back its bytes in flight; other records of the
+ * pipe are duplicates of those. */
+static void pipe_again(const struct fd_rec *f)
+{
+    const struct fd_rec *r = first_end(f->value, 0), *w = first_end(f->value, 1);
+    if (!r || !w)
+        return;
+    if (f != r && f != w) {
+        const struct fd_rec *same = f->sock_type ? w : r;
+        if (dup3(same->fd, f->fd, f->cloexec ? O_CLOEXEC : 0) < 0)
+            say("cannot make fd %d (%s) again: %s", f->fd, f->path, strerror(errno));
+        return;
+    }
+    if (f != (r < w ? r : w))
+        return; /* made with the other end */
+    int ends[2];
+    if (pipe(ends) != 0) {
+        say("cannot make the pipe %s again: %s", f->path, strerror(errno));
+        return;
+    }
+    /* Out of the way of the numbers they go to before placing them. */
+    int high = 3;
+    for (int i = 0; i < S.nfds; i++)
+        if (S.fds[i].fd >= high)
+            high = S.fds[i].fd + 1;
+    for (int k = 0; k < 2; k++) {
+        int moved = fcntl(ends[k], F_DUPFD_CLOEXEC, high);
+        close(ends[k]);
+        ends[k] = moved;
+    }
+    if (ends[0] < 0 || ends[1] < 0) {
+        say("cannot make the pipe %s again: %s", f->path, strerror(errno));
+        return;
+    }
+    place(ends[0], r);
+    place(ends[1], w);
+    fcntl(r->fd, F_SETFL, r->flags & O_NONBLOCK);
+    fcntl(w->fd, F_SETFL, w->flags & O_NONBLOCK);
+    const struct fd_rec *data = r < w ? r : w;
+    for (int64_t done = 0; done < data->timer[0];) {
+        ssize_t n = write(w->fd, inflight + data->timer[1] + done, (size_t)(data->timer[0] - done));
+        if (n <= 0) {
+            say("cannot put %lld bytes back into the pipe %s: %s", (long long)(data->timer[0] - done), f->path,
+                strerror(errno));
+            break;
+        }
+        done += n;
+    }
+}
+
 /* A pipe or socket at f->fd whose other end is closed: reads see end-of-file, writes fail
  * with EPIPE (SIGPIPE unless the program ignores it). */
 static void closed_end(const struct fd_rec *f)
@@ -1499,6 +1664,10 @@ static void resume_process(void)
         }
         if (f->kind == FD_LISTEN) {
             listen_again(f);
+            continue;
+        }
+        if (f->kind == FD_PIPE) {
+            pipe_again(f);
             continue;
         }
         if (f->kind != FD_REOPEN) {

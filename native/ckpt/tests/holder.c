@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR
+ *   holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -21,6 +21,9 @@
  *            writes 1 to an eventfd the same epoll watches; every 10 steps the eventfd must
  *            read 10 (exit 5 if the timer stops, 6 if epoll stops reporting the eventfd, 7 if
  *            its count is wrong)
+ *   selfpipe a pipe with both ends in the process, always holding the previous step's number:
+ *            each step writes its number and reads the one before (exit 8 if it is not
+ *            there or wrong)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
@@ -50,7 +53,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
     pid_t child = -1;
     unsigned char *map = NULL;
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
+    int self[2] = {-1, -1};
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -128,6 +132,9 @@ int main(int argc, char **argv)
         ev.data.u64 = 2;
         if (epoll_ctl(epfd, EPOLL_CTL_ADD, efd, &ev) != 0 || timerfd_settime(tfd, 0, &its, NULL) != 0)
             return 3;
+    } else if (strcmp(what, "selfpipe") == 0) {
+        if (pipe(self) != 0 || fcntl(self[0], F_SETFL, O_NONBLOCK) != 0)
+            return 3;
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
@@ -160,6 +167,15 @@ int main(int argc, char **argv)
         }
         if (map)
             map[i % 4096] += 1;
+        if (self[0] >= 0) {
+            long prev = -1;
+            if (write(self[1], &i, sizeof i) != (ssize_t)sizeof i)
+                return 4;
+            if (i > 1 && (read(self[0], &prev, sizeof prev) != (ssize_t)sizeof prev || prev != i - 1)) {
+                printf("holder: the pipe held %ld, not %ld, at step %ld\n", prev, i - 1, i);
+                return 8;
+            }
+        }
         if (lfd >= 0) {
             int c = accept(lfd, NULL, NULL);
             if (c >= 0) {
