@@ -45,6 +45,10 @@
 #include <linux/futex.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
@@ -59,6 +63,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -86,6 +91,14 @@
 /* Bytes in flight in pipes inside the process at the checkpoint (part of the image). */
 static char inflight[MAX_INFLIGHT];
 static size_t inflight_used;
+
+/* Unix stream sockets seen by the census, paired up once all descriptors are known. */
+static struct sock_end {
+    int fd;
+    uint64_t ino, peer;
+    char target[64];
+} sock_ends[MAX_FDS];
+static int nsock_ends;
 
 /* Pipe descriptors seen by the census, paired up once all descriptors are known. */
 static struct pipe_end {
@@ -127,6 +140,10 @@ enum fd_kind {
     FD_PIPE,        /* an end of a pipe whose both ends this process holds: inode in `value`,
                      * 1 in `sock_type` for the write end; the pipe's first record has the
                      * `timer[0]` bytes from inflight[timer[1]] that were in it */
+    FD_SOCKPAIR,    /* an end of a Unix stream socket pair whose both ends this process
+                     * holds: own and peer inode in `value` and `timer[2]`, type in
+                     * `sock_type`; the `timer[0]` bytes from inflight[timer[1]] were
+                     * waiting to be read at this end */
     FD_LISTEN,      /* a listening socket: bound again to `addr` (family, type and protocol in
                      * `sock_type`, `value` and `timer[0]`; SO_REUSEPORT, IPV6_V6ONLY in
                      * `timer[1]`, `timer[2]`) */
@@ -874,25 +891,36 @@ static void describe_socket(int fd, char *out, size_t len)
     snprintf(out, len, "%s %s%s", d, t, peer);
 }
 
+/* The next record of S.fds, cleared, for descriptor fd of `kind` (`target` is what
+ * /proc/self/fd shows for it), with its status and close-on-exec flags; counted only once
+ * the caller does S.nfds++. NULL when the table is full (the census reports the count). */
+static struct fd_rec *new_record(int fd, int kind, const char *target)
+{
+    if (S.nfds >= MAX_FDS)
+        return NULL;
+    struct fd_rec *f = &S.fds[S.nfds];
+    memset(f, 0, sizeof *f);
+    f->fd = fd;
+    f->kind = kind;
+    f->flags = fcntl(fd, F_GETFL);
+    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    snprintf(f->path, sizeof f->path, "%s", target);
+    return f;
+}
+
 /* Under CAIRN_CKPT_EXTERNAL=close: record pipe or socket fd to come back with its other end
  * closed, and say so now, on the process's standard error. */
 static void come_back_closed(int fd, int sock, const char *target)
 {
-    if (S.nfds >= MAX_FDS)
-        return; /* the census reports the count */
-    struct fd_rec *f = &S.fds[S.nfds];
-    memset(f, 0, sizeof *f);
-    f->fd = fd;
-    f->kind = sock ? FD_CLOSED_SOCK : FD_CLOSED_PIPE;
-    f->flags = fcntl(fd, F_GETFL);
-    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    struct fd_rec *f = new_record(fd, sock ? FD_CLOSED_SOCK : FD_CLOSED_PIPE, target);
+    if (!f)
+        return;
     char what[128] = "pipe or FIFO";
     if (sock) {
         socklen_t sl = sizeof f->sock_type;
         getsockopt(fd, SOL_SOCKET, SO_TYPE, &f->sock_type, &sl);
         describe_socket(fd, what, sizeof what);
     }
-    snprintf(f->path, sizeof f->path, "%s", target);
     S.nfds++;
     say("checkpoint: fd %d (%s, %s) will come back closed after a restart (CAIRN_CKPT_EXTERNAL=close); "
         "data in flight in it is not saved", fd, what, target);
@@ -915,18 +943,13 @@ static int fdinfo_number(const char *text, const char *key, int base, uint64_t *
  * after a restart. Returns 0 for another kind (or fdinfo that does not read as expected). */
 static int save_anon(int fd, const char *target)
 {
-    if (S.nfds >= MAX_FDS)
-        return 1; /* the census reports the count */
+    struct fd_rec *f = new_record(fd, FD_REOPEN, target);
+    if (!f)
+        return 1;
     char path[64], info[16384];
     snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
     if (read_file(path, info, sizeof info) < 0)
         return 0;
-    struct fd_rec *f = &S.fds[S.nfds];
-    memset(f, 0, sizeof *f);
-    f->fd = fd;
-    f->flags = fcntl(fd, F_GETFL);
-    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
-    snprintf(f->path, sizeof f->path, "%s", target);
     uint64_t v = 0;
     if (strcmp(target, "anon_inode:[eventfd]") == 0 && fdinfo_number(info, "eventfd-count", 16, &f->value)) {
         f->kind = FD_EVENTFD;
@@ -969,6 +992,65 @@ static int save_anon(int fd, const char *target)
     return 1;
 }
 
+/* The inode of the peer of Unix socket `ino` (sock_diag), or 0. */
+static uint64_t unix_peer(uint64_t ino)
+{
+    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0)
+        return 0;
+    struct {
+        struct nlmsghdr nlh;
+        struct unix_diag_req r;
+    } req;
+    memset(&req, 0, sizeof req);
+    req.nlh.nlmsg_len = sizeof req;
+    req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.nlh.nlmsg_flags = NLM_F_REQUEST;
+    req.r.sdiag_family = AF_UNIX;
+    req.r.udiag_states = ~0u;
+    req.r.udiag_ino = (uint32_t)ino;
+    req.r.udiag_show = UDIAG_SHOW_PEER;
+    req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = ~0u;
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+    static char buf[8192];
+    uint64_t peer = 0;
+    if (sendto(nl, &req, sizeof req, 0, (struct sockaddr *)&sa, sizeof sa) == (ssize_t)sizeof req) {
+        ssize_t n = recv(nl, buf, sizeof buf, 0);
+        for (struct nlmsghdr *h = (void *)buf; n > 0 && NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+                break;
+            struct unix_diag_msg *m = NLMSG_DATA(h);
+            if (m->udiag_ino != (uint32_t)ino)
+                continue;
+            int len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof *m));
+            for (struct rtattr *a = (void *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
+                if (a->rta_type == UNIX_DIAG_PEER)
+                    peer = *(uint32_t *)RTA_DATA(a);
+            break;
+        }
+    }
+    close(nl);
+    return peer;
+}
+
+/* Note a connected Unix stream socket for census_sockets. Returns 0 for another socket. */
+static int unix_stream_end(int fd, const char *target)
+{
+    int dom = 0, type = 0;
+    socklen_t sl = sizeof dom;
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
+    sl = sizeof type;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    if (dom != AF_UNIX || type != SOCK_STREAM || strncmp(target, "socket:[", 8) != 0 || nsock_ends >= MAX_FDS)
+        return 0;
+    struct sock_end *e = &sock_ends[nsock_ends++];
+    e->fd = fd;
+    e->ino = strtoull(target + 8, NULL, 10);
+    e->peer = unix_peer(e->ino);
+    snprintf(e->target, sizeof e->target, "%s", target);
+    return 1;
+}
+
 /* Record a listening Unix, IPv4 or IPv6 socket, to bind and listen again at restart.
  * Returns 0 for any other socket. */
 static int save_listener(int fd, const char *target)
@@ -981,10 +1063,9 @@ static int save_listener(int fd, const char *target)
     getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
     if (dom != AF_UNIX && dom != AF_INET && dom != AF_INET6)
         return 0;
-    if (S.nfds >= MAX_FDS)
-        return 1; /* the census reports the count */
-    struct fd_rec *f = &S.fds[S.nfds];
-    memset(f, 0, sizeof *f);
+    struct fd_rec *f = new_record(fd, FD_LISTEN, target);
+    if (!f)
+        return 1;
     f->addrlen = sizeof f->addr;
     if (getsockname(fd, (struct sockaddr *)&f->addr, &f->addrlen) != 0)
         return 0;
@@ -994,8 +1075,6 @@ static int save_listener(int fd, const char *target)
     getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
     sl = sizeof proto;
     getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &sl);
-    f->fd = fd;
-    f->kind = FD_LISTEN;
     f->sock_type = type;
     f->value = (uint64_t)dom;
     f->timer[0] = proto;
@@ -1005,9 +1084,6 @@ static int save_listener(int fd, const char *target)
     sl = sizeof on;
     if (dom == AF_INET6 && getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &sl) == 0)
         f->timer[2] = on;
-    f->flags = fcntl(fd, F_GETFL);
-    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
-    snprintf(f->path, sizeof f->path, "%s", target);
     S.nfds++;
     return 1;
 }
@@ -1042,6 +1118,8 @@ static void census_fd(int fd, void *dirfd)
         snprintf(e->target, sizeof e->target, "%s", target);
     } else if (S_ISSOCK(st.st_mode) && save_listener(fd, target)) {
         /* bound again at restart */
+    } else if (S_ISSOCK(st.st_mode) && unix_stream_end(fd, target)) {
+        /* paired up in census_sockets */
     } else if ((S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) && S.close_external) {
         come_back_closed(fd, S_ISSOCK(st.st_mode), target);
     } else if (S_ISFIFO(st.st_mode)) {
@@ -1146,17 +1224,11 @@ static void census_pipes(void)
                              e->target);
             continue;
         }
-        if (S.nfds >= MAX_FDS)
-            return; /* the census reports the count */
-        struct fd_rec *f = &S.fds[S.nfds];
-        memset(f, 0, sizeof *f);
-        f->fd = e->fd;
-        f->kind = FD_PIPE;
+        struct fd_rec *f = new_record(e->fd, FD_PIPE, e->target);
+        if (!f)
+            return;
         f->value = e->ino;
         f->sock_type = e->write;
-        f->flags = fcntl(e->fd, F_GETFL);
-        f->cloexec = (fcntl(e->fd, F_GETFD) & FD_CLOEXEC) != 0;
-        snprintf(f->path, sizeof f->path, "%s", e->target);
         if (first) {
             /* The pipe's first record carries its bytes in flight. */
             size_t at = inflight_used;
@@ -1170,12 +1242,98 @@ static void census_pipes(void)
     }
 }
 
+/* The bytes waiting to be read at Unix stream socket fd, copied into inflight[] without
+ * taking them (MSG_PEEK). Returns their count, or -1 (the census says why). */
+static ssize_t peek_socket(int fd, const char *target)
+{
+    int queued = 0;
+    if (ioctl(fd, FIONREAD, &queued) != 0 || queued < 0)
+        queued = 0;
+    if (queued == 0)
+        return 0;
+    if ((size_t)queued > MAX_INFLIGHT - inflight_used) {
+        unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+        return -1;
+    }
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(64 * sizeof(int))];
+    } ctl;
+    struct iovec io = {inflight + inflight_used, (size_t)queued};
+    struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+    ssize_t got = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int passed = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int *fds = (int *)CMSG_DATA(c);
+            for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++)
+                close(fds[k]); /* peeking installed copies */
+            passed = 1;
+        } else {
+            passed = 1;
+        }
+    }
+    if (passed || (mh.msg_flags & MSG_CTRUNC)) {
+        unrestorable("%s has descriptors or credentials in flight", target);
+        return -1;
+    }
+    if (got < 0)
+        got = 0;
+    inflight_used += (size_t)got;
+    return got;
+}
+
+/* Unix stream sockets: a pair whose both ends the process holds (an event loop's self-pipe)
+ * comes back with the bytes waiting at each end; one whose peer is elsewhere leaves the job
+ * (refused, or closed under CAIRN_CKPT_EXTERNAL). */
+static void census_sockets(void)
+{
+    for (int i = 0; i < nsock_ends; i++) {
+        struct sock_end *e = &sock_ends[i];
+        int inside = 0, first = 1;
+        for (int j = 0; j < nsock_ends; j++) {
+            if (e->peer && sock_ends[j].ino == e->peer)
+                inside = 1;
+            if (j < i && sock_ends[j].ino == e->ino)
+                first = 0;
+        }
+        if (!inside) {
+            if (S.close_external) {
+                come_back_closed(e->fd, 1, e->target);
+            } else {
+                char what[128];
+                describe_socket(e->fd, what, sizeof what);
+                unrestorable("fd %d is a socket (%s; %s) whose peer is outside the process", e->fd, what,
+                             e->target);
+            }
+            continue;
+        }
+        struct fd_rec *f = new_record(e->fd, FD_SOCKPAIR, e->target);
+        if (!f)
+            return;
+        f->sock_type = SOCK_STREAM;
+        f->value = e->ino;
+        f->timer[2] = (int64_t)e->peer;
+        if (first) {
+            size_t at = inflight_used;
+            ssize_t got = peek_socket(e->fd, e->target);
+            if (got < 0)
+                return;
+            f->timer[0] = got;
+            f->timer[1] = (int64_t)at;
+        }
+        S.nfds++;
+    }
+}
+
 static void census(const struct cairn_img_region *regs, int n)
 {
     int dirfd = -1;
     npipe_ends = 0;
+    nsock_ends = 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
+    census_sockets();
     if (S.nfds >= MAX_FDS)
         unrestorable("more than %d files are open", MAX_FDS);
     each_number("/proc/self/task", census_children, NULL, NULL);
@@ -1564,6 +1722,28 @@ static void listen_again(const struct fd_rec *f)
     fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
 }
 
+/* Put the two new descriptors `ends` at x->fd and y->fd, with their records' flags. They are
+ * moved above every recorded number first, so that placing one cannot close the other. */
+static int place_pair(int ends[2], const struct fd_rec *x, const struct fd_rec *y)
+{
+    int high = 3;
+    for (int i = 0; i < S.nfds; i++)
+        if (S.fds[i].fd >= high)
+            high = S.fds[i].fd + 1;
+    for (int k = 0; k < 2; k++) {
+        int moved = fcntl(ends[k], F_DUPFD_CLOEXEC, high);
+        close(ends[k]);
+        ends[k] = moved;
+    }
+    if (ends[0] < 0 || ends[1] < 0)
+        return -1;
+    place(ends[0], x);
+    place(ends[1], y);
+    fcntl(x->fd, F_SETFL, x->flags & O_NONBLOCK);
+    fcntl(y->fd, F_SETFL, y->flags & O_NONBLOCK);
+    return 0;
+}
+
 /* The first record of pipe f->value in S.fds with write end `write`, or NULL. */
 static const struct fd_rec *first_end(uint64_t ino, int write)
 {
@@ -1590,29 +1770,15 @@ static void pipe_again(const struct fd_rec *f)
     if (f != (r < w ? r : w))
         return; /* made with the other end */
     int ends[2];
-    if (pipe(ends) != 0) {
+    if (pipe(ends) != 0 || place_pair(ends, r, w) != 0) {
         say("cannot make the pipe %s again: %s", f->path, strerror(errno));
         return;
     }
-    /* Out of the way of the numbers they go to before placing them. */
-    int high = 3;
-    for (int i = 0; i < S.nfds; i++)
-        if (S.fds[i].fd >= high)
-            high = S.fds[i].fd + 1;
-    for (int k = 0; k < 2; k++) {
-        int moved = fcntl(ends[k], F_DUPFD_CLOEXEC, high);
-        close(ends[k]);
-        ends[k] = moved;
-    }
-    if (ends[0] < 0 || ends[1] < 0) {
-        say("cannot make the pipe %s again: %s", f->path, strerror(errno));
-        return;
-    }
-    place(ends[0], r);
-    place(ends[1], w);
-    fcntl(r->fd, F_SETFL, r->flags & O_NONBLOCK);
-    fcntl(w->fd, F_SETFL, w->flags & O_NONBLOCK);
     const struct fd_rec *data = r < w ? r : w;
+    if (data->timer[0] > 65536) /* more than a pipe holds by default: make room */
+        fcntl(w->fd, F_SETPIPE_SZ, (int)data->timer[0]);
+    int fl = fcntl(w->fd, F_GETFL);
+    fcntl(w->fd, F_SETFL, fl | O_NONBLOCK); /* never wait here: a short write is said */
     for (int64_t done = 0; done < data->timer[0];) {
         ssize_t n = write(w->fd, inflight + data->timer[1] + done, (size_t)(data->timer[0] - done));
         if (n <= 0) {
@@ -1621,6 +1787,55 @@ static void pipe_again(const struct fd_rec *f)
             break;
         }
         done += n;
+    }
+    fcntl(w->fd, F_SETFL, fl);
+}
+
+/* The first record of Unix socket `ino` in S.fds, or NULL. */
+static const struct fd_rec *first_sock(uint64_t ino)
+{
+    for (int i = 0; i < S.nfds; i++)
+        if (S.fds[i].kind == FD_SOCKPAIR && S.fds[i].value == ino)
+            return &S.fds[i];
+    return NULL;
+}
+
+/* A socket pair inside the process: the first record of either end makes it, both ends at
+ * the first descriptors recorded for them, and sends each end's waiting bytes from the
+ * other; other records of an end are duplicates. */
+static void sockpair_again(const struct fd_rec *f)
+{
+    const struct fd_rec *a = first_sock(f->value), *b = first_sock((uint64_t)f->timer[2]);
+    if (!a || !b)
+        return;
+    if (f != a) {
+        if (dup3(a->fd, f->fd, f->cloexec ? O_CLOEXEC : 0) < 0)
+            say("cannot make fd %d (%s) again: %s", f->fd, f->path, strerror(errno));
+        return;
+    }
+    if (b < a)
+        return; /* made with its peer */
+    int ends[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ends) != 0 || place_pair(ends, a, b) != 0) {
+        say("cannot make the socket pair %s again: %s", f->path, strerror(errno));
+        return;
+    }
+    const struct fd_rec *to[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        const struct fd_rec *at = to[k], *from = to[1 - k];
+        int room = (int)at->timer[0];
+        if (room > 100000) /* more than the default holds: make room (the kernel doubles it) */
+            setsockopt(from->fd, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
+        for (int64_t done = 0; done < at->timer[0];) {
+            ssize_t n = send(from->fd, inflight + at->timer[1] + done, (size_t)(at->timer[0] - done),
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n <= 0) {
+                say("cannot put %lld bytes back into %s: %s", (long long)(at->timer[0] - done), at->path,
+                    strerror(errno));
+                break;
+            }
+            done += n;
+        }
     }
 }
 
@@ -1668,6 +1883,10 @@ static void resume_process(void)
         }
         if (f->kind == FD_PIPE) {
             pipe_again(f);
+            continue;
+        }
+        if (f->kind == FD_SOCKPAIR) {
+            sockpair_again(f);
             continue;
         }
         if (f->kind != FD_REOPEN) {

@@ -1036,7 +1036,7 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
 }
 
 #[test]
-fn real_library_shared_memory_directories_event_descriptors_and_pipes_come_back() {
+fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pairs_come_back() {
     let Some((t, config, holder)) = holder_setup() else {
         return;
     };
@@ -1045,9 +1045,9 @@ fn real_library_shared_memory_directories_event_descriptors_and_pipes_come_back(
     // to what they were at the checkpoint, some end at 2. With `dirs`, every step goes
     // through a directory's descriptor and two devices, which must be open again; with
     // `epoll`, through an epoll instance watching a timerfd and an eventfd, whose count is
-    // checked every 10 steps; with `selfpipe`, through a pipe inside the process that always
-    // holds the previous step's number.
-    for what in ["shared", "anon", "dirs", "epoll", "selfpipe"] {
+    // checked every 10 steps; with `selfpipe` and `selfsock`, through a pipe and a socket
+    // pair inside the process that always hold the previous step's number.
+    for what in ["shared", "anon", "dirs", "epoll", "selfpipe", "selfsock"] {
         let job_name = format!("maps-{what}");
         let (mut job, pid) = launch_holder(t.path(), &config, &job_name, &holder, what);
         wait_steps(t.path(), 1, 100);
@@ -1057,7 +1057,7 @@ fn real_library_shared_memory_directories_event_descriptors_and_pipes_come_back(
         wait_child(&mut job, 30);
         restart_from(&config, t.path(), 1);
         let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
-        let end = if ["dirs", "epoll", "selfpipe"].contains(&what) {
+        let end = if ["dirs", "epoll", "selfpipe", "selfsock"].contains(&what) {
             "holder: done\n"
         } else {
             "holder: sum 600\nholder: done\n"

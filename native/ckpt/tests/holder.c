@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|dirs STEPS DIR
+ *   holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -24,6 +24,7 @@
  *   selfpipe a pipe with both ends in the process, always holding the previous step's number:
  *            each step writes its number and reads the one before (exit 8 if it is not
  *            there or wrong)
+ *   selfsock the same through a Unix stream socket pair inside the process, in both directions
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
@@ -53,7 +54,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
     pid_t child = -1;
     unsigned char *map = NULL;
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
-    int self[2] = {-1, -1};
+    int self[2] = {-1, -1}, pair[2] = {-1, -1};
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -135,6 +136,9 @@ int main(int argc, char **argv)
     } else if (strcmp(what, "selfpipe") == 0) {
         if (pipe(self) != 0 || fcntl(self[0], F_SETFL, O_NONBLOCK) != 0)
             return 3;
+    } else if (strcmp(what, "selfsock") == 0) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair) != 0)
+            return 3;
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
@@ -167,6 +171,15 @@ int main(int argc, char **argv)
         }
         if (map)
             map[i % 4096] += 1;
+        for (int k = 0; pair[0] >= 0 && k < 2; k++) {
+            long prev = -1;
+            if (write(pair[k], &i, sizeof i) != (ssize_t)sizeof i)
+                return 4;
+            if (i > 1 && (read(pair[1 - k], &prev, sizeof prev) != (ssize_t)sizeof prev || prev != i - 1)) {
+                printf("holder: socket %d held %ld, not %ld, at step %ld\n", 1 - k, prev, i - 1, i);
+                return 8;
+            }
+        }
         if (self[0] >= 0) {
             long prev = -1;
             if (write(self[1], &i, sizeof i) != (ssize_t)sizeof i)
