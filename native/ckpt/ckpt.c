@@ -1168,34 +1168,35 @@ static void census_children(int tid, void *arg)
  * that could not be restored. Shared mappings a restart cannot map again (deleted files,
  * System V memory, a file whose name now leads elsewhere) count, as do children and
  * descriptors. */
-/* Move what is in the pipe out through read end `rfd` into inflight[], and put it back
- * through write end `wfd`, so the process goes on as if nothing happened. Returns the bytes,
- * or -1 (the census says why). */
-static ssize_t drain_pipe(int rfd, int wfd, const char *target)
+/* Copy what is in the pipe whose read end is `rfd` into inflight[] without taking it: tee()
+ * duplicates the pipe's contents into a scratch pipe of the same size, which is read.
+ * Returns the bytes, or -1 (the census says why). */
+static ssize_t copy_pipe(int rfd, const char *target)
 {
-    int fl = fcntl(rfd, F_GETFL);
-    fcntl(rfd, F_SETFL, fl | O_NONBLOCK);
-    size_t start = inflight_used;
-    ssize_t r;
-    while (inflight_used < MAX_INFLIGHT &&
-           (r = read(rfd, inflight + inflight_used, MAX_INFLIGHT - inflight_used)) > 0)
-        inflight_used += (size_t)r;
-    fcntl(rfd, F_SETFL, fl);
-    size_t got = inflight_used - start;
-    for (size_t done = 0; done < got;) {
-        ssize_t w = write(wfd, inflight + start + done, got - done);
-        if (w <= 0) {
-            unrestorable("the %zu bytes in %s could not be put back (%s): the process lost them", got - done,
-                         target, strerror(errno));
-            return -1;
-        }
-        done += (size_t)w;
-    }
-    if (inflight_used == MAX_INFLIGHT) {
-        unrestorable("more than %u bytes are in flight in pipes inside the process", MAX_INFLIGHT);
+    int scratch[2];
+    if (pipe2(scratch, O_CLOEXEC | O_NONBLOCK) != 0) {
+        unrestorable("cannot copy the bytes in %s: %s", target, strerror(errno));
         return -1;
     }
-    return (ssize_t)got;
+    int size = fcntl(rfd, F_GETPIPE_SZ);
+    if (size > 0)
+        fcntl(scratch[1], F_SETPIPE_SZ, size);
+    ssize_t in = tee(rfd, scratch[1], (size_t)INT32_MAX, SPLICE_F_NONBLOCK);
+    if (in < 0 && errno == EAGAIN)
+        in = 0; /* an empty pipe */
+    size_t start = inflight_used;
+    ssize_t r = 0;
+    while (in > 0 && inflight_used < MAX_INFLIGHT &&
+           (r = read(scratch[0], inflight + inflight_used, MAX_INFLIGHT - inflight_used)) > 0)
+        inflight_used += (size_t)r;
+    close(scratch[0]);
+    close(scratch[1]);
+    if (in < 0 || (size_t)in != inflight_used - start) {
+        unrestorable("cannot copy the bytes in %s: %s", target,
+                     in < 0 ? strerror(errno) : "more than 4 MiB in flight inside the process");
+        return -1;
+    }
+    return in;
 }
 
 /* Pipes: one whose both ends the process holds comes back with the bytes in flight in it;
@@ -1232,7 +1233,7 @@ static void census_pipes(void)
         if (first) {
             /* The pipe's first record carries its bytes in flight. */
             size_t at = inflight_used;
-            ssize_t got = drain_pipe(rfd, wfd, e->target);
+            ssize_t got = copy_pipe(rfd, e->target);
             if (got < 0)
                 return;
             f->timer[0] = got;
