@@ -839,21 +839,21 @@ static int reopenable_device(const char *path)
 static void unrestorable(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void unrestorable(const char *fmt, ...)
 {
-    size_t n = strlen(S.why), cap = sizeof S.why - 4;
-    if (n >= cap)
-        return;
+    /* Entries fill at most `cap` bytes; the 3 left over take the "..." of a cut list. */
+    size_t cap = sizeof S.why - 3, n = strlen(S.why);
+    if (n + 1 >= cap)
+        return; /* already cut */
     if (n > 0)
         n += (size_t)snprintf(S.why + n, cap - n, "; ");
-    if (n >= cap) {
-        strcpy(S.why + cap, "...");
-        return;
+    int w = -1;
+    if (n + 1 < cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        w = vsnprintf(S.why + n, cap - n, fmt, ap);
+        va_end(ap);
     }
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(S.why + n, cap - n, fmt, ap);
-    va_end(ap);
     if (w < 0 || (size_t)w >= cap - n)
-        strcpy(S.why + cap, "...");
+        strcpy(S.why + strlen(S.why), "...");
 }
 
 /* A socket's family and type, and its peer's address where it has one. */
@@ -1969,7 +1969,7 @@ static int send_line(const char *fmt, ...)
 {
     if (S.sock < 0)
         return -1;
-    char buf[1024];
+    char buf[4096]; /* the protocol's longest line (MAX_LINE in proto.rs) */
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
@@ -2252,7 +2252,8 @@ static void run_coordinated(int restarted)
             if (w == -ECANCELED)
                 continue;
             if (w < 0) {
-                char why[1280], enc[3 * sizeof why];
+                /* Encoded to fit the protocol's longest line with the rest of it. */
+                char why[1280], enc[3900];
                 failure(why, sizeof why, w);
                 encode(why, enc, sizeof enc);
                 send_line("FAILED ckpt=%llu why=%s", (unsigned long long)v, enc);

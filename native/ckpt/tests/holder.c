@@ -2,10 +2,11 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
+ *   sockets  60 of them (a refusal too long for one line of the protocol unless cut)
  *   listen   a TCP socket listening on 127.0.0.1, its port written to DIR/port; each step
  *            accepts a waiting connection, if any, and writes "hello" to it
  *   shared   a file mapped shared and writable (DIR/shared.dat, 4 KiB): each step adds 1
@@ -29,7 +30,7 @@
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
- * A checkpoint is refused for pipe, socket, inotify and child, and for fifo unless
+ * A checkpoint is refused for pipe, socket, sockets, inotify and child, and for fifo unless
  * CAIRN_CKPT_EXTERNAL=close; shared, anon and dirs come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -54,7 +55,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -83,12 +84,14 @@ int main(int argc, char **argv)
         }
         close(p[0]);
         wfd = p[1];
-    } else if (strcmp(what, "socket") == 0) {
-        int s = socket(AF_INET, SOCK_DGRAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(9),
-                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0)
-            return 3;
+    } else if (strcmp(what, "socket") == 0 || strcmp(what, "sockets") == 0) {
+        for (int k = 0; k < (what[6] ? 60 : 1); k++) {
+            int s = socket(AF_INET, SOCK_DGRAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(9),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0)
+                return 3;
+        }
     } else if (strcmp(what, "listen") == 0) {
         lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
