@@ -1092,24 +1092,35 @@ static int save_listener(int fd, const char *target)
  * restarting command), the library's own, files, directories and stateless devices. */
 static void census_fd(int fd, void *dirfd)
 {
-    if (fd <= 2 || fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1])
+    if (fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1])
         return;
     struct stat st;
     if (fstat(fd, &st) != 0)
         return;
-    char link[64], target[256];
+    char link[64], target[CAIRN_IMG_PATH_MAX];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, target, sizeof target - 1);
     target[n > 0 ? n : 0] = 0;
+    int named = target[0] == '/' && !strstr(target, " (deleted)");
+    if (((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && named) ||
+        (S_ISCHR(st.st_mode) && reopenable_device(target))) {
+        struct fd_rec *f = new_record(fd, FD_REOPEN, target);
+        if (f) {
+            f->offset = lseek(fd, 0, SEEK_CUR);
+            f->size = st.st_size;
+            S.nfds++;
+        }
+        return;
+    }
+    if (fd <= 2)
+        return; /* a restart takes the standard streams from the command that restarts */
     if (strncmp(target, "anon_inode:", 11) == 0) {
         if (!save_anon(fd, target))
             unrestorable("fd %d is %s", fd, target);
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
-        if (strstr(target, " (deleted)") || target[0] != '/')
-            unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
+        unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
     } else if (S_ISCHR(st.st_mode)) {
-        if (!reopenable_device(target))
-            unrestorable("fd %d is the device %s", fd, target);
+        unrestorable("fd %d is the device %s", fd, target);
     } else if (S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0 && npipe_ends < MAX_FDS) {
         struct pipe_end *e = &pipe_ends[npipe_ends++];
         e->fd = fd;
@@ -1163,11 +1174,6 @@ static void census_children(int tid, void *arg)
     }
 }
 
-/* Everything this process holds that an image of it cannot bring back, into S.why (empty
- * when there is nothing): the checkpoint fails with that list rather than store an image
- * that could not be restored. Shared mappings a restart cannot map again (deleted files,
- * System V memory, a file whose name now leads elsewhere) count, as do children and
- * descriptors. */
 /* Copy what is in the pipe whose read end is `rfd` into inflight[] without taking it: tee()
  * duplicates the pipe's contents into a scratch pipe of the same size, which is read.
  * Returns the bytes, or -1 (the census says why). */
@@ -1327,9 +1333,16 @@ static void census_sockets(void)
     }
 }
 
+/* Take stock of the process for its image: every descriptor it can bring back goes into
+ * S.fds, and everything it cannot into S.why (empty when there is nothing), so that the
+ * checkpoint fails with that list rather than store an image that could not be restored.
+ * Shared mappings a restart cannot map again (deleted files, System V memory, a file whose
+ * name now leads elsewhere) count, as do children and descriptors. */
 static void census(const struct cairn_img_region *regs, int n)
 {
     int dirfd = -1;
+    S.nfds = 0;
+    S.nwatches = 0;
     npipe_ends = 0;
     nsock_ends = 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
@@ -1358,41 +1371,6 @@ static void census(const struct cairn_img_region *regs, int n)
 }
 
 
-/* Record descriptor fd if it is a file, a directory or a stateless device (not the
- * library's own), to open again after a restart. */
-static void save_fd(int fd, void *dirfd)
-{
-    if (fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1] || S.nfds >= MAX_FDS)
-        return;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode)))
-        return;
-    struct fd_rec *f = &S.fds[S.nfds];
-    f->kind = FD_REOPEN;
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, f->path, sizeof f->path - 1);
-    if (n <= 0 || f->path[0] != '/')
-        return;
-    f->path[n] = 0;
-    if (strstr(f->path, " (deleted)") || (S_ISCHR(st.st_mode) && !reopenable_device(f->path)))
-        return;
-    f->fd = fd;
-    f->flags = fcntl(fd, F_GETFL);
-    f->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
-    f->offset = lseek(fd, 0, SEEK_CUR);
-    f->size = st.st_size;
-    S.nfds++;
-}
-
-/* Regular files open in the process, to reopen after a restart. */
-static void save_fds(void)
-{
-    int dirfd = -1;
-    S.nfds = 0;
-    S.nwatches = 0;
-    each_number("/proc/self/fd", save_fd, &dirfd, &dirfd);
-}
 
 static void save_process_state(void)
 {
@@ -1407,7 +1385,6 @@ static void save_process_state(void)
             S.actions[s].mask = act[3];
         }
     }
-    save_fds();
     if (!getcwd(S.cwd, sizeof S.cwd))
         S.cwd[0] = 0;
     S.umask = umask(0);
@@ -1900,12 +1877,7 @@ static void resume_process(void)
             say("cannot reopen %s as fd %d: %s", f->path, f->fd, strerror(errno));
             continue;
         }
-        if (fd != f->fd) {
-            dup3(fd, f->fd, f->cloexec ? O_CLOEXEC : 0);
-            close(fd);
-        } else if (!f->cloexec) {
-            fcntl(fd, F_SETFD, 0);
-        }
+        place(fd, f);
         /* What the process wrote after the checkpoint it will write again: a file it had
          * open for writing goes back to its size at the checkpoint (an appended log gets
          * no duplicate lines). */

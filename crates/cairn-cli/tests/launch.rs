@@ -891,11 +891,9 @@ fn running_pids(t: &Path, procs: usize) -> Vec<String> {
 
 #[test]
 fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
-    if !real_tools() {
+    let Some((t, config)) = real_setup() else {
         return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    };
     let (mut job, pids) = launch_counters(t.path(), &config, "again", 2, 1000);
     wait_steps(t.path(), 2, 200);
     checkpoint(t.path());
@@ -949,14 +947,20 @@ fn refused_checkpoint(t: &Path, pid: &str) -> String {
     all
 }
 
-/// A scratch directory with a configuration and `holder` built in it, for the tests that run
-/// it; None (saying why) when the real library is not built.
-fn holder_setup() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+/// A scratch directory with a configuration whose local tier is in it, for the tests of the
+/// real library; None (saying why) when the library is not built.
+fn real_setup() -> Option<(tempfile::TempDir, PathBuf)> {
     if !real_tools() {
         return None;
     }
     let t = tempfile::tempdir().unwrap();
     let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    Some((t, config))
+}
+
+/// [`real_setup`] with `holder` built in the scratch directory.
+fn holder_setup() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+    let (t, config) = real_setup()?;
     let holder = build_test_program(t.path(), "holder");
     Some((t, config, holder))
 }
@@ -969,11 +973,9 @@ fn launch_holder(t: &Path, config: &Path, job: &str, holder: &Path, what: &str) 
 
 #[test]
 fn real_library_a_program_started_through_two_exec_wrappers_is_checkpointed_and_restarted() {
-    if !real_tools() {
+    let Some((t, config)) = real_setup() else {
         return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let config = write_config(t.path(), t.path().join("local").to_str().unwrap(), "");
+    };
     let counter = build_counter(t.path());
     // The launched shell execs a second shell, which execs the counter: the pid is the job's
     // throughout, and the counter must be under checkpoint control when it runs.

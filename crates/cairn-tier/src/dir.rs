@@ -378,10 +378,11 @@ impl ObjectReader for DirReader {
     }
 
     fn files(&self) -> Vec<(u64, u64, PathBuf)> {
-        let n = self.pieces.len().saturating_sub(1);
-        self.pieces[..n]
-            .iter()
-            .map(|p| (p.start, p.len, p.path.clone()))
+        // All but the last, the file written for the object itself.
+        let mut all = self.stored_files();
+        all.pop();
+        all.into_iter()
+            .map(|f| (f.start, f.len, f.path.to_path_buf()))
             .collect()
     }
 
