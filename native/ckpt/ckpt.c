@@ -211,6 +211,8 @@ static struct {
     int execed;                   /* this program replaced the job's process by exec */
     int close_external;           /* CAIRN_CKPT_EXTERNAL=close: pipes and sockets come back closed */
     char why[1024];               /* what the last checkpoint could not capture */
+    int nslevels;                 /* pid namespace levels /proc shows (2 or more: inside one) */
+    int host_pid;                 /* the pid as /proc (and cairn status, and kill from outside) see it */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
 /* Written by the restorer (image.h). */
@@ -299,6 +301,7 @@ static int write_full(int fd, const void *buf, size_t len)
 
 static void handler(int sig, siginfo_t *si, void *uc);
 static void *manager_main(void *arg);
+static void find_host_pid(void);
 
 static void copy_env(char *dst, size_t len, const char *name)
 {
@@ -400,6 +403,7 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
         return;
     }
     S.execed = owner != NULL;
+    find_host_pid();
     if (!owner) {
         char pid[16];
         snprintf(pid, sizeof pid, "%0*d", PID_WIDTH, (int)getpid());
@@ -543,10 +547,13 @@ struct task_list {
     int max, n;
 };
 
-static void add_task(int tid, void *arg)
+static int own_tid(int listed);
+
+static void add_task(int listed, void *arg)
 {
     struct task_list *l = arg;
-    if (tid != S.manager_tid && l->n < l->max)
+    int tid = own_tid(listed);
+    if (tid > 0 && tid != S.manager_tid && l->n < l->max)
         l->out[l->n++] = tid;
 }
 
@@ -648,6 +655,52 @@ static int read_file(const char *path, char *buf, size_t len)
     syscall(SYS_close, fd);
     buf[n] = 0;
     return n >= len - 1 ? -E2BIG : (int)n;
+}
+
+/* The numbers on the "NSpid:" line of a /proc status file: a task's id in each pid
+ * namespace from /proc's down to its own. Returns how many (0 when unreadable). */
+static int nspids(const char *status_path, long out[8])
+{
+    char text[2048];
+    if (read_file(status_path, text, sizeof text) < 0)
+        return 0;
+    const char *p = strstr(text, "\nNSpid:");
+    if (!p)
+        return 0;
+    p += 7;
+    int n = 0;
+    while (n < 8) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        out[n++] = v;
+        p = end;
+        if (*p == '\n')
+            break;
+    }
+    return n;
+}
+
+/* Where the process stands: its pid as /proc shows it, and whether it runs in a pid
+ * namespace below /proc's (cairn launch makes one per process tree). */
+static void find_host_pid(void)
+{
+    long ids[8];
+    S.nslevels = nspids("/proc/self/status", ids);
+    S.host_pid = S.nslevels > 0 ? (int)ids[0] : (int)getpid();
+}
+
+/* A thread id as /proc/self/task lists it, in the process's own namespace. */
+static int own_tid(int listed)
+{
+    if (S.nslevels < 2)
+        return listed;
+    char path[64];
+    long ids[8];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", listed);
+    int n = nspids(path, ids);
+    return n > 0 ? (int)ids[n - 1] : -1;
 }
 
 static int in_hole(uint64_t a) { return a >= CAIRN_IMG_HOLE_START && a < CAIRN_IMG_HOLE_START + CAIRN_IMG_HOLE_LEN; }
@@ -1461,6 +1514,10 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     h.file_size = data;
     identity(&h);
     h.pid = getpid();
+    h.ppid = getppid();
+    h.pgid = getpgrp();
+    h.sid = getsid(0);
+    h.ids = S.nslevels >= 2 ? CAIRN_IDS_NAMESPACE : 0;
     h.hole_start = CAIRN_IMG_HOLE_START;
     h.hole_len = CAIRN_IMG_HOLE_LEN;
     h.control_addr = (uint64_t)(uintptr_t)&CONTROL;
@@ -1843,6 +1900,7 @@ static void closed_end(const struct fd_rec *f)
 static void resume_process(void)
 {
     update_pid_env();
+    find_host_pid();
     for (int s = 1; s < 65; s++) {
         if (s == SIGKILL || s == SIGSTOP)
             continue;
@@ -2032,7 +2090,7 @@ static int connect_coord(int restarted)
                     encode(S.job, job, sizeof job);
                     encode(host_name, hn, sizeof hn);
                     return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d",
-                                     S.token, job, S.proc, (int)getpid(), hn, S.node, restarted,
+                                     S.token, job, S.proc, S.host_pid, hn, S.node, restarted,
                                      S.execed && !restarted);
                 }
                 close(fd);
@@ -2141,9 +2199,9 @@ static void failure(char *out, size_t len, int64_t err)
 {
     if (err == -ENOTRECOVERABLE && S.why[0])
         snprintf(out, len, "proc %d (pid %d, %s) holds what a restart could not bring back: %s", S.proc,
-                 (int)getpid(), program_invocation_short_name, S.why);
+                 S.host_pid, program_invocation_short_name, S.why);
     else
-        snprintf(out, len, "proc %d (pid %d, %s): %s", S.proc, (int)getpid(), program_invocation_short_name,
+        snprintf(out, len, "proc %d (pid %d, %s): %s", S.proc, S.host_pid, program_invocation_short_name,
                  strerror((int)-err));
 }
 

@@ -38,6 +38,10 @@
 #define CAIRN_IMG_HOLE_START 0x3f0000000000ull
 #define CAIRN_IMG_HOLE_LEN (64ull << 20)
 
+/* header.ids: the process ran in a pid namespace of Cairn's (cairn-restore --init), so a
+ * restart makes it again in a new one with the same pid and thread ids. */
+#define CAIRN_IDS_NAMESPACE 1u
+
 /* Region flags. */
 #define CAIRN_REG_SHARED 0x1u   /* MAP_SHARED (else private) */
 #define CAIRN_REG_FILE 0x2u     /* backed by a file (path, dev, ino, offset valid) */
@@ -107,7 +111,10 @@ struct cairn_img_header {
     uint64_t brk_start, brk_end;
     uint64_t checkpoint;     /* the checkpoint number */
     int64_t time_ns;         /* CLOCK_REALTIME when written */
-    uint8_t reserved[256];
+    /* Ids at the checkpoint, as the process saw them (in its pid namespace). */
+    int32_t ppid, pgid, sid;
+    uint32_t ids;            /* CAIRN_IDS_*: whether a restart can give the same ids back */
+    uint8_t reserved[240];
 };
 
 /* Filled in by the restorer before it starts the threads; read by the library when it

@@ -60,6 +60,18 @@ typedef unsigned long u64;
 #define SYS_exit_group 231
 #define SYS_mbind 237
 #define SYS_close_range 436
+#define SYS_nanosleep 35
+#define SYS_execve 59
+#define SYS_wait4 61
+#define SYS_getuid 102
+#define SYS_getgid 104
+#define SYS_setpgid 109
+#define SYS_getppid 110
+#define SYS_setsid 112
+#define SYS_rt_sigtimedwait 128
+#define SYS_prctl 157
+#define SYS_unshare 272
+#define SYS_clone3 435
 
 #define PROT_NONE 0
 #define PROT_READ 1
@@ -79,6 +91,19 @@ typedef unsigned long u64;
 #define MPOL_PREFERRED 1
 #define MADV_POPULATE_WRITE 23
 #define FUTEX_WAIT 0
+#define O_WRONLY 1
+#define EPERM 1
+#define EINTR 4
+#define EAGAIN 11
+#define EEXIST 17
+#define EINVAL 22
+#define SIGKILL 9
+#define SIGCHLD 17
+#define WNOHANG 1
+#define CLONE_NEWPID 0x20000000
+#define CLONE_NEWUSER 0x10000000
+#define PR_SET_PDEATHSIG 1
+#define PR_SET_CHILD_SUBREAPER 36
 
 static i64 sys6(i64 n, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f)
 {
@@ -175,10 +200,14 @@ static void flush_msg(void)
 
 /* Before anything is mapped the restorer can exit with a code; after, only kill itself
  * (exit_group of a half-built process is the same thing, said plainly). */
+static int in_tree; /* a process of a restored tree: a failure takes the whole tree down */
+
 static void fail(int code, const char *what)
 {
     put(what);
     flush_msg();
+    if (in_tree)
+        sys2(SYS_kill, -1, SIGKILL); /* every process of the namespace but init and this one */
     sys1(SYS_exit_group, code);
     for (;;) {
     }
@@ -646,14 +675,13 @@ __asm__(".text\n"
         "  movl $1, %eax\n"
         "  jmp *56(%rdi)\n");
 
-/* clone(flags, stack, ptid, ctid, tls); the child pops the context pointer the parent put
- * on top of its stack and jumps to it. Returns the child's tid in the parent. */
-i64 cairn_clone_jump(u64 flags, u64 stack, u64 ptid, u64 ctid, u64 tls);
+/* clone3(args, size); the child starts on args->stack + args->stack_size, pops the context
+ * pointer found there and jumps to it. Returns the child's tid in the parent. */
+i64 cairn_clone3_jump(void *args, u64 size);
 __asm__(".text\n"
-        ".globl cairn_clone_jump\n"
-        "cairn_clone_jump:\n"
-        "  movq %rcx, %r10\n"
-        "  movl $56, %eax\n"
+        ".globl cairn_clone3_jump\n"
+        "cairn_clone3_jump:\n"
+        "  movl $435, %eax\n"
         "  syscall\n"
         "  testq %rax, %rax\n"
         "  jnz 1f\n"
@@ -661,6 +689,62 @@ __asm__(".text\n"
         "  jmp cairn_jump\n"
         "1:\n"
         "  ret\n");
+
+struct clone_args {
+    u64 flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+
+/* Ids: inside a pid namespace of Cairn's, threads and processes are made with the ids they
+ * had (clone3 set_tid). An id still held for a moment by a thread that just ended (a fill
+ * worker) is waited for. */
+static int want_ids;
+static i64 pid_max = 32768;
+
+static void sleep_ms(i64 ms)
+{
+    i64 ts[2] = {ms / 1000, (ms % 1000) * 1000000};
+    sys2(SYS_nanosleep, ts, 0);
+}
+
+static i64 clone3_retry(struct clone_args *a, int jump)
+{
+    for (int tries = 0;; tries++) {
+        i64 r = jump ? cairn_clone3_jump(a, sizeof *a) : sys2(SYS_clone3, a, sizeof *a);
+        if ((r != -EEXIST && r != -EAGAIN) || tries >= 3000)
+            return r;
+        sleep_ms(1);
+    }
+}
+
+/* A thread (CLONE_VM) on stack top (holding its context pointer), with id `tid` when ids
+ * are restored (else any). */
+static i64 clone_thread(u64 flags, u64 *top, u64 ptid, u64 ctid, u64 tls, i64 tid)
+{
+    struct clone_args a = {0};
+    a.flags = flags;
+    a.child_tid = ctid;
+    a.parent_tid = ptid;
+    a.tls = tls;
+    a.stack = (u64)top - 64;
+    a.stack_size = 64;
+    if (want_ids && tid > 0) {
+        a.set_tid = (u64)&tid;
+        a.set_tid_size = 1;
+    }
+    return clone3_retry(&a, 1);
+}
+
+/* A child process with pid `pid` (fork semantics: it returns 0 in the child). */
+static i64 fork_with_pid(i64 pid)
+{
+    struct clone_args a = {0};
+    a.exit_signal = SIGCHLD;
+    a.set_tid = (u64)&pid;
+    a.set_tid_size = pid > 0 ? 1 : 0;
+    if (pid <= 0)
+        a.set_tid = 0;
+    return clone3_retry(&a, 0);
+}
 
 #define CLONE_VM 0x100
 #define CLONE_FS 0x200
@@ -694,7 +778,10 @@ static void start_workers(int n)
         worker_jumps[i].rsp = (u64)&worker_stacks[i][WORKER_STACK - 8] - 8;
         worker_jumps[i].rip = (u64)worker_main;
         *top = (u64)&worker_jumps[i];
-        if (cairn_clone_jump(flags, (u64)top, (u64)&worker_tids[i], (u64)&worker_tids[i], 0) < 0)
+        /* Restored ids are low (a namespace starts at 1): workers take ids from the top. */
+        i64 high = want_ids ? pid_max - 1 - (sys1(SYS_getpid, 0) % 1024) * MAX_WORKERS - i : 0;
+        if (clone_thread(flags, top, (u64)&worker_tids[i], (u64)&worker_tids[i], 0, high) < 0 &&
+            clone_thread(flags, top, (u64)&worker_tids[i], (u64)&worker_tids[i], 0, 0) < 0)
             break; /* fewer workers: the main thread does the rest */
         started++;
     }
@@ -732,9 +819,14 @@ static void start_threads(void)
             continue;
         u64 *top = &child_stacks[i][63];
         *top = t->jump_addr;
-        i64 tid = cairn_clone_jump(flags, (u64)top, t->tid_addr, t->tid_addr, t->fs_base);
-        if (tid < 0)
-            fail(5, "cairn-restore: cannot start a thread");
+        i64 tid = clone_thread(flags, top, t->tid_addr, t->tid_addr, t->fs_base, t->tid);
+        if (tid < 0) {
+            put("cairn-restore: cannot start thread ");
+            put_num((u64)t->tid, 10);
+            put(want_ids ? " with its id: error " : ": error ");
+            put_num((u64)-tid, 10);
+            fail(5, "");
+        }
     }
     sys2(SYS_arch_prctl, ARCH_SET_FS, main_thread->fs_base);
     sys1(SYS_set_tid_address, main_thread->tid_addr);
@@ -743,14 +835,6 @@ static void start_threads(void)
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
-
-static const char *arg_value(char **argv, int argc, const char *name)
-{
-    for (int i = 2; i + 1 < argc; i++)
-        if (seq(argv[i], name))
-            return argv[i + 1];
-    return 0;
-}
 
 static i64 parse_int(const char *s)
 {
@@ -769,28 +853,364 @@ static i64 monotonic_ns(void)
     return ts[0] * 1000000000 + ts[1];
 }
 
+/* The options, copied out of the kernel's stack (which goes away with the address space). */
+static char coord[128], token[80], proc[16], cpus[256], aff[8] = "on";
+static int init_mode;
+static i64 first_pid; /* --first-pid N (launch): the program's pid in its namespace */
+static char **exec_argv; /* --exec PROGRAM ARGS... (launch): the program's path, then its argv */
+
+/* The processes of a tree to restore: the first image is the tree's root. */
+#define MAX_MEMBERS 1024
+static struct member {
+    char path[CAIRN_IMG_PATH_MAX];
+    int32_t pid, ppid, pgid, sid;
+} M[MAX_MEMBERS];
+static int nmembers;
+
+static void usage(void)
+{
+    fail(2, "usage: cairn-restore [--init] IMAGE [--member IMAGE]... [--coord HOST:PORT] [--token HEX] "
+            "[--proc N] [--cpus LIST] [--affinity on|off]\n"
+            "       cairn-restore --init --exec PROGRAM ARG0 [ARG]...");
+}
+
+static void parse_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (seq(a, "--init")) {
+            init_mode = 1;
+        } else if (seq(a, "--exec")) {
+            if (i + 2 >= argc)
+                usage();
+            exec_argv = argv + i + 1;
+            return;
+        } else if (sprefix(a, "--")) {
+            if (i + 1 >= argc)
+                usage();
+            const char *v = argv[++i];
+            if (seq(a, "--coord"))
+                scopy(coord, v, sizeof coord);
+            else if (seq(a, "--token"))
+                scopy(token, v, sizeof token);
+            else if (seq(a, "--proc"))
+                scopy(proc, v, sizeof proc);
+            else if (seq(a, "--cpus"))
+                scopy(cpus, v, sizeof cpus);
+            else if (seq(a, "--affinity"))
+                scopy(aff, v, sizeof aff);
+            else if (seq(a, "--first-pid"))
+                first_pid = parse_int(v);
+            else if (seq(a, "--member") && nmembers > 0 && nmembers < MAX_MEMBERS)
+                scopy(M[nmembers++].path, v, CAIRN_IMG_PATH_MAX);
+            else
+                usage();
+        } else if (nmembers == 0) {
+            scopy(M[nmembers++].path, a, CAIRN_IMG_PATH_MAX);
+        } else {
+            usage();
+        }
+    }
+    if (nmembers == 0)
+        usage();
+}
+
+/* ---- the process tree and its pid namespace ------------------------------------------ */
+
+/* Writes `text` to the file at `path` (the id maps of a new user namespace). */
+static int write_file(const char *path, const char *text)
+{
+    i64 fd = sys3(SYS_open, path, O_WRONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return (int)fd;
+    i64 n = sys3(SYS_write, fd, text, slen(text));
+    sys1(SYS_close, fd);
+    return n == (i64)slen(text) ? 0 : -EINVAL;
+}
+
+/* "ID ID 1": a user or group id mapped to itself in a new user namespace. */
+static void id_map(char *out, u64 id)
+{
+    char b[24];
+    int n = 0;
+    size_t k = 0;
+    do {
+        b[n++] = (char)('0' + id % 10);
+        id /= 10;
+    } while (id);
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = n - 1; i >= 0; i--)
+            out[k++] = b[i];
+        out[k++] = ' ';
+    }
+    out[k++] = '1';
+    out[k] = 0;
+}
+
+/* A new pid namespace for this process's children: as root directly; as another user inside
+ * a new user namespace that maps the user to itself. Returns 0 or -errno. */
+static i64 make_namespace(void)
+{
+    i64 r = sys1(SYS_unshare, CLONE_NEWPID);
+    if (r != -EPERM)
+        return r;
+    i64 uid = sys1(SYS_getuid, 0), gid = sys1(SYS_getgid, 0);
+    r = sys1(SYS_unshare, CLONE_NEWUSER | CLONE_NEWPID);
+    if (r < 0)
+        return r;
+    char map[64];
+    id_map(map, (u64)uid);
+    if (write_file("/proc/self/uid_map", map) != 0 || write_file("/proc/self/setgroups", "deny") != 0)
+        return -EPERM;
+    id_map(map, (u64)gid);
+    return write_file("/proc/self/gid_map", map) != 0 ? -EPERM : 0;
+}
+
+/* Sets where the namespace's next pid is counted from (the sysctl acts on the writer's own
+ * namespace), so that the job's process trees, each in its namespace, use distinct pids:
+ * a program naming files after its pid keeps them apart from its siblings'. */
+static void set_last_pid(i64 last)
+{
+    char num[24];
+    int n = 0;
+    char b[24];
+    u64 v = (u64)last;
+    do {
+        b[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    int k = 0;
+    while (n)
+        num[k++] = b[--n];
+    num[k] = 0;
+    write_file("/proc/sys/kernel/ns_last_pid", num);
+}
+
+/* An exit status as a shell gives it. */
+static int status_code(int st)
+{
+    return (st & 0x7f) == 0 ? (st >> 8) & 0xff : 128 + (st & 0x7f);
+}
+
+#define SI_KERNEL 0x80
+
+/* Wait for a signal: SIGCHLD reaps (and returns when `watched` ended, its status in *st);
+ * any other signal sent by a process (not the terminal's, which reached the whole process
+ * group already) goes on to `to`. Never returns unless watched ended. */
+static int relay_until_exit(i64 watched, i64 to, int reap_all)
+{
+    u64 all = ~0ull;
+    for (;;) {
+        int info[32];
+        i64 sig = sys4(SYS_rt_sigtimedwait, &all, info, 0, 8);
+        if (sig == SIGCHLD) {
+            for (;;) {
+                int st = 0;
+                i64 r = sys4(SYS_wait4, reap_all ? -1 : watched, &st, WNOHANG, 0);
+                if (r == watched)
+                    return status_code(st);
+                if (r <= 0)
+                    break;
+            }
+        } else if (sig > 0 && info[2] != SI_KERNEL) {
+            sys2(SYS_kill, to, sig);
+        }
+    }
+}
+
+/* Reads the ids of every image of the tree from its header. */
+static void read_members(void)
+{
+    for (int k = 0; k < nmembers; k++) {
+        struct cairn_img_header h;
+        i64 fd = sys3(SYS_open, M[k].path, O_RDONLY | O_CLOEXEC, 0);
+        const char magic[8] = CAIRN_IMG_MAGIC;
+        int ok = fd >= 0 && sys4(SYS_pread64, fd, &h, sizeof h, 0) == (i64)sizeof h;
+        for (int i = 0; ok && i < 8; i++)
+            ok = h.magic[i] == magic[i];
+        if (fd >= 0)
+            sys1(SYS_close, fd);
+        if (!ok || h.version != CAIRN_IMG_VERSION || h.header_size != sizeof h || h.pid <= 1) {
+            put("cairn-restore: not a process image of this build: ");
+            put(M[k].path);
+            fail(4, "");
+        }
+        if (!(h.ids & CAIRN_IDS_NAMESPACE)) {
+            put("cairn-restore: ");
+            put(M[k].path);
+            fail(4, " is not of a process in a pid namespace of Cairn's: restore it without --init");
+        }
+        M[k].pid = h.pid;
+        M[k].ppid = h.ppid;
+        M[k].pgid = h.pgid;
+        M[k].sid = h.sid;
+    }
+}
+
+/* The pid of member k's parent in the tree: its own parent if that is a member, else init. */
+static int32_t parent_of(int k)
+{
+    for (int j = 0; j < nmembers; j++)
+        if (j != k && M[j].pid == M[k].ppid)
+            return M[k].ppid;
+    return 1;
+}
+
+/* Makes, with their pids, the members whose parent is `parent` and, in each, its own
+ * children. Returns -1 in `parent`, and in every process made the index of the member it
+ * is to become. */
+static int spawn_tree(int32_t parent)
+{
+    for (int k = 0; k < nmembers; k++) {
+        if (parent_of(k) != parent)
+            continue;
+        i64 c = fork_with_pid(M[k].pid);
+        if (c < 0) {
+            put("cairn-restore: cannot make process ");
+            put_num((u64)M[k].pid, 10);
+            put(" of the tree with its pid: error ");
+            put_num((u64)-c, 10);
+            fail(5, "");
+        }
+        if (c == 0) {
+            /* A session or group it leads is made before its children are, so they
+             * inherit it as they did. */
+            if (M[k].sid == M[k].pid)
+                sys1(SYS_setsid, 0);
+            else if (M[k].pgid == M[k].pid)
+                sys2(SYS_setpgid, 0, 0);
+            int sub = spawn_tree(M[k].pid);
+            return sub >= 0 ? sub : k;
+        }
+    }
+    return -1;
+}
+
+/* Joins the process group the member was in, once its leader exists (a sibling may lead it,
+ * made after this one). */
+static void join_group(const struct member *m)
+{
+    if (m->pgid <= 1 || m->pgid == m->pid || m->sid == m->pid)
+        return;
+    for (int tries = 0; tries < 2000; tries++) {
+        if (sys2(SYS_setpgid, 0, m->pgid) == 0)
+            return;
+        sleep_ms(1);
+    }
+}
+
+/* --init: this process stays outside, relaying signals to the namespace's init and exiting
+ * with its status; the init (pid 1) starts the program (--exec) or makes the restored tree,
+ * relays signals to the tree's root and exits when it does, which ends every process left
+ * in the namespace. Returns, in a process of a restored tree, the member it is to become. */
+static int init_main(char **envp)
+{
+    i64 r = make_namespace();
+    if (r < 0) {
+        if (!exec_argv) {
+            put("cairn-restore: cannot make a pid namespace (error ");
+            put_num((u64)-r, 10);
+            fail(6, "): the processes' ids cannot be given back");
+        }
+        /* The program runs without one: its children's ids could not come back, and the
+         * checkpoint library refuses checkpoints of a process with children. */
+        u64 none = 0;
+        sys4(SYS_rt_sigprocmask, 2, &none, 0, 8);
+        r = sys3(SYS_execve, exec_argv[0], exec_argv + 1, envp);
+        put("cairn-restore: cannot run ");
+        put(exec_argv[0]);
+        fail(127, "");
+    }
+    i64 init = fork_with_pid(0);
+    if (init < 0)
+        fail(5, "cairn-restore: cannot start the namespace's init");
+    if (init > 0)
+        sys1(SYS_exit_group, relay_until_exit(init, init, 0));
+    /* pid 1 of the namespace: its end ends every process in it, and it ends with the
+     * process outside. */
+    sys2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
+    in_tree = 1;
+    i64 root;
+    if (exec_argv) {
+        if (first_pid > 1 && first_pid < pid_max)
+            set_last_pid(first_pid - 1);
+        root = fork_with_pid(0);
+        if (root == 0) {
+            u64 none = 0;
+            sys4(SYS_rt_sigprocmask, 2, &none, 0, 8);
+            sys3(SYS_execve, exec_argv[0], exec_argv + 1, envp);
+            put("cairn-restore: cannot run ");
+            put(exec_argv[0]);
+            in_tree = 0;
+            fail(127, "");
+        }
+        if (root < 0)
+            fail(5, "cairn-restore: cannot start the program");
+    } else {
+        want_ids = 1;
+        read_members();
+        i64 last = 1;
+        for (int k = 0; k < nmembers; k++)
+            last = M[k].pid > last ? M[k].pid : last;
+        set_last_pid(last);
+        int me = spawn_tree(1);
+        if (me >= 0)
+            return me;
+        root = M[0].pid;
+    }
+    sys1(SYS_exit_group, relay_until_exit(root, root, 1));
+    return -1;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
 __attribute__((noreturn, used)) void restorer_main(u64 *sp)
 {
     i64 started = monotonic_ns();
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
+    char **envp = argv + argc + 1;
     /* Nothing may interrupt the rebuild; each thread gets its own mask back when it
      * returns from the checkpoint signal handler. */
     u64 all = ~0ull;
     sys4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, &all, 0, 8);
-    if (argc < 2 || sprefix(argv[1], "-"))
-        fail(2, "usage: cairn-restore IMAGE [--coord HOST:PORT] [--token HEX] [--proc N] "
-                "[--cpus LIST] [--affinity on|off]");
+    parse_args(argc, argv);
+    if (exec_argv && !init_mode)
+        usage();
+    if (!token[0]) {
+        /* Better than --token, which ps shows: CAIRN_COORD_TOKEN in the environment. */
+        for (char **e = envp; *e; e++)
+            if (sprefix(*e, "CAIRN_COORD_TOKEN="))
+                scopy(token, *e + 18, sizeof token);
+    }
+    if (!seq(aff, "on") && !seq(aff, "off"))
+        fail(2, "cairn-restore: --affinity takes on or off");
     /* The restored process gets its standard streams from whoever started the restorer and
      * its files from the image, nothing else: descriptors inherited beyond those would
      * take the numbers its files come back at, or make its next checkpoint fail. */
     if (sys3(SYS_close_range, 3, ~0u, 0) != 0)
         for (int fd = 3; fd < 4096; fd++)
             sys1(SYS_close, fd);
-    img = (int)sys3(SYS_open, argv[1], O_RDONLY | O_CLOEXEC, 0);
+    {
+        char buf[32];
+        i64 fd = sys3(SYS_open, "/proc/sys/kernel/pid_max", O_RDONLY | O_CLOEXEC, 0);
+        if (fd >= 0) {
+            i64 n = sys3(SYS_read, fd, buf, sizeof buf - 1);
+            sys1(SYS_close, fd);
+            buf[n > 0 ? n : 0] = 0;
+            if (parse_int(buf) > 1024)
+                pid_max = parse_int(buf);
+        }
+    }
+    int me = 0;
+    if (init_mode)
+        me = init_main(envp);
+    join_group(&M[me]);
+    const char *path = M[me].path;
+    img = (int)sys3(SYS_open, path, O_RDONLY | O_CLOEXEC, 0);
     if (img < 0) {
         put("cairn-restore: cannot open the image ");
-        put(argv[1]);
+        put(path);
         fail(5, "");
     }
     struct kstat st;
@@ -811,22 +1231,6 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
         fail(4, "cairn-restore: the image reserves another restore area than this build");
     check_machine();
     check_image();
-    /* The arguments live on the kernel's stack, which goes away below: copy them. */
-    static char coord[128], token[80], proc[16], cpus[256], aff[8];
-    const char *v;
-    scopy(coord, (v = arg_value(argv, argc, "--coord")) ? v : "", sizeof coord);
-    scopy(token, (v = arg_value(argv, argc, "--token")) ? v : "", sizeof token);
-    if (!token[0]) {
-        /* Better than --token, which ps shows: CAIRN_COORD_TOKEN in the environment. */
-        for (char **e = argv + argc + 1; *e; e++)
-            if (sprefix(*e, "CAIRN_COORD_TOKEN="))
-                scopy(token, *e + 18, sizeof token);
-    }
-    scopy(proc, (v = arg_value(argv, argc, "--proc")) ? v : "", sizeof proc);
-    scopy(cpus, (v = arg_value(argv, argc, "--cpus")) ? v : "", sizeof cpus);
-    scopy(aff, (v = arg_value(argv, argc, "--affinity")) ? v : "on", sizeof aff);
-    if (!seq(aff, "on") && !seq(aff, "off"))
-        fail(2, "cairn-restore: --affinity takes on or off");
 
     nworkers = count_cpus();
     /* Past this point the restorer's own memory is being replaced. */

@@ -22,6 +22,10 @@ pub const HOLE_LEN: u64 = 64 << 20;
 /// Longest path an image records or is written at (`CAIRN_IMG_PATH_MAX`, with its NUL).
 pub const IMAGE_PATH_MAX: usize = 512;
 
+/// `CAIRN_IDS_NAMESPACE` (`ImageHeader::ids`): the process ran in a pid namespace of
+/// Cairn's, and a restart makes it again in a new one with its ids.
+pub const IDS_NAMESPACE: u32 = 1;
+
 /// `struct cairn_img_header` (native/ckpt/image.h).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -53,7 +57,12 @@ pub struct ImageHeader {
     pub brk_end: u64,
     pub checkpoint: u64,
     pub time_ns: i64,
-    pub reserved: [u8; 256],
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// `CAIRN_IDS_*`: whether a restart gives the process its ids back.
+    pub ids: u32,
+    pub reserved: [u8; 240],
 }
 
 fn c_str(b: &[u8]) -> String {

@@ -245,6 +245,7 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
             forward_signals: true,
             subcoord: subcoord().map_err(|e| e.to_string())?,
             engine,
+            init: job::restorer(),
         };
         eprintln!(
             "cairn: job {} (images in {})",
@@ -303,6 +304,7 @@ pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
             forward_signals: true,
             subcoord: subcoord().map_err(|e| e.to_string())?,
             engine,
+            init: job::restorer(),
         };
         eprintln!("cairn: restarting job {}", o.job);
         cairn_launch::restart(&o, a.version, &ov, &restorer).map_err(|e| e.to_string())

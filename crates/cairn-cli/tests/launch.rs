@@ -369,8 +369,8 @@ fn real_library_checkpoint_kill_and_restart() {
     }
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("imgs");
-    // Each process counts to 25 in its own file (named by its pid, which the restored shell
-    // keeps in $$), a step about every 0.1 s. The wait between steps is the shell's own
+    // Each process counts to 25 in its own file (named by its pid, which a restart gives
+    // back), a step about every 0.1 s. The wait between steps is the shell's own
     // loop: a `sleep` child would not be under checkpoint control, and the checkpoint would
     // be refused for it.
     let script = format!(

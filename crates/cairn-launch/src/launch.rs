@@ -195,6 +195,11 @@ pub struct Options {
     /// compression. `[topology] sim_nodes` is set to the job's node count and `[cache] keep`
     /// to [`Settings::keep`].
     pub engine: cairn_core::Config,
+    /// What each launched process starts under: `cairn-restore --init` makes a pid namespace
+    /// per process tree (so a restart gives every process its ids back) and runs the
+    /// program as its first process. `None` starts the program directly (the tests of the
+    /// coordinators, with fake processes).
+    pub init: Option<PathBuf>,
 }
 
 /// The settings of a job that a restart may change.
@@ -251,7 +256,7 @@ pub fn launch(
     let Some(program) = command.first() else {
         bail!(Usage, "no command to launch");
     };
-    resolve_command(program)?;
+    let resolved = resolve_command(program)?;
     let lib = preload
         .to_str()
         .filter(|p| !p.contains([' ', ':']) && preload.is_file())
@@ -299,9 +304,27 @@ pub fn launch(
         restarts: 0,
     };
     let cpus = s.cpus.clone();
-    let spawn = move |_i: usize, _addr: &str, _token: &Token| {
-        let mut c = Command::new(program);
-        c.args(&command[1..]).env("LD_PRELOAD", &ld_preload);
+    let init = o.init.clone();
+    let stride = pid_stride(procs);
+    let spawn = move |i: usize, _addr: &str, _token: &Token| {
+        let mut c = match &init {
+            Some(init) => {
+                let mut c = Command::new(init);
+                c.arg("--init")
+                    .arg("--first-pid")
+                    .arg((FIRST_PID + i as u64 * stride).to_string())
+                    .arg("--exec")
+                    .arg(&resolved)
+                    .args(command);
+                c
+            }
+            None => {
+                let mut c = Command::new(program);
+                c.args(&command[1..]);
+                c
+            }
+        };
+        c.env("LD_PRELOAD", &ld_preload);
         if let Some(cpus) = &cpus {
             sys::confine_on_exec(&mut c, cpus.cpus());
         }
@@ -318,6 +341,21 @@ pub fn launch(
         restart_stage: None,
     };
     run(o, s, procs, nodes, start, &spawn)
+}
+
+/// The pid of the first launched process in its namespace; process `i` starts at
+/// `FIRST_PID + i * pid_stride(procs)`, so the job's processes and their children have
+/// distinct pids although each tree has a namespace of its own.
+const FIRST_PID: u64 = 1000;
+
+/// How many pids each process tree of a job of `procs` processes counts through before it
+/// could meet the next one's: the kernel's pid range shared out.
+fn pid_stride(procs: usize) -> u64 {
+    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(32768);
+    (max.saturating_sub(FIRST_PID) / procs.max(1) as u64).clamp(1, 1 << 20)
 }
 
 /// Starts the engine job that stores the images, with [`Settings::keep`] as `[cache] keep`.
@@ -402,7 +440,7 @@ pub fn restart(
     let images_paths: Vec<PathBuf> = (0..procs)
         .map(|i| stage.join(manifest::image_name(i)))
         .collect();
-    check_images_fit(&images_paths, m.version)?;
+    let namespaced = check_images_fit(&images_paths, m.version)?;
     let s = settings(&m.launch);
     let rec = &m.launch;
     let record = LaunchRecord {
@@ -426,6 +464,9 @@ pub fn restart(
     let cpus = s.cpus.clone();
     let spawn = move |i: usize, addr: &str, token: &Token| {
         let mut c = Command::new(restorer);
+        if namespaced[i] {
+            c.arg("--init");
+        }
         c.arg(&images_paths[i])
             .arg("--coord")
             .arg(addr)
@@ -456,10 +497,12 @@ pub fn restart(
 /// Refuses, before any process starts, images that cannot run here: taken on another kernel
 /// build or on a CPU with a feature this one lacks (the restorer would refuse each alone).
 /// Only images of `libcairn-ckpt.so` are checked (by their magic): another preload library's
-/// images are for its own restorer to judge.
-fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<()> {
+/// images are for its own restorer to judge. Returns, per image, whether its process ran in
+/// a pid namespace of Cairn's (restarted in a new one, with its ids).
+fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<Vec<bool>> {
     let here = cairn_ckpt::Machine::here()
         .map_err(|e| Error::new(ErrorKind::Io, format!("uname: {e}")))?;
+    let mut namespaced = vec![false; paths.len()];
     for (i, p) in paths.iter().enumerate() {
         let mut magic = [0u8; 8];
         let read = std::fs::File::open(p).and_then(|mut f| {
@@ -481,8 +524,9 @@ fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<()> {
                 "cannot restart version {version} here: process {i}: {why}"
             );
         }
+        namespaced[i] = h.ids & cairn_ckpt::IDS_NAMESPACE != 0;
     }
-    Ok(())
+    Ok(namespaced)
 }
 
 /// Has the engine restore the newest of `cands` (newest first) it can into

@@ -490,6 +490,7 @@ impl Job {
                 args: vec!["coord-node".into()],
             },
             engine: engine_config(tmp),
+            init: None,
         }
     }
 
