@@ -212,6 +212,7 @@ static struct {
     int close_external;           /* CAIRN_CKPT_EXTERNAL=close: pipes and sockets come back closed */
     char why[1024];               /* what the last checkpoint could not capture */
     int nslevels;                 /* pid namespace levels /proc shows (2 or more: inside one) */
+    int member;                   /* a process the job's process started (not the launched one) */
     int host_pid;                 /* the pid as /proc (and cairn status, and kill from outside) see it */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
@@ -302,6 +303,8 @@ static int write_full(int fd, const void *buf, size_t len)
 static void handler(int sig, siginfo_t *si, void *uc);
 static void *manager_main(void *arg);
 static void find_host_pid(void);
+static void start_manager(void);
+static void after_fork_child(void);
 
 static void copy_env(char *dst, size_t len, const char *name)
 {
@@ -367,6 +370,58 @@ static void update_pid_env(void)
     memcpy(v, pid, PID_WIDTH);
 }
 
+/* The manager thread, with every signal blocked while it is made (it keeps them blocked). */
+static void start_manager(void)
+{
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 1 << 20);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (pthread_create(&S.manager, &a, manager_main, NULL) != 0) {
+        say("cannot start the manager thread; checkpointing is off");
+        S.enabled = 0;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&a);
+}
+
+#define MEMBER_ENV "CAIRN_CKPT_MEMBER"
+
+static void reset_line_reader(void);
+
+/* A child made by fork joins the job as a process of its tree, from its first instruction:
+ * its own manager thread (the parent's is not in it), its own connection and wake pipe. */
+static void after_fork_child(void)
+{
+    if (S.sock >= 0)
+        close(S.sock);
+    S.sock = -1;
+    reset_line_reader();
+    for (int k = 0; k < 2; k++)
+        if (S.wake[k] >= 0)
+            close(S.wake[k]);
+    if (pipe2(S.wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        S.wake[0] = S.wake[1] = -1;
+        say("pipe: %s; this process is not under checkpoint control", strerror(errno));
+        S.enabled = 0;
+        return;
+    }
+    atomic_store(&S.stopping, 0);
+    atomic_store(&S.slots, 0);
+    atomic_store(&S.arrived, 0);
+    atomic_store(&S.resumed, 0);
+    S.manager_tid = 0;
+    S.member = 1;
+    S.execed = 0;
+    update_pid_env();
+    setenv(MEMBER_ENV, "1", 1);
+    find_host_pid();
+    S.main_tid_at_start = gettid_raw();
+    start_manager();
+}
+
 __attribute__((constructor(101))) static void cairn_ckpt_init(void)
 {
     if (CONTROL.restarted)
@@ -398,12 +453,21 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
      * wrappers) loads it again and joins the job as the same process; a process it starts
      * finds another pid there and stays out of the job. */
     const char *owner = getenv(PID_ENV);
+    find_host_pid();
+    S.member = getenv(MEMBER_ENV) != NULL;
     if (owner && atol(owner) != (long)getpid()) {
-        leave_job_environment();
-        return;
+        /* Started by a process of the job: inside the tree's pid namespace it joins the job
+         * as a process of that tree; without one its pid could not come back at a restart,
+         * and it stays out (its parent's checkpoints are refused while it runs). */
+        if (!S.coord[0] || S.nslevels < 2) {
+            leave_job_environment();
+            return;
+        }
+        S.member = 1;
+        setenv(MEMBER_ENV, "1", 1);
+        owner = NULL;
     }
     S.execed = owner != NULL;
-    find_host_pid();
     if (!owner) {
         char pid[16];
         snprintf(pid, sizeof pid, "%0*d", PID_WIDTH, (int)getpid());
@@ -437,18 +501,9 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
         return;
     }
     S.enabled = 1;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setstacksize(&a, 1 << 20);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    if (pthread_create(&S.manager, &a, manager_main, NULL) != 0) {
-        say("cannot start the manager thread; checkpointing is off");
-        S.enabled = 0;
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&a);
+    if (S.coord[0] && S.nslevels >= 2)
+        pthread_atfork(NULL, NULL, after_fork_child);
+    start_manager();
 }
 
 /* ---- the signal handler ------------------------------------------------------------- */
@@ -1197,7 +1252,9 @@ static void census_fd(int fd, void *dirfd)
     }
 }
 
-/* One thread's children: none may exist, running or waiting to be reaped. */
+/* One thread's children: under a coordinator, in the tree's pid namespace, they are
+ * processes of the job (checked by the sub-coordinator); otherwise none may exist. One that
+ * ended and waits to be reaped cannot come back yet. */
 static void census_children(int tid, void *arg)
 {
     (void)arg;
@@ -1222,8 +1279,10 @@ static void census_children(int tid, void *arg)
         }
         if (state == 'Z')
             unrestorable("child process %ld (%s) has ended and its exit status was not collected yet", child, comm);
-        else
-            unrestorable("child process %ld (%s) is not under checkpoint control", child, comm);
+        else if (S.nslevels < 2 || !S.coord[0])
+            unrestorable("child process %ld (%s) is not under checkpoint control (the job runs without a pid "
+                         "namespace, so its pid could not come back)", child, comm);
+        /* else: a process of the tree; its sub-coordinator checks that it joined the job */
     }
 }
 
@@ -2089,9 +2148,11 @@ static int connect_coord(int restarted)
                     gethostname(host_name, sizeof host_name - 1);
                     encode(S.job, job, sizeof job);
                     encode(host_name, hn, sizeof hn);
-                    return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d",
+                    return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d "
+                                     "member=%d nspid=%d ppid=%d ids=%d",
                                      S.token, job, S.proc, S.host_pid, hn, S.node, restarted,
-                                     S.execed && !restarted);
+                                     S.execed && !restarted, S.member, (int)getpid(), (int)getppid(),
+                                     S.nslevels >= 2);
                 }
                 close(fd);
             }
@@ -2108,20 +2169,24 @@ static int connect_coord(int restarted)
 
 /* Read one line from the coordinator into buf (blocking, with the wake pipe watched).
  * Returns 1 for a line, 2 when the wake pipe fired, 0 on EOF, -1 on error. */
+static char line_in[8192];
+static size_t line_have;
+
+/* A forked child's reader starts empty (what its parent had read is the parent's). */
+static void reset_line_reader(void) { line_have = 0; }
+
 static int read_line(char *buf, size_t len)
 {
-    static char in[8192];
-    static size_t have;
     for (;;) {
-        char *nl = memchr(in, '\n', have);
+        char *nl = memchr(line_in, '\n', line_have);
         if (nl) {
-            size_t n = (size_t)(nl - in);
+            size_t n = (size_t)(nl - line_in);
             if (n >= len)
                 n = len - 1;
-            memcpy(buf, in, n);
+            memcpy(buf, line_in, n);
             buf[n] = 0;
-            have -= (size_t)(nl + 1 - in);
-            memmove(in, nl + 1, have);
+            line_have -= (size_t)(nl + 1 - line_in);
+            memmove(line_in, nl + 1, line_have);
             return 1;
         }
         /* p[1] is the wake pipe; p[0] the coordinator (ignored by poll when there is none). */
@@ -2145,12 +2210,12 @@ static int read_line(char *buf, size_t len)
             return 2;
         }
         if (p[0].revents) {
-            if (have == sizeof in)
+            if (line_have == sizeof line_in)
                 return -1;
-            ssize_t n = read(S.sock, in + have, sizeof in - have);
+            ssize_t n = read(S.sock, line_in + line_have, sizeof line_in - line_have);
             if (n <= 0)
                 return n == 0 ? 0 : -1;
-            have += (size_t)n;
+            line_have += (size_t)n;
         }
     }
 }
@@ -2197,11 +2262,16 @@ static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
 /* Why checkpoint_once returned err < 0, naming this process. */
 static void failure(char *out, size_t len, int64_t err)
 {
-    if (err == -ENOTRECOVERABLE && S.why[0])
-        snprintf(out, len, "proc %d (pid %d, %s) holds what a restart could not bring back: %s", S.proc,
-                 S.host_pid, program_invocation_short_name, S.why);
+    char who[160];
+    if (S.member)
+        snprintf(who, sizeof who, "proc %d's process %d (pid %d, %s)", S.proc, (int)getpid(), S.host_pid,
+                 program_invocation_short_name);
     else
-        snprintf(out, len, "proc %d (pid %d, %s): %s", S.proc, S.host_pid, program_invocation_short_name,
+        snprintf(who, sizeof who, "proc %d (pid %d, %s)", S.proc, S.host_pid, program_invocation_short_name);
+    if (err == -ENOTRECOVERABLE && S.why[0])
+        snprintf(out, len, "%s holds what a restart could not bring back: %s", who, S.why);
+    else
+        snprintf(out, len, "%s: %s", who,
                  strerror((int)-err));
 }
 
@@ -2275,6 +2345,7 @@ static void run_coordinated(int restarted)
                 /* This is the restored process: its old connection is gone. */
                 CONTROL.restarted = 0;
                 S.sock = -1;
+                reset_line_reader();
                 release_threads();
                 run_coordinated(1);
                 return;

@@ -864,6 +864,7 @@ static char **exec_argv; /* --exec PROGRAM ARGS... (launch): the program's path,
 static struct member {
     char path[CAIRN_IMG_PATH_MAX];
     int32_t pid, ppid, pgid, sid;
+    int fd; /* open before the tree is made: a member restores even if its file is gone */
 } M[MAX_MEMBERS];
 static int nmembers;
 
@@ -1028,8 +1029,7 @@ static void read_members(void)
         int ok = fd >= 0 && sys4(SYS_pread64, fd, &h, sizeof h, 0) == (i64)sizeof h;
         for (int i = 0; ok && i < 8; i++)
             ok = h.magic[i] == magic[i];
-        if (fd >= 0)
-            sys1(SYS_close, fd);
+        M[k].fd = (int)fd;
         if (!ok || h.version != CAIRN_IMG_VERSION || h.header_size != sizeof h || h.pid <= 1) {
             put("cairn-restore: not a process image of this build: ");
             put(M[k].path);
@@ -1207,7 +1207,14 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
         me = init_main(envp);
     join_group(&M[me]);
     const char *path = M[me].path;
-    img = (int)sys3(SYS_open, path, O_RDONLY | O_CLOEXEC, 0);
+    if (init_mode) {
+        for (int k = 0; k < nmembers; k++)
+            if (k != me)
+                sys1(SYS_close, M[k].fd);
+        img = M[me].fd;
+    } else {
+        img = (int)sys3(SYS_open, path, O_RDONLY | O_CLOEXEC, 0);
+    }
     if (img < 0) {
         put("cairn-restore: cannot open the image ");
         put(path);

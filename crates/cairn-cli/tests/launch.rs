@@ -940,8 +940,9 @@ fn refused_checkpoint(t: &Path, pid: &str) -> String {
         .unwrap();
     let all = text(&o);
     assert!(!o.status.success(), "{all}");
+    // The launched process, or a process it started.
     assert!(
-        all.contains(&format!("proc 0 (pid {pid}, holder)")),
+        all.contains(&format!("proc 0 (pid {pid}")) || all.contains("proc 0's process "),
         "{all}"
     );
     all
@@ -1006,7 +1007,10 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
         return;
     };
     let cases = [
-        ("pipe", &["is a pipe or FIFO (pipe:[", "child process"][..]),
+        (
+            "pipe",
+            &[", holder) holds", "is a pipe or FIFO (pipe:["][..],
+        ),
         (
             "socket",
             &["is a socket (IPv4 datagram, peer 127.0.0.1:9"][..],
@@ -1017,9 +1021,15 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
             &["is a socket (IPv4 datagram, peer 127.0.0.1:9", "..."][..],
         ),
         ("inotify", &["is anon_inode:inotify"][..]),
+        // A child that cleared its environment runs without the library: named, with
+        // what to look for.
         (
             "child",
-            &["child process", "(holder) is not under checkpoint control"][..],
+            &[
+                "(sleep), a child of pid",
+                "is not under checkpoint control",
+                "environment cleared",
+            ][..],
         ),
     ];
     for (what, expected) in cases {
@@ -1169,4 +1179,87 @@ fn real_library_a_listening_socket_is_bound_again_and_serves_after_a_restart() {
     assert_eq!(wait_child(&mut job, 60).code(), Some(0));
     let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
     assert!(out.ends_with("holder: done\n"), "{out}");
+}
+
+/// Waits until `t/out.<role>` has passed `step` (native/ckpt/tests/tree.c).
+fn wait_role(t: &Path, role: &str, step: u64) {
+    wait_for(&format!("the {role} to pass step {step}"), 30, || {
+        std::fs::read_to_string(t.join(format!("out.{role}")))
+            .is_ok_and(|o| o.contains(&format!("step {step}\n")))
+            .then_some(())
+    });
+}
+
+/// Checks a finished tree (native/ckpt/tests/tree.c): parent and child counted every step
+/// once, in order, kept their pids (and the child its parent's) throughout, and the parent
+/// collected the child, by the pid fork gave it, with its exit status.
+fn check_tree(t: &Path, steps: u64) {
+    for role in ["parent", "child"] {
+        let out = std::fs::read_to_string(t.join(format!("out.{role}"))).unwrap();
+        assert!(!out.contains("BAD"), "{role}: {out}");
+        assert!(out.contains(&format!("{role}: done OK")), "{role}: {out}");
+        let steps_seen: Vec<u64> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+            .collect();
+        assert_eq!(steps_seen, (1..=steps).collect::<Vec<_>>(), "{role}");
+    }
+    let parent = std::fs::read_to_string(t.join("out.parent")).unwrap();
+    assert!(parent.contains("collected, status 7"), "{parent}");
+}
+
+/// A parent and the child it forked (or forked and exec'd) are one job process: both are
+/// checkpointed, the whole tree is killed, and it comes back with the same pids, the child
+/// still the parent's, three times in a row.
+fn tree_cycles(mode: &str) {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let tree = build_test_program(t.path(), "tree");
+    let steps = 3000u64;
+    let args = [
+        tree.to_str().unwrap(),
+        mode,
+        &steps.to_string(),
+        t.path().to_str().unwrap(),
+    ];
+    let job_name = format!("tree-{mode}");
+    let (mut job, mut pid) = launch_one(t.path(), &config, &job_name, &args);
+    let mut at = 100;
+    for v in 1..=3u64 {
+        wait_role(t.path(), "parent", at);
+        wait_role(t.path(), "child", at);
+        checkpoint(t.path());
+        let m = manifest(t.path(), &job_name, v);
+        let members = m["procs"][0]["members"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            members.len(),
+            1,
+            "the child's image is stored with its parent's: {m}"
+        );
+        at += 300;
+        wait_role(t.path(), "parent", at);
+        // The whole tree dies with its first process (its namespace's init ends it).
+        kill9_all(&[pid]);
+        wait_child(&mut job, 30);
+        let (again, pids) = restart_in_background(&config, t.path(), 1);
+        job = again;
+        pid = pids[0].clone();
+        at += 100;
+    }
+    assert!(wait_child(&mut job, 120).success());
+    check_tree(t.path(), steps);
+}
+
+#[test]
+fn real_library_a_forked_child_is_checkpointed_and_restored_with_its_pid() {
+    tree_cycles("fork");
+}
+
+#[test]
+fn real_library_a_child_started_by_fork_and_exec_is_checkpointed_and_restored() {
+    tree_cycles("exec");
 }

@@ -24,7 +24,7 @@ use crate::manifest::EngineRecord;
 use crate::sys::{Mapping, MappingMut};
 use cairn_comm::Threads;
 use cairn_core::{Config, Engine, NodeLocal, RegionMut, RegionRef};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
@@ -46,18 +46,42 @@ pub struct Stored {
     /// Per process, the bytes the engine stored for its image (after zero blocks, unchanged
     /// blocks and compression were taken out).
     pub stored: Vec<u64>,
-    /// Per process, the length of its region: the image padded with zeros.
-    pub regions: Vec<u64>,
+    /// Per process, the length of each of its tree's regions (in the order given): the
+    /// image padded with zeros.
+    pub regions: Vec<Vec<u64>>,
     /// Whether the checkpoint stored only the blocks that changed since the previous one.
     pub incremental: bool,
     pub secs: f64,
 }
 
 enum Cmd {
-    Checkpoint { version: i64, image: Mapping },
+    Checkpoint {
+        version: i64,
+        images: Vec<(i32, Mapping)>,
+    },
     Newest,
-    Restore { version: i64, out: MappingMut },
+    Restore {
+        version: i64,
+        outs: Vec<(i32, MappingMut)>,
+    },
     Finalize,
+}
+
+/// One image of a process tree: its region id in the engine (0 for the launched process,
+/// else the process's pid in the tree's namespace) and its file.
+#[derive(Debug, Clone)]
+pub struct TreeImage {
+    pub id: i32,
+    pub path: PathBuf,
+}
+
+/// Where one image of a tree is restored: `path`, cut to `len` bytes from its `region`.
+#[derive(Debug, Clone)]
+pub struct RestoreImage {
+    pub id: i32,
+    pub path: PathBuf,
+    pub len: u64,
+    pub region: u64,
 }
 
 enum Reply {
@@ -87,8 +111,8 @@ struct Ranks {
 pub struct Images {
     name: String,
     procs: usize,
-    /// Per process, the region length of the newest checkpoint (0: none yet).
-    regions: Mutex<Vec<u64>>,
+    /// Per process, the region length of each image of its tree in the newest checkpoint.
+    regions: Mutex<Vec<BTreeMap<i32, u64>>>,
     /// The global tier's root, absolute.
     global: PathBuf,
     record: EngineRecord,
@@ -133,7 +157,7 @@ impl Images {
         let mut images = Images {
             name: job.to_string(),
             procs,
-            regions: Mutex::new(vec![0; procs]),
+            regions: Mutex::new(vec![BTreeMap::new(); procs]),
             global,
             record,
             ranks: Mutex::new(Ranks {
@@ -181,36 +205,54 @@ impl Images {
             .collect()
     }
 
-    /// Collective over the ranks: checkpoint `version` of the job from the images at
-    /// `paths` (one per process, in order). Returns once the engine reports the checkpoint
-    /// captured (and protected, and durable if its flush is synchronous) on every rank.
-    pub fn checkpoint(&self, version: u64, paths: &[PathBuf]) -> Result<Stored> {
+    /// Collective over the ranks: checkpoint `version` of the job from the images of each
+    /// process's tree (`trees`, one entry per process, in order). Returns once the engine
+    /// reports the checkpoint captured (and protected, and durable if its flush is
+    /// synchronous) on every rank.
+    pub fn checkpoint(&self, version: u64, trees: &[Vec<TreeImage>]) -> Result<Stored> {
         let t0 = Instant::now();
         let version = engine_version(version)?;
         // Every image is padded and mapped before any rank starts: a rank that could not
         // read its image could not take part in the collective calls.
         let prev = self.regions.lock().expect("regions lock").clone();
-        let mut maps = Vec::with_capacity(paths.len());
-        let mut regions = Vec::with_capacity(paths.len());
-        for (i, p) in paths.iter().enumerate() {
-            let m = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(p)
-                .and_then(|f| {
-                    let len = f.metadata()?.len();
-                    let region = region_len(prev.get(i).copied().unwrap_or(0), len);
-                    f.set_len(region)?;
-                    regions.push(region);
-                    Mapping::read(&f)
-                })
-                .map_err(|e| Error::io(format_args!("proc {i}: map {}", p.display()), e))?;
-            maps.push(m);
+        let mut maps = Vec::with_capacity(trees.len());
+        let mut regions = Vec::with_capacity(trees.len());
+        let mut lengths = Vec::with_capacity(trees.len());
+        for (i, tree) in trees.iter().enumerate() {
+            let mut tree_maps = Vec::with_capacity(tree.len());
+            let mut tree_regions = BTreeMap::new();
+            let mut tree_lengths = Vec::with_capacity(tree.len());
+            for img in tree {
+                let before = prev
+                    .get(i)
+                    .and_then(|r| r.get(&img.id))
+                    .copied()
+                    .unwrap_or(0);
+                let m = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&img.path)
+                    .and_then(|f| {
+                        let len = f.metadata()?.len();
+                        let region = region_len(before, len);
+                        f.set_len(region)?;
+                        tree_regions.insert(img.id, region);
+                        tree_lengths.push(region);
+                        Mapping::read(&f)
+                    })
+                    .map_err(|e| {
+                        Error::io(format_args!("proc {i}: map {}", img.path.display()), e)
+                    })?;
+                tree_maps.push((img.id, m));
+            }
+            maps.push(tree_maps);
+            regions.push(tree_regions);
+            lengths.push(tree_lengths);
         }
         let mut maps = maps.into_iter();
         let replies = self.run(|_| Cmd::Checkpoint {
             version,
-            image: maps.next().expect("one image per rank"),
+            images: maps.next().expect("one tree per rank"),
         })?;
         let mut stored = Vec::with_capacity(self.procs);
         let mut incremental = true;
@@ -224,13 +266,10 @@ impl Images {
                 incremental &= inc;
             }
         }
-        self.regions
-            .lock()
-            .expect("regions lock")
-            .clone_from(&regions);
+        *self.regions.lock().expect("regions lock") = regions;
         Ok(Stored {
             stored,
-            regions,
+            regions: lengths,
             incremental,
             secs: t0.elapsed().as_secs_f64(),
         })
@@ -246,34 +285,39 @@ impl Images {
         }
     }
 
-    /// Collective: restores version `version` into `outputs`, per process a file created
-    /// here: the engine fills its recorded region (`regions`), which is then cut to the
-    /// image's length (`lengths`). The engine verifies every block and repairs damaged parts
+    /// Collective: restores version `version` into `outputs`, per process the images of its
+    /// tree, each a file created here: the engine fills its recorded region, which is then
+    /// cut to the image's length. The engine verifies every block and repairs damaged parts
     /// from redundancy; if it can only fall back to an older version whose regions have other
     /// lengths, the call fails with [`RestoreError::Older`].
     pub fn restore(
         &self,
         version: u64,
-        outputs: &[PathBuf],
-        lengths: &[u64],
-        regions: &[u64],
+        outputs: &[Vec<RestoreImage>],
     ) -> Result<u64, RestoreError> {
         let v = engine_version(version).map_err(RestoreError::Other)?;
         let io = |i: usize, p: &Path, e| {
             RestoreError::Other(Error::io(format_args!("proc {i}: {}", p.display()), e))
         };
         let mut maps = Vec::with_capacity(outputs.len());
-        let mut files = Vec::with_capacity(outputs.len());
-        for (i, (p, &region)) in outputs.iter().zip(regions).enumerate() {
-            let f = private_file(p).map_err(|e| io(i, p, e))?;
-            maps.push(MappingMut::create(&f, region).map_err(|e| io(i, p, e))?);
-            files.push(f);
+        let mut files = Vec::new();
+        for (i, tree) in outputs.iter().enumerate() {
+            let mut tree_maps = Vec::with_capacity(tree.len());
+            for img in tree {
+                let f = private_file(&img.path).map_err(|e| io(i, &img.path, e))?;
+                tree_maps.push((
+                    img.id,
+                    MappingMut::create(&f, img.region).map_err(|e| io(i, &img.path, e))?,
+                ));
+                files.push((i, f, img));
+            }
+            maps.push(tree_maps);
         }
         let mut maps = maps.into_iter();
         let replies = self
             .run_raw(|_| Cmd::Restore {
                 version: v,
-                out: maps.next().expect("one output per rank"),
+                outs: maps.next().expect("one tree per rank"),
             })
             .map_err(|e| match e {
                 RunError::Engine(e) if e.kind == cairn_core::ErrorKind::NotFound => {
@@ -291,14 +335,14 @@ impl Images {
             )));
         };
         // The ranks dropped their mappings before replying: the padding can go.
-        for (i, (f, &len)) in files.iter().zip(lengths).enumerate() {
-            f.set_len(len).map_err(|e| io(i, &outputs[i], e))?;
+        for (i, f, img) in &files {
+            f.set_len(img.len).map_err(|e| io(*i, &img.path, e))?;
         }
         // The next checkpoint compares its blocks with this one's: same regions.
-        self.regions
-            .lock()
-            .expect("regions lock")
-            .copy_from_slice(regions);
+        *self.regions.lock().expect("regions lock") = outputs
+            .iter()
+            .map(|tree| tree.iter().map(|img| (img.id, img.region)).collect())
+            .collect();
         Ok(*r as u64)
     }
 
@@ -432,10 +476,15 @@ fn rank_main(
     };
     for cmd in cmds {
         match cmd {
-            Cmd::Checkpoint { version, image } => {
+            Cmd::Checkpoint { version, images } => {
                 let before = engine.stats();
-                let r = engine.checkpoint(&name, version, &[RegionRef::new(0, image.bytes())]);
-                drop(image);
+                let regions: Vec<RegionRef<'_>> = images
+                    .iter()
+                    .map(|(id, m)| RegionRef::new(*id, m.bytes()))
+                    .collect();
+                let r = engine.checkpoint(&name, version, &regions);
+                drop(regions);
+                drop(images);
                 let after = engine.stats();
                 reply(r.map(|()| Reply::Stored {
                     stored: after.bytes_stored - before.bytes_stored,
@@ -443,9 +492,14 @@ fn rank_main(
                 }));
             }
             Cmd::Newest => reply(engine.restart_test(&name).map(Reply::Newest)),
-            Cmd::Restore { version, mut out } => {
-                let r = engine.restart(&name, version, &mut [RegionMut::new(0, out.bytes_mut())]);
-                drop(out);
+            Cmd::Restore { version, mut outs } => {
+                let mut regions: Vec<RegionMut<'_>> = outs
+                    .iter_mut()
+                    .map(|(id, m)| RegionMut::new(*id, m.bytes_mut()))
+                    .collect();
+                let r = engine.restart(&name, version, &mut regions);
+                drop(regions);
+                drop(outs);
                 reply(r.map(Reply::Restored));
             }
             Cmd::Finalize => return reply(engine.finalize().map(|()| Reply::Finalized)),

@@ -7,7 +7,7 @@
 //! listed in `docs/coordinator.md`: the variables [`JOB_ENV`] and the restorer's arguments.
 
 use crate::error::{bail, Error, ErrorKind, Result};
-use crate::images::{Images, RestoreError};
+use crate::images::{Images, RestoreError, RestoreImage};
 use crate::jobdir::{self, CoordInfo, Token};
 use crate::manifest::{self, Affinity, LaunchRecord, Manifest};
 use crate::node::NodeArgs;
@@ -437,9 +437,8 @@ pub fn restart(
     let images = start_images(o, &s, procs, nodes)?;
     let m = restore_images(&images, &job_dir, &o.job, &cands)?;
     let stage = manifest::restart_stage_dir(&job_dir);
-    let images_paths: Vec<PathBuf> = (0..procs)
-        .map(|i| stage.join(manifest::image_name(i)))
-        .collect();
+    let trees = tree_outputs(&stage, &m);
+    let images_paths: Vec<PathBuf> = trees.iter().map(|t| t[0].path.clone()).collect();
     let namespaced = check_images_fit(&images_paths, m.version)?;
     let s = settings(&m.launch);
     let rec = &m.launch;
@@ -467,8 +466,11 @@ pub fn restart(
         if namespaced[i] {
             c.arg("--init");
         }
-        c.arg(&images_paths[i])
-            .arg("--coord")
+        c.arg(&trees[i][0].path);
+        for member in &trees[i][1..] {
+            c.arg("--member").arg(&member.path);
+        }
+        c.arg("--coord")
             .arg(addr)
             .arg("--token")
             .arg(token.hex())
@@ -492,6 +494,29 @@ pub fn restart(
         restart_stage: Some(stage),
     };
     run(o, &s, procs, nodes, start, &spawn)
+}
+
+/// Where the engine restores the images of `m`: per process its own image and those of the
+/// processes of its tree, in the restart's staging directory.
+fn tree_outputs(stage: &Path, m: &Manifest) -> Vec<Vec<RestoreImage>> {
+    m.procs
+        .iter()
+        .map(|p| {
+            std::iter::once(RestoreImage {
+                id: 0,
+                path: stage.join(manifest::image_name(p.proc)),
+                len: p.bytes,
+                region: p.region,
+            })
+            .chain(p.members.iter().map(|mem| RestoreImage {
+                id: mem.pid as i32,
+                path: stage.join(manifest::member_image_name(p.proc, mem.pid)),
+                len: mem.bytes,
+                region: mem.region,
+            }))
+            .collect()
+        })
+        .collect()
 }
 
 /// Refuses, before any process starts, images that cannot run here: taken on another kernel
@@ -573,9 +598,6 @@ fn restore_images(
     }
     let stage = manifest::restart_stage_dir(job_dir);
     jobdir::create_private_dir(&stage)?;
-    let outputs: Vec<PathBuf> = (0..images.procs())
-        .map(|i| stage.join(manifest::image_name(i)))
-        .collect();
     let mut passed = Vec::new();
     for m in cands {
         if m.version > newest {
@@ -594,9 +616,8 @@ fn restore_images(
             ));
             continue;
         }
-        let lengths: Vec<u64> = m.procs.iter().map(|p| p.bytes).collect();
-        let regions: Vec<u64> = m.procs.iter().map(|p| p.region).collect();
-        let restored = match images.restore(m.version, &outputs, &lengths, &regions) {
+        let outputs = tree_outputs(&stage, m);
+        let restored = match images.restore(m.version, &outputs) {
             Ok(v) => v,
             Err(RestoreError::NotFound(why)) => {
                 passed.push(format!("v{}: {why}", m.version));

@@ -78,8 +78,22 @@ pub struct ProcImage {
     /// The length of the engine's region that holds it: the image padded with zeros
     /// (`crate::images::region_len`). Restart restores the region and cuts it to `bytes`.
     pub region: u64,
-    /// What the engine stored for it, after zero blocks, unchanged blocks and compression.
+    /// What the engine stored for it (and its members), after zero blocks, unchanged
+    /// blocks and compression.
     pub stored: u64,
+    /// The other processes of its tree (processes it started, and theirs), each with an
+    /// image of its own, stored with this one's as further regions of the same part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberImage>,
+}
+
+/// The image of a process that a job's process started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberImage {
+    /// Its pid in the tree's namespace (the same after a restart); also its engine region id.
+    pub pid: u32,
+    pub bytes: u64,
+    pub region: u64,
 }
 
 /// The engine checkpoint that holds a version's images, and the configuration it was
@@ -173,6 +187,12 @@ pub fn version_dir(job_dir: &Path, version: u64) -> PathBuf {
 /// The image file name of process `proc`.
 pub fn image_name(proc: usize) -> String {
     format!("proc{proc}.img")
+}
+
+/// The image file name of the process with pid `pid` (in its tree's namespace) that process
+/// `proc` started.
+pub fn member_image_name(proc: usize, pid: u32) -> String {
+    format!("proc{proc}.{pid}.img")
 }
 
 /// `<job_dir>/stage/v<version>`: where the processes write the images of `version`.
@@ -495,6 +515,7 @@ mod tests {
                     bytes: b,
                     region: 64 << 10,
                     stored: b / 2,
+                    members: Vec::new(),
                 })
                 .collect(),
             engine: EngineRecord {

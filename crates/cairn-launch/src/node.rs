@@ -22,6 +22,44 @@ use std::time::{Duration, Instant};
 /// The connection id of the link to the root (accepted connections count from 1).
 const ROOT: u64 = 0;
 
+/// How long a checkpoint waits for children of the job's processes that have not joined
+/// the job yet (they are starting) before it fails naming them.
+const JOIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What `/proc/<pid>/stat` says of a process.
+struct ProcStat {
+    comm: String,
+    state: char,
+    ppid: u32,
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (open, close) = (text.find('(')?, text.rfind(')')?);
+    let comm = text.get(open + 1..close)?.to_string();
+    let mut rest = text.get(close + 2..)?.split(' ');
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some(ProcStat { comm, state, ppid })
+}
+
+/// The children of process `pid` (of all its threads), as this node sees their pids.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
 /// A sub-coordinator's command line (after `cairn coord-node`). The token is not on it (any
 /// user can read command lines): it comes in the environment variable [`TOKEN_ENV`].
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +225,8 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
                         host: String::new(),
                         state: LState::Missing,
                         suspended_for: None,
+                        members: BTreeMap::new(),
+                        namespaced: false,
                     },
                 )
             })
@@ -200,6 +240,7 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
         failed: BTreeSet::new(),
         writing: BTreeSet::new(),
         writing_for: 0,
+        wrote: Vec::new(),
     };
     lp.run();
     acceptor.stop();
@@ -221,7 +262,25 @@ struct Local {
     state: LState,
     /// The checkpoint this process was sent SUSPEND for and not yet RESUME.
     suspended_for: Option<u64>,
+    /// The processes the launched one started (children, and theirs), by their pid in the
+    /// tree's namespace: each connects on its own and is checkpointed with the others.
+    members: BTreeMap<u32, Member>,
+    /// The process runs in a pid namespace of its own (`ids=1` in its HELLO): its children
+    /// are processes of the job, and its namespace's init adopts their orphans.
+    namespaced: bool,
 }
+
+/// A process of a tree other than the launched one.
+struct Member {
+    conn: u64,
+    /// Its pid as this node sees it (outside the tree's namespace).
+    pid: u32,
+    suspended_for: Option<u64>,
+}
+
+/// One process of the job on this node: the launched process of tree `.0` (`.1` = 0) or
+/// the process of that tree with pid `.1` in the tree's namespace.
+type Slot = (usize, u32);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {
@@ -246,9 +305,22 @@ const LOST: &str = "lost its connection (the process died, or replaced itself by
                     program that does not load the checkpoint library: statically linked, or \
                     started with LD_PRELOAD or the environment cleared)";
 
-fn describe_all(procs: &BTreeMap<usize, Local>, which: &BTreeSet<usize>) -> String {
-    let names: Vec<String> = which.iter().map(|&i| describe(procs, i)).collect();
+fn describe_all(procs: &BTreeMap<usize, Local>, which: &BTreeSet<Slot>) -> String {
+    let names: Vec<String> = which.iter().map(|&s| describe_slot(procs, s)).collect();
     names.join(", ")
+}
+
+/// `proc 3 (pid 1234 on host)`, or for a process it started `proc 3's process 1002 (pid
+/// 1240 on host)`.
+fn describe_slot(procs: &BTreeMap<usize, Local>, (i, nspid): Slot) -> String {
+    if nspid == 0 {
+        return describe(procs, i);
+    }
+    let p = &procs[&i];
+    match p.members.get(&nspid) {
+        Some(m) => format!("proc {i}'s process {nspid} (pid {} on {})", m.pid, p.host),
+        None => format!("proc {i}'s process {nspid}"),
+    }
 }
 
 /// `proc 3 (pid 1234 on host)`, for reports.
@@ -264,13 +336,16 @@ fn describe(procs: &BTreeMap<usize, Local>, i: usize) -> String {
 struct NodePhase {
     ckpt: u64,
     kind: Kind,
-    pending: BTreeSet<usize>,
+    pending: BTreeSet<Slot>,
     deadline: Instant,
     bytes: u64,
     /// The node's answer went up (a failure is reported once per phase).
     reported: bool,
     /// In RESUME: the processes that were still writing their images when it came.
-    writing: Vec<usize>,
+    writing: Vec<Slot>,
+    /// In SUSPEND, once every process answered: until when children of the tree that have
+    /// not joined the job yet (just started) are waited for.
+    grace: Option<Instant>,
 }
 
 struct NodeLoop {
@@ -278,16 +353,18 @@ struct NodeLoop {
     token: Token,
     root_w: TcpStream,
     rx: Receiver<Event>,
-    /// Accepted connections: the process index once it said HELLO.
-    peers: HashMap<u64, (usize, TcpStream)>,
+    /// Accepted connections: the process once it said HELLO.
+    peers: HashMap<u64, (Slot, TcpStream)>,
     procs: BTreeMap<usize, Local>,
     phase: Option<NodePhase>,
     /// Processes that failed in the current checkpoint: not waited for when resuming.
-    failed: BTreeSet<usize>,
+    failed: BTreeSet<Slot>,
     /// Processes sent WRITE that have not answered it (and are still connected): they may
     /// still create files in the version directory.
-    writing: BTreeSet<usize>,
+    writing: BTreeSet<Slot>,
     writing_for: u64,
+    /// The processes sent WRITE in the current checkpoint.
+    wrote: Vec<Slot>,
 }
 
 impl NodeLoop {
@@ -297,7 +374,7 @@ impl NodeLoop {
                 .phase
                 .as_ref()
                 .filter(|p| !p.reported || p.kind == Kind::Resume)
-                .map(|p| p.deadline);
+                .map(|p| p.grace.map_or(p.deadline, |g| g.min(p.deadline)));
             let ev = hub::next_event(&self.rx, deadline);
             match ev {
                 Some(Event::Stop) => break,
@@ -323,6 +400,13 @@ impl NodeLoop {
             }) {
                 self.deadline_passed();
             }
+            if self
+                .phase
+                .as_ref()
+                .is_some_and(|p| !p.reported && p.grace.is_some_and(|g| Instant::now() >= g))
+            {
+                self.suspend_done();
+            }
         }
         for (_, (_, w)) in self.peers.drain() {
             let _ = w.shutdown(Shutdown::Both);
@@ -340,6 +424,9 @@ impl NodeLoop {
         if msg.verb != Verb::Hello {
             return deny(writer, &format!("expected HELLO, got {}", msg.verb), who);
         }
+        if msg.get("member") == Some("1") {
+            return self.member_hello(id, msg, writer, who);
+        }
         let i = match self.check_hello(&msg) {
             Ok(i) => i,
             Err(why) => return deny(writer, &why, who),
@@ -350,8 +437,8 @@ impl NodeLoop {
             if let Some((_, w)) = self.peers.remove(&old) {
                 let _ = w.shutdown(Shutdown::Both);
             }
-            self.writing.remove(&i);
-            self.proc_gone(i, "replaced itself by exec");
+            self.writing.remove(&(i, 0));
+            self.proc_gone((i, 0), "replaced itself by exec");
         }
         let p = self.procs.get_mut(&i).expect("checked");
         p.conn = Some(id);
@@ -359,9 +446,10 @@ impl NodeLoop {
         p.host = msg.get("host").unwrap_or("").to_string();
         p.state = LState::Running;
         p.suspended_for = None;
+        p.namespaced = msg.get("ids") == Some("1");
         let mut w = writer;
         send_or_log(&mut w, &Msg::new(Verb::Welcome).arg("proc", i), &who);
-        self.peers.insert(id, (i, w));
+        self.peers.insert(id, ((i, 0), w));
         let joined = Msg::new(Verb::Joined)
             .arg("proc", i)
             .arg("pid", self.procs[&i].pid)
@@ -371,7 +459,81 @@ impl NodeLoop {
         self.up(joined);
     }
 
-    fn check_hello(&self, msg: &Msg) -> Result<usize, String> {
+    /// A process the launched process of tree `proc` started joins the job. During a
+    /// checkpoint's SUSPEND it is suspended with the others (a checkpoint waits for children
+    /// that are starting); later in a checkpoint it makes the checkpoint fail, since it was
+    /// not stopped with the others.
+    fn member_hello(&mut self, id: u64, msg: Msg, writer: TcpStream, who: String) {
+        let i = match self.check_identity(&msg) {
+            Ok(i) => i,
+            Err(why) => return deny(writer, &why, who),
+        };
+        let (Ok(nspid), Ok(pid)) = (msg.num::<u32>("nspid"), msg.num::<u32>("pid")) else {
+            return deny(writer, "HELLO of a member without nspid= or pid=", who);
+        };
+        // After a restart the processes of a tree may connect before its first one.
+        if nspid == 0 || !matches!(self.procs[&i].state, LState::Running | LState::Missing) {
+            return deny(writer, &format!("proc {i} has ended"), who);
+        }
+        if let Some(old) = self.procs[&i].members.get(&nspid) {
+            if !(msg.get("exec") == Some("1") && old.pid == pid) {
+                return deny(
+                    writer,
+                    &format!("proc {i}'s process {nspid} is already connected"),
+                    who,
+                );
+            }
+            // It replaced itself by exec: its former program's connection is dead.
+            let old = old.conn;
+            if let Some((_, w)) = self.peers.remove(&old) {
+                let _ = w.shutdown(Shutdown::Both);
+            }
+            self.writing.remove(&(i, nspid));
+            self.proc_gone((i, nspid), "replaced itself by exec");
+        }
+        let mut w = writer;
+        send_or_log(&mut w, &Msg::new(Verb::Welcome).arg("proc", i), &who);
+        self.peers.insert(id, ((i, nspid), w));
+        let p = self.procs.get_mut(&i).expect("checked");
+        p.members.insert(
+            nspid,
+            Member {
+                conn: id,
+                pid,
+                suspended_for: None,
+            },
+        );
+        tracing::debug!(
+            "node {}: proc {i}'s process {nspid} (pid {pid}) joined",
+            self.a.node
+        );
+        let Some(ph) = self.phase.as_mut().filter(|p| !p.reported) else {
+            return;
+        };
+        match ph.kind {
+            Kind::Suspend => {
+                let v = ph.ckpt;
+                ph.pending.insert((i, nspid));
+                self.procs
+                    .get_mut(&i)
+                    .and_then(|p| p.members.get_mut(&nspid))
+                    .expect("just added")
+                    .suspended_for = Some(v);
+                self.send_slot((i, nspid), &Msg::new(Verb::Suspend).arg("ckpt", v));
+            }
+            Kind::Write => {
+                let why = format!(
+                    "{} started while the others were being written; take the checkpoint                      again",
+                    describe_slot(&self.procs, (i, nspid))
+                );
+                self.report_failure(&[(i, nspid)], why);
+            }
+            Kind::Resume => {}
+        }
+    }
+
+    /// The token, job, process index and node of a HELLO: the process index.
+    fn check_identity(&self, msg: &Msg) -> Result<usize, String> {
         if !msg.get("token").is_some_and(|t| self.token.matches(t)) {
             return Err("wrong token".into());
         }
@@ -392,18 +554,24 @@ impl NodeLoop {
                 self.a.procs
             ));
         }
-        let Some(p) = self.procs.get(&i) else {
+        if !self.procs.contains_key(&i) {
             return Err(format!(
                 "proc {i} belongs to node {}, not node {}",
                 crate::node_of(i, self.a.procs, self.a.nodes),
                 self.a.node
             ));
-        };
+        }
         if let Some(n) = msg.get("node").and_then(|n| n.parse::<usize>().ok()) {
             if n != self.a.node {
                 return Err(format!("this is node {}, not node {n}", self.a.node));
             }
         }
+        Ok(i)
+    }
+
+    fn check_hello(&self, msg: &Msg) -> Result<usize, String> {
+        let i = self.check_identity(msg)?;
+        let p = &self.procs[&i];
         // A program the process ran by exec in its place joins again, under the same pid.
         let exec_in_place =
             msg.get("exec") == Some("1") && msg.num::<u32>("pid").is_ok_and(|pid| pid == p.pid);
@@ -417,24 +585,26 @@ impl NodeLoop {
     }
 
     fn on_proc_line(&mut self, id: u64, msg: Msg) {
-        let Some(&(i, _)) = self.peers.get(&id) else {
+        let Some(&(slot, _)) = self.peers.get(&id) else {
             return;
         };
+        let i = slot.0;
         match msg.verb {
             Verb::Suspended | Verb::Written | Verb::Failed | Verb::Resumed => {
-                self.proc_answer(i, &msg)
+                self.proc_answer(slot, &msg)
             }
-            Verb::Bye => {
+            Verb::Bye if slot.1 == 0 => {
                 let status = msg.num::<i32>("status").unwrap_or(-1);
                 self.procs.get_mut(&i).expect("known").state = LState::Exited(status);
                 self.up(Msg::new(Verb::Left).arg("proc", i).arg("status", status));
-                self.proc_gone(i, &format!("exited with status {status}"));
+                self.proc_gone(slot, &format!("exited with status {status}"));
             }
             Verb::Checkpoint => self.up(Msg::new(Verb::Checkpoint).arg("proc", i)),
             v => {
                 tracing::warn!(
-                    "node {}: proc {i} sent {v}, which a process never sends; closing its connection",
-                    self.a.node
+                    "node {}: {} sent {v}, which a process never sends; closing its connection",
+                    self.a.node,
+                    describe_slot(&self.procs, slot)
                 );
                 if let Some((_, w)) = self.peers.get(&id) {
                     let _ = w.shutdown(Shutdown::Both);
@@ -444,11 +614,22 @@ impl NodeLoop {
     }
 
     fn proc_closed(&mut self, id: u64) {
-        let Some((i, w)) = self.peers.remove(&id) else {
+        let Some((slot, w)) = self.peers.remove(&id) else {
             return;
         };
         let _ = w.shutdown(Shutdown::Both);
-        self.writing.remove(&i);
+        self.writing.remove(&slot);
+        let (i, nspid) = slot;
+        if nspid != 0 {
+            // A process of the tree ended (or left checkpoint control by exec: if it still
+            // runs, the next checkpoint finds it among the tree's processes and fails).
+            let how = format!("ended ({LOST})");
+            self.proc_gone(slot, &how);
+            if let Some(p) = self.procs.get_mut(&i) {
+                p.members.remove(&nspid);
+            }
+            return;
+        }
         let p = self.procs.get_mut(&i).expect("known");
         p.conn = None;
         if p.state == LState::Running {
@@ -461,19 +642,19 @@ impl NodeLoop {
                 describe(&self.procs, i)
             );
             self.up(Msg::new(Verb::Left).arg("proc", i).arg("lost", 1));
-            self.proc_gone(i, LOST);
+            self.proc_gone(slot, LOST);
         }
     }
 
     /// A process ended: fails the phase it was expected to answer.
-    fn proc_gone(&mut self, i: usize, how: &str) {
+    fn proc_gone(&mut self, slot: Slot, how: &str) {
         let Some(ph) = self.phase.as_mut() else {
             return;
         };
-        if !ph.pending.remove(&i) {
+        if !ph.pending.remove(&slot) {
             return;
         }
-        self.failed.insert(i);
+        self.failed.insert(slot);
         match ph.kind {
             Kind::Resume => {
                 if ph.pending.is_empty() {
@@ -481,19 +662,24 @@ impl NodeLoop {
                 }
             }
             k => {
-                let why = format!("{} {how} during {}", describe(&self.procs, i), k.name());
-                self.report_failure(&[i], why);
+                let why = format!(
+                    "{} {how} during {}",
+                    describe_slot(&self.procs, slot),
+                    k.name()
+                );
+                self.report_failure(&[slot], why);
             }
         }
     }
 
-    fn proc_answer(&mut self, i: usize, msg: &Msg) {
+    fn proc_answer(&mut self, slot: Slot, msg: &Msg) {
         let v = msg.num::<u64>("ckpt").ok();
         if matches!(msg.verb, Verb::Written | Verb::Failed) && v == Some(self.writing_for) {
-            self.writing.remove(&i);
+            self.writing.remove(&slot);
         }
+        let who = describe_slot(&self.procs, slot);
         let Some(ph) = self.phase.as_mut().filter(|p| Some(p.ckpt) == v) else {
-            tracing::debug!("node {}: proc {i}: {msg} for no current phase", self.a.node);
+            tracing::debug!("node {}: {who}: {msg} for no current phase", self.a.node);
             return;
         };
         let fits = matches!(
@@ -503,16 +689,15 @@ impl NodeLoop {
                 | (Verb::Failed, Kind::Suspend)
                 | (Verb::Resumed, Kind::Resume)
         );
-        if !fits || !ph.pending.contains(&i) {
-            tracing::debug!("node {}: proc {i}: {msg} out of turn; ignored", self.a.node);
+        if !fits || !ph.pending.contains(&slot) {
+            tracing::debug!("node {}: {who}: {msg} out of turn; ignored", self.a.node);
             return;
         }
         if msg.verb == Verb::Failed {
-            ph.pending.remove(&i);
-            self.failed.insert(i);
+            ph.pending.remove(&slot);
+            self.failed.insert(slot);
             let why = format!(
-                "{} failed to {}: {}",
-                describe(&self.procs, i),
+                "{who} failed to {}: {}",
                 if ph.kind == Kind::Write {
                     "write its image"
                 } else {
@@ -520,23 +705,113 @@ impl NodeLoop {
                 },
                 msg.get("why").unwrap_or("no reason given")
             );
-            return self.report_failure(&[i], why);
+            return self.report_failure(&[slot], why);
         }
         if msg.verb == Verb::Written {
             match msg.num::<u64>("bytes") {
                 Ok(b) => ph.bytes += b,
                 Err(e) => {
-                    ph.pending.remove(&i);
-                    self.failed.insert(i);
-                    let why = format!("{}: {e}", describe(&self.procs, i));
-                    return self.report_failure(&[i], why);
+                    ph.pending.remove(&slot);
+                    self.failed.insert(slot);
+                    let why = format!("{who}: {e}");
+                    return self.report_failure(&[slot], why);
                 }
             }
         }
-        ph.pending.remove(&i);
+        ph.pending.remove(&slot);
         if ph.pending.is_empty() {
-            self.phase_complete();
+            if ph.kind == Kind::Suspend {
+                self.suspend_done();
+            } else {
+                self.phase_complete();
+            }
         }
+    }
+
+    /// Every process answered SUSPEND: before the node says so, every process of each tree
+    /// must be a process of the job. A child that has not joined yet (just forked, or
+    /// between vfork and exec) is waited for a moment; one that does not join runs a
+    /// program without the checkpoint library, and the checkpoint fails naming it.
+    fn suspend_done(&mut self) {
+        let outside = self.outside_processes();
+        let Some(ph) = self
+            .phase
+            .as_mut()
+            .filter(|p| p.kind == Kind::Suspend && !p.reported)
+        else {
+            return;
+        };
+        if !ph.pending.is_empty() {
+            return;
+        }
+        if outside.is_empty() {
+            ph.grace = None;
+            return self.phase_complete();
+        }
+        match ph.grace {
+            None => ph.grace = Some(Instant::now() + JOIN_GRACE),
+            Some(g) if Instant::now() < g => {}
+            Some(_) => {
+                ph.grace = None;
+                let slots: Vec<Slot> = outside.iter().map(|(s, _)| *s).collect();
+                const SHOWN: usize = 8;
+                let mut why = outside
+                    .iter()
+                    .take(SHOWN)
+                    .map(|(_, what)| what.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if outside.len() > SHOWN {
+                    why.push_str(&format!("; and {} more", outside.len() - SHOWN));
+                }
+                self.report_failure(&slots, why);
+            }
+        }
+    }
+
+    /// The processes in this node's trees that are not processes of the job: children of
+    /// the job's processes (and of each tree's init, which adopts orphans) that never
+    /// connected. Processes that ended and wait to be reaped are left to their parent's
+    /// checkpoint library, which names them.
+    fn outside_processes(&self) -> Vec<(Slot, String)> {
+        let mut out = Vec::new();
+        for (&i, p) in &self.procs {
+            if p.state != LState::Running || p.pid == 0 || !p.namespaced {
+                continue;
+            }
+            let known: BTreeSet<u32> = std::iter::once(p.pid)
+                .chain(p.members.values().map(|m| m.pid))
+                .collect();
+            let mut parents: Vec<(Slot, u32)> = vec![((i, 0), p.pid)];
+            parents.extend(p.members.iter().map(|(&ns, m)| ((i, ns), m.pid)));
+            // The tree's init (pid 1 of its namespace) adopts what other processes leave.
+            if let Some(init) = proc_stat(p.pid).map(|s| s.ppid) {
+                parents.push(((i, 0), init));
+            }
+            for (slot, parent) in parents {
+                for child in children_of(parent) {
+                    if known.contains(&child) {
+                        continue;
+                    }
+                    let Some(st) = proc_stat(child) else { continue };
+                    if st.state == 'Z' {
+                        continue;
+                    }
+                    out.push((
+                        slot,
+                        format!(
+                            "{}: process {child} ({}), a child of pid {parent}, is not under \
+                             checkpoint control: it runs a program that does not load the \
+                             checkpoint library (statically linked, or started with \
+                             LD_PRELOAD removed or the environment cleared)",
+                            describe(&self.procs, i),
+                            st.comm
+                        ),
+                    ));
+                }
+            }
+        }
+        out
     }
 
     // ---- the root ------------------------------------------------------------------------
@@ -566,7 +841,7 @@ impl NodeLoop {
         }
     }
 
-    fn new_phase(&mut self, ckpt: u64, kind: Kind, pending: BTreeSet<usize>) {
+    fn new_phase(&mut self, ckpt: u64, kind: Kind, pending: BTreeSet<Slot>) {
         self.phase = Some(NodePhase {
             ckpt,
             kind,
@@ -575,7 +850,49 @@ impl NodeLoop {
             bytes: 0,
             reported: false,
             writing: Vec::new(),
+            grace: None,
         });
+    }
+
+    /// Every process of the job on this node: each tree's launched process and the
+    /// processes it started.
+    fn all_slots(&self) -> Vec<Slot> {
+        let mut out = Vec::new();
+        for (&i, p) in &self.procs {
+            out.push((i, 0));
+            out.extend(p.members.keys().map(|&ns| (i, ns)));
+        }
+        out
+    }
+
+    fn set_suspended_for(&mut self, (i, nspid): Slot, v: Option<u64>) {
+        let Some(p) = self.procs.get_mut(&i) else {
+            return;
+        };
+        if nspid == 0 {
+            p.suspended_for = v;
+        } else if let Some(m) = p.members.get_mut(&nspid) {
+            m.suspended_for = v;
+        }
+    }
+
+    fn suspended_for(&self, (i, nspid): Slot) -> Option<u64> {
+        let p = self.procs.get(&i)?;
+        if nspid == 0 {
+            p.suspended_for
+        } else {
+            p.members.get(&nspid)?.suspended_for
+        }
+    }
+
+    fn connected(&self, (i, nspid): Slot) -> bool {
+        self.procs.get(&i).is_some_and(|p| {
+            if nspid == 0 {
+                p.conn.is_some()
+            } else {
+                p.members.contains_key(&nspid)
+            }
+        })
     }
 
     fn suspend(&mut self, v: u64) {
@@ -602,26 +919,36 @@ impl NodeLoop {
                 })
                 .collect::<Vec<_>>()
                 .join("; ");
-            self.failed.extend(&absent);
-            return self.report_failure(&absent, why);
+            let slots: Vec<Slot> = absent.iter().map(|&i| (i, 0)).collect();
+            self.failed.extend(&slots);
+            return self.report_failure(&slots, why);
         }
         let msg = Msg::new(Verb::Suspend).arg("ckpt", v);
-        let all: Vec<usize> = self.procs.keys().copied().collect();
-        for &i in &all {
-            self.procs.get_mut(&i).expect("known").suspended_for = Some(v);
-            self.send_proc(i, &msg);
+        let all = self.all_slots();
+        for &slot in &all {
+            self.set_suspended_for(slot, Some(v));
+            self.send_slot(slot, &msg);
         }
         self.new_phase(v, Kind::Suspend, all.into_iter().collect());
     }
 
     fn write(&mut self, v: u64, dir: &str) {
-        let all: BTreeSet<usize> = self.procs.keys().copied().collect();
+        let all: BTreeSet<Slot> = self.all_slots().into_iter().collect();
         self.writing = all.clone();
         self.writing_for = v;
+        self.wrote = all.iter().copied().collect();
         self.new_phase(v, Kind::Write, all.clone());
-        for i in all {
-            let path = format!("{dir}/{}", manifest::image_name(i));
-            self.send_proc(i, &Msg::new(Verb::Write).arg("ckpt", v).arg("path", path));
+        for (i, nspid) in all {
+            let name = if nspid == 0 {
+                manifest::image_name(i)
+            } else {
+                manifest::member_image_name(i, nspid)
+            };
+            let path = format!("{dir}/{name}");
+            self.send_slot(
+                (i, nspid),
+                &Msg::new(Verb::Write).arg("ckpt", v).arg("path", path),
+            );
         }
     }
 
@@ -647,33 +974,34 @@ impl NodeLoop {
             .arg("ckpt", v)
             .arg("ok", u8::from(ok));
         let mut wait = BTreeSet::new();
-        let targets: Vec<usize> = self
-            .procs
-            .iter()
-            .filter(|(_, p)| p.suspended_for == Some(v) && p.conn.is_some())
-            .map(|(&i, _)| i)
+        let targets: Vec<Slot> = self
+            .all_slots()
+            .into_iter()
+            .filter(|&s| self.suspended_for(s) == Some(v) && self.connected(s))
             .collect();
-        for i in targets {
-            self.procs.get_mut(&i).expect("known").suspended_for = None;
-            self.send_proc(i, &msg);
-            if !self.failed.contains(&i) {
-                wait.insert(i);
+        for slot in targets {
+            self.set_suspended_for(slot, None);
+            self.send_slot(slot, &msg);
+            if !self.failed.contains(&slot) {
+                wait.insert(slot);
             }
         }
         self.new_phase(v, Kind::Resume, wait);
         let writing = std::mem::take(&mut self.writing);
-        let ph = self.phase.as_mut().expect("just set");
-        ph.writing = writing
-            .into_iter()
-            .filter(|i| self.procs[i].conn.is_some())
-            .collect();
+        let writing: Vec<Slot> = writing.into_iter().filter(|&s| self.connected(s)).collect();
+        self.phase.as_mut().expect("just set").writing = writing;
         if self.phase.as_ref().is_some_and(|p| p.pending.is_empty()) {
             self.phase_complete();
         }
     }
 
-    fn send_proc(&mut self, i: usize, msg: &Msg) {
-        let Some(id) = self.procs[&i].conn else {
+    fn send_slot(&mut self, (i, nspid): Slot, msg: &Msg) {
+        let id = if nspid == 0 {
+            self.procs[&i].conn
+        } else {
+            self.procs[&i].members.get(&nspid).map(|m| m.conn)
+        };
+        let Some(id) = id else {
             return;
         };
         if let Some((_, w)) = self.peers.get_mut(&id) {
@@ -695,19 +1023,34 @@ impl NodeLoop {
             Kind::Suspend => Msg::new(Verb::Suspended)
                 .arg("ckpt", ph.ckpt)
                 .arg("count", count),
-            Kind::Write => Msg::new(Verb::Written)
-                .arg("ckpt", ph.ckpt)
-                .arg("bytes", ph.bytes)
-                .arg("count", count),
+            Kind::Write => {
+                let mut m = Msg::new(Verb::Written)
+                    .arg("ckpt", ph.ckpt)
+                    .arg("bytes", ph.bytes)
+                    .arg("count", count);
+                // The other processes of the trees, whose images go with their launched
+                // process's: `proc.pid` in the tree's namespace.
+                let members: Vec<String> = self
+                    .wrote
+                    .iter()
+                    .filter(|s| s.1 != 0)
+                    .map(|(i, ns)| format!("{i}.{ns}"))
+                    .collect();
+                if !members.is_empty() {
+                    m = m.arg("members", members.join(","));
+                }
+                m
+            }
             Kind::Resume => {
+                let missing: BTreeSet<usize> = ph.pending.iter().map(|s| s.0).collect();
                 let mut m = Msg::new(Verb::Resumed)
                     .arg("ckpt", ph.ckpt)
-                    .arg("count", count - ph.pending.len());
-                if !ph.pending.is_empty() {
-                    m = m.arg("missing", ranges(ph.pending.iter().copied()));
+                    .arg("count", count - missing.len());
+                if !missing.is_empty() {
+                    m = m.arg("missing", ranges(missing));
                 }
                 if !ph.writing.is_empty() {
-                    m = m.arg("writing", ranges(ph.writing.iter().copied()));
+                    m = m.arg("writing", ranges(ph.writing.iter().map(|s| s.0)));
                 }
                 self.phase = None;
                 m
@@ -717,7 +1060,7 @@ impl NodeLoop {
     }
 
     /// Sends the phase's FAILED up, once.
-    fn report_failure(&mut self, procs: &[usize], why: String) {
+    fn report_failure(&mut self, procs: &[Slot], why: String) {
         let Some(ph) = self.phase.as_mut() else {
             return;
         };
@@ -727,7 +1070,7 @@ impl NodeLoop {
         ph.reported = true;
         let msg = Msg::new(Verb::Failed)
             .arg("ckpt", ph.ckpt)
-            .arg("procs", ranges(procs.iter().copied()))
+            .arg("procs", ranges(procs.iter().map(|s| s.0)))
             .arg("why", why);
         self.up(msg);
     }
@@ -746,15 +1089,15 @@ impl NodeLoop {
             );
             return self.phase_complete();
         }
-        let late: Vec<usize> = ph.pending.iter().copied().collect();
+        let late: Vec<Slot> = ph.pending.iter().copied().collect();
         let kind = ph.kind;
         self.failed.extend(&late);
         let why = late
             .iter()
-            .map(|&i| {
+            .map(|&s| {
                 format!(
                     "{} did not answer {} within {:.0} s",
-                    describe(&self.procs, i),
+                    describe_slot(&self.procs, s),
                     kind.name(),
                     self.a.timeout.as_secs_f64()
                 )

@@ -19,12 +19,12 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::hub::{self, deny, named, send_or_log, Acceptor, Event};
-use crate::images::{Images, Stored};
+use crate::images::{Images, Stored, TreeImage};
 use crate::jobdir::Token;
-use crate::manifest::{self, LaunchRecord, Manifest, ProcImage};
+use crate::manifest::{self, LaunchRecord, Manifest, MemberImage, ProcImage};
 use crate::proto::{Msg, Verb};
 use crate::{node_of, procs_of_node};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -265,6 +265,9 @@ struct Ckpt {
     pending: BTreeSet<usize>,
     /// Per node, the bytes its processes wrote.
     bytes: Vec<Option<u64>>,
+    /// Per process, the pids (in its tree's namespace) of the processes of its tree that
+    /// wrote an image beside its own.
+    members: BTreeMap<usize, Vec<u32>>,
     failures: Vec<String>,
     /// Clients waiting for its DONE.
     clients: Vec<u64>,
@@ -709,6 +712,27 @@ impl RootLoop {
                 }
                 if msg.verb == Verb::Written {
                     c.bytes[n] = Some(msg.num("bytes")?);
+                    for m in msg
+                        .get("members")
+                        .unwrap_or("")
+                        .split(',')
+                        .filter(|m| !m.is_empty())
+                    {
+                        let parsed = m
+                            .split_once('.')
+                            .and_then(|(i, ns)| {
+                                Some((i.parse::<usize>().ok()?, ns.parse::<u32>().ok()?))
+                            })
+                            .filter(|&(i, ns)| {
+                                ns > 1 && self.procs.get(i).is_some_and(|p| p.node == n)
+                            });
+                        let Some((i, ns)) = parsed else {
+                            self.fail(format!("node {n} named {m:?} among its processes' images"));
+                            return Ok(());
+                        };
+                        let c = self.ckpt.as_mut().expect("checked above");
+                        c.members.entry(i).or_default().push(ns);
+                    }
                 }
                 self.answered(n);
             }
@@ -759,6 +783,7 @@ impl RootLoop {
             deadline: now + self.cfg.timeout,
             pending: BTreeSet::new(),
             bytes: vec![None; self.cfg.nodes],
+            members: BTreeMap::new(),
             failures: Vec::new(),
             clients,
             dir_created: false,
@@ -874,20 +899,34 @@ impl RootLoop {
         let dir = manifest::stage_dir(&self.cfg.job_dir, c.version);
         let mut images = Vec::with_capacity(self.procs.len());
         let mut per_node = vec![0u64; self.nodes.len()];
-        for (i, p) in self.procs.iter().enumerate() {
-            let path = dir.join(manifest::image_name(i));
-            let bytes = std::fs::symlink_metadata(&path)
+        // The length of an image a process reported written, which must be a file there.
+        let written = |path: &std::path::Path, who: String, node: usize| {
+            std::fs::symlink_metadata(path)
                 .ok()
                 .filter(|m| m.is_file())
                 .map(|m| m.len())
                 .ok_or_else(|| {
                     format!(
-                        "proc {i} (node {}) reported its image written, but {} is not there",
-                        p.node,
+                        "{who} (node {node}) reported its image written, but {} is not there",
                         path.display()
                     )
-                })?;
+                })
+        };
+        for (i, p) in self.procs.iter().enumerate() {
+            let path = dir.join(manifest::image_name(i));
+            let bytes = written(&path, format!("proc {i}"), p.node)?;
             per_node[p.node] += bytes;
+            let mut members = Vec::new();
+            for &ns in c.members.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
+                let path = dir.join(manifest::member_image_name(i, ns));
+                let bytes = written(&path, format!("proc {i}'s process {ns}"), p.node)?;
+                per_node[p.node] += bytes;
+                members.push(MemberImage {
+                    pid: ns,
+                    bytes,
+                    region: 0,
+                });
+            }
             images.push(ProcImage {
                 proc: i,
                 node: p.node,
@@ -896,6 +935,7 @@ impl RootLoop {
                 bytes,
                 region: 0,
                 stored: 0,
+                members,
             });
         }
         for (n, (&on_disk, reported)) in per_node.iter().zip(&c.bytes).enumerate() {
@@ -921,8 +961,21 @@ impl RootLoop {
         c.pending.clear();
         self.progress();
         let dir = manifest::stage_dir(&self.cfg.job_dir, v);
-        let paths: Vec<PathBuf> = (0..self.procs.len())
-            .map(|i| dir.join(manifest::image_name(i)))
+        let c = self.ckpt.as_ref().expect("a checkpoint runs");
+        let paths: Vec<Vec<TreeImage>> = c
+            .images
+            .iter()
+            .map(|p| {
+                std::iter::once(TreeImage {
+                    id: 0,
+                    path: dir.join(manifest::image_name(p.proc)),
+                })
+                .chain(p.members.iter().map(|m| TreeImage {
+                    id: m.pid as i32,
+                    path: dir.join(manifest::member_image_name(p.proc, m.pid)),
+                }))
+                .collect()
+            })
             .collect();
         let (images, tx) = (self.cfg.images.clone(), self.tx.clone());
         let spawned = std::thread::Builder::new()
@@ -960,9 +1013,12 @@ impl RootLoop {
     /// is complete, whatever happens next.
     fn publish(&mut self, stored: &Stored) -> Result<(), String> {
         let c = self.ckpt.as_mut().expect("a checkpoint runs");
-        for ((p, &s), &r) in c.images.iter_mut().zip(&stored.stored).zip(&stored.regions) {
+        for ((p, &s), r) in c.images.iter_mut().zip(&stored.stored).zip(&stored.regions) {
             p.stored = s;
-            p.region = r;
+            p.region = r.first().copied().unwrap_or(0);
+            for (m, &region) in p.members.iter_mut().zip(r.iter().skip(1)) {
+                m.region = region;
+            }
         }
         c.total_stored = stored.stored.iter().sum();
         let mut engine = self.cfg.images.record().clone();

@@ -14,7 +14,8 @@
  *            ends with some bytes at 2
  *   anon     the same in MAP_SHARED|MAP_ANONYMOUS memory; the end prints the bytes' sum
  *   inotify  an inotify instance watching DIR
- *   child    a forked child that sleeps until the end
+ *   child    a child that runs sleep with its environment cleared (so without the checkpoint
+ *            library) until the end
  *   fifo     DIR/fifo (made by the caller, who holds its reading end) opened for writing,
  *            one byte a step; SIGPIPE is ignored, and a failed write is printed once and
  *            the program goes on without the FIFO
@@ -155,8 +156,9 @@ int main(int argc, char **argv)
     } else if (strcmp(what, "child") == 0) {
         child = fork();
         if (child == 0) {
-            pause();
-            _exit(0);
+            char *none[] = {NULL};
+            execle("/bin/sleep", "sleep", "600", (char *)NULL, none);
+            _exit(3);
         }
     } else {
         fprintf(stderr, "holder: unknown %s\n", what);
