@@ -100,6 +100,11 @@ static struct sock_end {
 } sock_ends[MAX_FDS];
 static int nsock_ends;
 
+/* Pipes and Unix stream sockets of a process in its tree's namespace: made again once per
+ * tree by the restorer (image.h), whichever processes of the tree hold them. */
+static struct cairn_img_xfd xfds[MAX_FDS];
+static int nxfds;
+
 /* Pipe descriptors seen by the census, paired up once all descriptors are known. */
 static struct pipe_end {
     int fd;
@@ -213,6 +218,7 @@ static struct {
     char why[1024];               /* what the last checkpoint could not capture */
     int nslevels;                 /* pid namespace levels /proc shows (2 or more: inside one) */
     int member;                   /* a process the job's process started (not the launched one) */
+    int max_fd;                   /* the highest descriptor number seen by the last census */
     int host_pid;                 /* the pid as /proc (and cairn status, and kill from outside) see it */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
@@ -326,10 +332,13 @@ static int find_tid_offset(void)
     return -1;
 }
 
-/* The job process's pid in the environment, fixed-width so that a restart can write the
- * new pid over it in place (no allocation while other threads may hold malloc's lock). */
+/* The job process's pid in the environment, and whether it is the launched process of its
+ * tree ('r') or one that process started ('m'): fixed-width, so that it can be written over
+ * in place after a restart or a fork (no allocation while other threads may hold malloc's
+ * lock), where shells that build their children's environment from their own copy of the
+ * strings (dash) see the change too. */
 #define PID_ENV "CAIRN_CKPT_PID"
-#define PID_WIDTH 10
+#define PID_WIDTH 11
 
 /* This process was started by a job process (it is not the job's): remove the settings
  * that would make it register as that process, and the library, from what it and its own
@@ -366,8 +375,15 @@ static void update_pid_env(void)
     if (!v || strlen(v) != PID_WIDTH)
         return;
     char pid[PID_WIDTH + 1];
-    snprintf(pid, sizeof pid, "%0*d", PID_WIDTH, (int)getpid());
+    snprintf(pid, sizeof pid, "%0*d%c", PID_WIDTH - 1, (int)getpid(), S.member ? 'm' : 'r');
     memcpy(v, pid, PID_WIDTH);
+}
+
+static void set_pid_env(void)
+{
+    char pid[PID_WIDTH + 1];
+    snprintf(pid, sizeof pid, "%0*d%c", PID_WIDTH - 1, (int)getpid(), S.member ? 'm' : 'r');
+    setenv(PID_ENV, pid, 1);
 }
 
 /* The manager thread, with every signal blocked while it is made (it keeps them blocked). */
@@ -387,14 +403,25 @@ static void start_manager(void)
     pthread_attr_destroy(&a);
 }
 
-#define MEMBER_ENV "CAIRN_CKPT_MEMBER"
-
 static void reset_line_reader(void);
+
+/* The coordinator socket the manager is connecting, not yet S.sock: a fork copies it, and the
+ * child must close it (its census would take it for a connection to outside). The lock keeps
+ * fork from happening between its creation and its record. */
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static int connecting = -1;
+
+static void before_fork(void) { pthread_mutex_lock(&conn_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&conn_lock); }
 
 /* A child made by fork joins the job as a process of its tree, from its first instruction:
  * its own manager thread (the parent's is not in it), its own connection and wake pipe. */
 static void after_fork_child(void)
 {
+    pthread_mutex_unlock(&conn_lock);
+    if (connecting >= 0)
+        close(connecting);
+    connecting = -1;
     if (S.sock >= 0)
         close(S.sock);
     S.sock = -1;
@@ -416,7 +443,6 @@ static void after_fork_child(void)
     S.member = 1;
     S.execed = 0;
     update_pid_env();
-    setenv(MEMBER_ENV, "1", 1);
     find_host_pid();
     S.main_tid_at_start = gettid_raw();
     start_manager();
@@ -454,7 +480,7 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
      * finds another pid there and stays out of the job. */
     const char *owner = getenv(PID_ENV);
     find_host_pid();
-    S.member = getenv(MEMBER_ENV) != NULL;
+    S.member = owner && strlen(owner) == PID_WIDTH && owner[PID_WIDTH - 1] == 'm';
     if (owner && atol(owner) != (long)getpid()) {
         /* Started by a process of the job: inside the tree's pid namespace it joins the job
          * as a process of that tree; without one its pid could not come back at a restart,
@@ -464,15 +490,11 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
             return;
         }
         S.member = 1;
-        setenv(MEMBER_ENV, "1", 1);
         owner = NULL;
     }
     S.execed = owner != NULL;
-    if (!owner) {
-        char pid[16];
-        snprintf(pid, sizeof pid, "%0*d", PID_WIDTH, (int)getpid());
-        setenv(PID_ENV, pid, 1);
-    }
+    if (!owner)
+        set_pid_env();
     /* Keep the restorer's place free: nothing of this process may ever be mapped there. */
     void *hole = mmap((void *)CAIRN_IMG_HOLE_START, CAIRN_IMG_HOLE_LEN, PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
@@ -502,7 +524,7 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
     }
     S.enabled = 1;
     if (S.coord[0] && S.nslevels >= 2)
-        pthread_atfork(NULL, NULL, after_fork_child);
+        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     start_manager();
 }
 
@@ -1196,10 +1218,28 @@ static int save_listener(int fd, const char *target)
     return 1;
 }
 
+/* Note a pipe end for census_pipes. */
+static void note_pipe_end(int fd, const char *target)
+{
+    if (npipe_ends >= MAX_FDS)
+        return;
+    struct pipe_end *e = &pipe_ends[npipe_ends++];
+    e->fd = fd;
+    e->write = (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY;
+    e->ino = strtoull(target + 6, NULL, 10);
+    snprintf(e->target, sizeof e->target, "%s", target);
+}
+
 /* One descriptor: anything but the standard streams (which a restart takes from the
  * restarting command), the library's own, files, directories and stateless devices. */
+/* In a tree's namespace, under a coordinator: pipes and sockets between the tree's processes
+ * can come back. */
+static int in_tree(void) { return S.coord[0] && S.nslevels >= 2; }
+
 static void census_fd(int fd, void *dirfd)
 {
+    if (fd > S.max_fd)
+        S.max_fd = fd;
     if (fd == *(int *)dirfd || fd == S.sock || fd == S.wake[0] || fd == S.wake[1])
         return;
     struct stat st;
@@ -1220,8 +1260,16 @@ static void census_fd(int fd, void *dirfd)
         }
         return;
     }
-    if (fd <= 2)
-        return; /* a restart takes the standard streams from the command that restarts */
+    /* A restart takes the standard streams from the command that restarts, unless they are
+     * pipes or Unix stream sockets, which may lead to other processes of the tree (a
+     * pipeline): the tree's restorer decides. */
+    if (fd <= 2) {
+        if (in_tree() && S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0)
+            note_pipe_end(fd, target);
+        else if (in_tree() && S_ISSOCK(st.st_mode))
+            unix_stream_end(fd, target);
+        return;
+    }
     if (strncmp(target, "anon_inode:", 11) == 0) {
         if (!save_anon(fd, target))
             unrestorable("fd %d is %s", fd, target);
@@ -1230,12 +1278,8 @@ static void census_fd(int fd, void *dirfd)
     } else if (S_ISCHR(st.st_mode)) {
         unrestorable("fd %d is the device %s", fd, target);
     } else if (S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0 && npipe_ends < MAX_FDS) {
-        struct pipe_end *e = &pipe_ends[npipe_ends++];
-        e->fd = fd;
-        e->write = (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY;
-        e->ino = strtoull(target + 6, NULL, 10);
-        snprintf(e->target, sizeof e->target, "%s", target);
-    } else if (S_ISSOCK(st.st_mode) && save_listener(fd, target)) {
+        note_pipe_end(fd, target);
+    } else if (S_ISSOCK(st.st_mode) && fd > 2 && save_listener(fd, target)) {
         /* bound again at restart */
     } else if (S_ISSOCK(st.st_mode) && unix_stream_end(fd, target)) {
         /* paired up in census_sockets */
@@ -1319,9 +1363,78 @@ static ssize_t copy_pipe(int rfd, const char *target)
 
 /* Pipes: one whose both ends the process holds comes back with the bytes in flight in it;
  * one with an end elsewhere leaves the job (refused, or closed under CAIRN_CKPT_EXTERNAL). */
+/* A pipe end or Unix stream socket as an xfd record (image.h), its bytes in flight copied
+ * by `copy` (into inflight[], without taking them) when `copy` is given. */
+static void add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const char *target,
+                    ssize_t (*copy)(int, const char *))
+{
+    if (nxfds >= MAX_FDS)
+        return;
+    struct cairn_img_xfd *x = &xfds[nxfds];
+    memset(x, 0, sizeof *x);
+    x->fd = fd;
+    x->kind = kind;
+    x->ino = ino;
+    x->peer = peer;
+    x->flags = (uint32_t)fcntl(fd, F_GETFL);
+    x->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    int size = kind == CAIRN_XFD_STREAM ? 0 : fcntl(fd, F_GETPIPE_SZ);
+    x->pipe_size = size > 0 ? (uint32_t)size : 0;
+    x->how = (S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0) | (fd <= 2 ? CAIRN_XFD_STDIO : 0);
+    if (copy) {
+        size_t at = inflight_used;
+        ssize_t got = copy(fd, target);
+        if (got < 0)
+            return; /* the census says why */
+        x->data_off = at;
+        x->data_len = (uint64_t)got;
+    }
+    nxfds++;
+}
+
+static ssize_t copy_pipe(int rfd, const char *target);
+static ssize_t peek_socket(int fd, const char *target);
+
+/* In a tree: every pipe end, recorded to be made again once for the tree; the bytes in a
+ * pipe are copied by the first of its read ends here (every process holding one saves the
+ * same bytes, and the restorer uses one copy). */
+static void tree_pipes(void)
+{
+    for (int i = 0; i < npipe_ends; i++) {
+        struct pipe_end *e = &pipe_ends[i];
+        int first_reader = !e->write;
+        for (int j = 0; j < i && first_reader; j++)
+            first_reader = !(pipe_ends[j].ino == e->ino && !pipe_ends[j].write);
+        add_xfd(e->fd, e->write ? CAIRN_XFD_PIPE_WRITE : CAIRN_XFD_PIPE_READ, e->ino, 0, e->target,
+                first_reader ? copy_pipe : NULL);
+    }
+}
+
+/* In a tree: every connected Unix stream socket, with the bytes waiting at it. */
+static void tree_sockets(void)
+{
+    for (int i = 0; i < nsock_ends; i++) {
+        struct sock_end *e = &sock_ends[i];
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            first = sock_ends[j].ino != e->ino;
+        if (!e->peer) {
+            char what[128];
+            describe_socket(e->fd, what, sizeof what);
+            unrestorable("fd %d is a socket (%s; %s) whose peer could not be found", e->fd, what, e->target);
+            continue;
+        }
+        add_xfd(e->fd, CAIRN_XFD_STREAM, e->ino, e->peer, e->target, first ? peek_socket : NULL);
+    }
+}
+
 static void census_pipes(void)
 {
     inflight_used = 0;
+    if (in_tree()) {
+        tree_pipes();
+        return;
+    }
     for (int i = 0; i < npipe_ends; i++) {
         struct pipe_end *e = &pipe_ends[i];
         int rfd = -1, wfd = -1, first = 1;
@@ -1407,6 +1520,10 @@ static ssize_t peek_socket(int fd, const char *target)
  * (refused, or closed under CAIRN_CKPT_EXTERNAL). */
 static void census_sockets(void)
 {
+    if (in_tree()) {
+        tree_sockets();
+        return;
+    }
     for (int i = 0; i < nsock_ends; i++) {
         struct sock_end *e = &sock_ends[i];
         int inside = 0, first = 1;
@@ -1455,8 +1572,10 @@ static void census(const struct cairn_img_region *regs, int n)
     int dirfd = -1;
     S.nfds = 0;
     S.nwatches = 0;
+    S.max_fd = -1;
     npipe_ends = 0;
     nsock_ends = 0;
+    nxfds = 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();
@@ -1551,7 +1670,11 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     h.nthreads = (uint32_t)S.nthreads + 1; /* and the manager */
     h.regions_off = CAIRN_IMG_PAGE;
     h.threads_off = h.regions_off + (uint64_t)n * sizeof(struct cairn_img_region);
-    uint64_t bm_off = h.threads_off + (uint64_t)h.nthreads * sizeof(struct cairn_img_thread);
+    h.nxfds = (uint32_t)nxfds;
+    h.max_fd = S.max_fd;
+    h.xfds_off = h.threads_off + (uint64_t)h.nthreads * sizeof(struct cairn_img_thread);
+    h.xdata_len = nxfds ? inflight_used : 0;
+    uint64_t bm_off = h.xfds_off + (uint64_t)nxfds * sizeof(struct cairn_img_xfd) + h.xdata_len;
     uint64_t data = (bm_off + bitmap_bytes + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
@@ -1626,6 +1749,8 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     PAD_TO(h.regions_off);
     PUT(regs, (size_t)n * sizeof *regs);
     PUT(th, (size_t)h.nthreads * sizeof th[0]);
+    PUT(xfds, (size_t)nxfds * sizeof xfds[0]);
+    PUT(inflight, (size_t)h.xdata_len);
     PUT(bitmaps, bitmap_bytes);
     {
         uint64_t first_data = (bm_off + bitmap_bytes + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
@@ -1956,6 +2081,31 @@ static void closed_end(const struct fd_rec *f)
     fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
 }
 
+/* The processes of a tree restored together wait for each other here, once their own
+ * descriptors are back, before any of them runs the program again (image.h). */
+static void tree_barrier(void)
+{
+    if (CONTROL.tree <= 1)
+        return;
+    atomic_int *count = (atomic_int *)(uintptr_t)(CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF);
+    if (atomic_fetch_add(count, 1) + 1 >= CONTROL.tree) {
+        syscall(SYS_futex, count, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+        return;
+    }
+    for (int waited = 0;;) {
+        int v = atomic_load(count);
+        if (v >= CONTROL.tree)
+            return;
+        struct timespec ts = {1, 0};
+        if (syscall(SYS_futex, count, FUTEX_WAIT, v, &ts, NULL, 0) != 0 && errno == ETIMEDOUT &&
+            ++waited >= 60) {
+            say("restart: %d of the tree's %d processes did not come back within 60 s; going on", v,
+                CONTROL.tree);
+            return;
+        }
+    }
+}
+
 static void resume_process(void)
 {
     update_pid_env();
@@ -2009,6 +2159,7 @@ static void resume_process(void)
     for (int i = 0; i < S.nfds; i++)
         if (S.fds[i].kind == FD_EPOLL)
             anon_again(&S.fds[i]);
+    tree_barrier();
     if (S.cwd[0] && chdir(S.cwd) != 0)
         say("cannot return to %s: %s", S.cwd, strerror(errno));
     umask(S.umask);
@@ -2136,14 +2287,20 @@ static int connect_coord(int restarted)
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
         if (getaddrinfo(host, port, &hints, &ai) == 0) {
             for (struct addrinfo *a = ai; a; a = a->ai_next) {
+                pthread_mutex_lock(&conn_lock);
                 int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+                connecting = fd;
+                pthread_mutex_unlock(&conn_lock);
                 if (fd < 0)
                     continue;
                 if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
                     int one = 1;
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                     freeaddrinfo(ai);
+                    pthread_mutex_lock(&conn_lock);
                     S.sock = fd;
+                    connecting = -1;
+                    pthread_mutex_unlock(&conn_lock);
                     char host_name[256] = "", job[256], hn[256];
                     gethostname(host_name, sizeof host_name - 1);
                     encode(S.job, job, sizeof job);
@@ -2154,7 +2311,10 @@ static int connect_coord(int restarted)
                                      S.execed && !restarted, S.member, (int)getpid(), (int)getppid(),
                                      S.nslevels >= 2);
                 }
+                pthread_mutex_lock(&conn_lock);
+                connecting = -1;
                 close(fd);
+                pthread_mutex_unlock(&conn_lock);
             }
             freeaddrinfo(ai);
         }

@@ -37,6 +37,10 @@
  * this address, never collides with what it restores. */
 #define CAIRN_IMG_HOLE_START 0x3f0000000000ull
 #define CAIRN_IMG_HOLE_LEN (64ull << 20)
+/* A page of the hole shared by the processes of a tree being restored: each counts itself
+ * there once its descriptors are back (files cut back to their size at the checkpoint), and
+ * none goes on before all have, so no process writes a file another then cuts. */
+#define CAIRN_IMG_BARRIER_OFF (31ull << 20)
 
 /* header.ids: the process ran in a pid namespace of Cairn's (cairn-restore --init), so a
  * restart makes it again in a new one with the same pid and thread ids. */
@@ -114,7 +118,40 @@ struct cairn_img_header {
     /* Ids at the checkpoint, as the process saw them (in its pid namespace). */
     int32_t ppid, pgid, sid;
     uint32_t ids;            /* CAIRN_IDS_*: whether a restart can give the same ids back */
-    uint8_t reserved[240];
+    /* Pipes and Unix stream sockets a process of a tree may share with others of it,
+     * made again once per tree by the restorer (struct cairn_img_xfd, then their bytes in
+     * flight). */
+    uint32_t nxfds;
+    int32_t max_fd;          /* the highest descriptor number the process had open */
+    uint64_t xfds_off;       /* the table; data_off values count from its end */
+    uint64_t xdata_len;
+    uint8_t reserved[216];
+};
+
+/* A pipe end or a connected Unix stream socket of a process in a pid namespace of Cairn's:
+ * the tree's restorer makes each pipe and socket pair once, before the processes are made,
+ * so that every process that held it holds it again (one open file description), with the
+ * bytes that were in flight in it. */
+#define CAIRN_XFD_PIPE_READ 1u
+#define CAIRN_XFD_PIPE_WRITE 2u
+#define CAIRN_XFD_STREAM 3u
+
+#define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
+                                        * the tree, it comes back with that end closed */
+#define CAIRN_XFD_STDIO 0x2u           /* fd 0-2: if its other end is not in the tree, the
+                                        * restart's own stream takes its place */
+
+struct cairn_img_xfd {
+    int32_t fd;
+    uint32_t kind;           /* CAIRN_XFD_* */
+    uint64_t ino;            /* the pipe's or the socket's inode */
+    uint64_t peer;           /* a socket's peer's inode */
+    uint32_t flags;          /* F_GETFL */
+    uint32_t cloexec;
+    uint32_t pipe_size;      /* F_GETPIPE_SZ */
+    uint32_t how;            /* CAIRN_XFD_CLOSE_UNMATCHED | CAIRN_XFD_STDIO */
+    uint64_t data_off;       /* bytes in flight, after the table: in the pipe (read end), or */
+    uint64_t data_len;       /* waiting to be read at this socket */
 };
 
 /* Filled in by the restorer before it starts the threads; read by the library when it
@@ -129,7 +166,7 @@ struct cairn_img_control {
     int32_t affinity;        /* 1: restore CPU masks (default), 0: leave them */
     char cpus[256];          /* "--cpus LIST": map saved masks onto these CPUs ("" none) */
     int32_t main_tid;        /* the restored main thread's tid (= new_pid) */
-    int32_t pad;
+    int32_t tree;            /* processes restored together (the barrier page), or 0 */
     int64_t restore_start_ns; /* CLOCK_MONOTONIC when the restorer started */
 };
 

@@ -72,6 +72,12 @@ typedef unsigned long u64;
 #define SYS_prctl 157
 #define SYS_unshare 272
 #define SYS_clone3 435
+#define SYS_sendto 44
+#define SYS_socketpair 53
+#define SYS_setsockopt 54
+#define SYS_fcntl 72
+#define SYS_dup3 292
+#define SYS_pipe2 293
 
 #define PROT_NONE 0
 #define PROT_READ 1
@@ -104,6 +110,15 @@ typedef unsigned long u64;
 #define CLONE_NEWUSER 0x10000000
 #define PR_SET_PDEATHSIG 1
 #define PR_SET_CHILD_SUBREAPER 36
+#define F_SETFL 4
+#define F_SETPIPE_SZ 1031
+#define O_NONBLOCK 04000
+#define AF_UNIX 1
+#define SOCK_STREAM 1
+#define SOL_SOCKET 1
+#define SO_SNDBUF 7
+#define MSG_DONTWAIT 0x40
+#define MSG_NOSIGNAL 0x4000
 
 static i64 sys6(i64 n, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f)
 {
@@ -865,6 +880,7 @@ static struct member {
     char path[CAIRN_IMG_PATH_MAX];
     int32_t pid, ppid, pgid, sid;
     int fd; /* open before the tree is made: a member restores even if its file is gone */
+    u64 xdata; /* where its shared descriptors' bytes in flight start in its image */
 } M[MAX_MEMBERS];
 static int nmembers;
 
@@ -1019,6 +1035,194 @@ static int relay_until_exit(i64 watched, i64 to, int reap_all)
     }
 }
 
+/* ---- pipes and sockets shared in the tree ------------------------------------------------ */
+
+/* Each pipe and Unix stream socket pair of the tree is made once, by init, before any process
+ * of the tree: every process inherits every one (at numbers above all the tree's own), puts
+ * those it held at their numbers and closes the rest, so the processes that shared one share
+ * it again, with the bytes that were in flight in it written back first. */
+#define MAX_XFDS 4096
+static struct xrec {
+    struct cairn_img_xfd x;
+    int member;
+    int object; /* index in O, or -1: the restart's own standard stream stays */
+} X[MAX_XFDS];
+static int nx;
+
+static struct object {
+    uint32_t kind;  /* CAIRN_XFD_PIPE_READ for a pipe, CAIRN_XFD_STREAM for a socket pair */
+    u64 a, b;       /* the pipe's inode; the pair's two socket inodes */
+    int has[2];     /* pipe: a read end, a write end held in the tree; pair: end a, end b */
+    uint32_t pipe_size;
+} O[MAX_XFDS];
+static int no;
+static i64 xbase = 3; /* objects live at xbase + 2k (pipe read end, end a), + 2k + 1 */
+
+static void read_xfds(int k, const struct cairn_img_header *h)
+{
+    if (h->max_fd + 1 > xbase)
+        xbase = h->max_fd + 1;
+    if (!h->nxfds)
+        return;
+    u64 table = (u64)h->nxfds * sizeof(struct cairn_img_xfd);
+    if (h->nxfds > MAX_XFDS - (u64)nx || h->xfds_off + table + h->xdata_len > h->file_size) {
+        put("cairn-restore: damaged image, or too many shared descriptors: ");
+        put(M[k].path);
+        fail(4, "");
+    }
+    for (uint32_t i = 0; i < h->nxfds; i++) {
+        if (sys4(SYS_pread64, M[k].fd, &X[nx].x, sizeof X[nx].x, h->xfds_off + i * sizeof X[nx].x) !=
+                (i64)sizeof X[nx].x ||
+            X[nx].x.data_off + X[nx].x.data_len > h->xdata_len) {
+            put("cairn-restore: damaged table of shared descriptors in ");
+            put(M[k].path);
+            fail(4, "");
+        }
+        X[nx].member = k;
+        X[nx++].object = -1;
+    }
+    M[k].xdata = h->xfds_off + table;
+}
+
+static int find_object(uint32_t kind, u64 a, u64 b)
+{
+    for (int i = 0; i < no; i++)
+        if (O[i].kind == kind && ((O[i].a == a && O[i].b == b) || (kind == CAIRN_XFD_STREAM && O[i].a == b && O[i].b == a)))
+            return i;
+    return -1;
+}
+
+/* The object descriptor a record stands for: the pipe end it is, or the pair end whose
+ * inode it has. */
+static i64 object_fd(const struct xrec *r)
+{
+    const struct object *o = &O[r->object];
+    int second = o->kind == CAIRN_XFD_STREAM ? r->x.ino != o->a : r->x.kind == CAIRN_XFD_PIPE_WRITE;
+    return xbase + 2 * r->object + second;
+}
+
+/* Copies the bytes in flight of record r into descriptor to: into a pipe, or sent from a
+ * socket to its peer. Never waits: a short write is said. */
+static void refill(const struct xrec *r, i64 to, int sock)
+{
+    static uint8_t buf[1 << 16];
+    u64 done = 0, len = r->x.data_len;
+    if (sock && len > 100000) {
+        int room = (int)len;
+        sys5(SYS_setsockopt, to, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
+    }
+    while (done < len) {
+        u64 k = len - done < sizeof buf ? len - done : sizeof buf;
+        if (sys4(SYS_pread64, M[r->member].fd, buf, k, M[r->member].xdata + r->x.data_off + done) != (i64)k)
+            fail(5, "cairn-restore: cannot read the bytes in flight of a pipe or socket");
+        for (u64 w = 0; w < k;) {
+            i64 n = sock ? sys6(SYS_sendto, to, (i64)(buf + w), (i64)(k - w), MSG_DONTWAIT | MSG_NOSIGNAL, 0, 0)
+                         : sys3(SYS_write, to, buf + w, k - w);
+            if (n <= 0) {
+                put("cairn-restore: cannot put back ");
+                put_num(len - done - w, 10);
+                put(" bytes in flight into a pipe or socket of the tree (fd ");
+                put_num((u64)r->x.fd, 10);
+                put(" of process ");
+                put_num((u64)M[r->member].pid, 10);
+                put(")");
+                flush_msg();
+                return;
+            }
+            w += (u64)n;
+        }
+        done += k;
+    }
+}
+
+/* Makes every object of the tree at its number, with its bytes in flight. */
+static void make_objects(void)
+{
+    for (int i = 0; i < nx; i++) {
+        struct cairn_img_xfd *x = &X[i].x;
+        int pipe = x->kind != CAIRN_XFD_STREAM;
+        uint32_t kind = pipe ? CAIRN_XFD_PIPE_READ : CAIRN_XFD_STREAM;
+        int o = find_object(kind, x->ino, pipe ? 0 : x->peer);
+        if (o < 0) {
+            o = no++;
+            O[o] = (struct object){kind, x->ino, pipe ? 0 : x->peer, {0, 0}, 0};
+        }
+        X[i].object = o;
+        if (pipe)
+            O[o].has[x->kind == CAIRN_XFD_PIPE_WRITE] = 1;
+        else
+            O[o].has[x->ino != O[o].a] = 1;
+        if (x->pipe_size > O[o].pipe_size)
+            O[o].pipe_size = x->pipe_size;
+    }
+    /* A standard stream whose other end is not in the tree is the restart's own. */
+    for (int i = 0; i < nx; i++)
+        if ((X[i].x.how & CAIRN_XFD_STDIO) && !(O[X[i].object].has[0] && O[X[i].object].has[1]))
+            X[i].object = -1;
+    for (int k = 0; k < no; k++) {
+        struct object *o = &O[k];
+        int used = 0;
+        for (int i = 0; i < nx && !used; i++)
+            used = X[i].object == k;
+        if (!used)
+            continue;
+        int e[2];
+        i64 r = o->kind == CAIRN_XFD_STREAM ? sys4(SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, e) : sys2(SYS_pipe2, e, 0);
+        if (r != 0 || sys3(SYS_dup3, e[0], xbase + 2 * k, 0) < 0 || sys3(SYS_dup3, e[1], xbase + 2 * k + 1, 0) < 0)
+            fail(5, "cairn-restore: cannot make a pipe or socket pair of the tree again (too many open files?)");
+        sys1(SYS_close, e[0]);
+        sys1(SYS_close, e[1]);
+        i64 first = xbase + 2 * k, second = first + 1;
+        if (o->kind != CAIRN_XFD_STREAM) {
+            u64 need = o->pipe_size;
+            for (int i = 0; i < nx; i++)
+                if (X[i].object == k && X[i].x.kind == CAIRN_XFD_PIPE_READ && X[i].x.data_len > need)
+                    need = X[i].x.data_len;
+            if (need > 65536)
+                sys3(SYS_fcntl, second, F_SETPIPE_SZ, need);
+            /* One read end's copy (every reader saved the same bytes). */
+            for (int i = 0; i < nx; i++)
+                if (X[i].object == k && X[i].x.kind == CAIRN_XFD_PIPE_READ && X[i].x.data_len) {
+                    refill(&X[i], second, 0);
+                    break;
+                }
+        } else {
+            /* The bytes waiting at each end are sent again from the other. */
+            for (int end = 0; end < 2; end++)
+                for (int i = 0; i < nx; i++)
+                    if (X[i].object == k && (X[i].x.ino != o->a) == end && X[i].x.data_len) {
+                        refill(&X[i], end ? first : second, 1);
+                        break;
+                    }
+        }
+        /* An end no process of the tree holds is closed: its peers see end-of-file or EPIPE
+         * (CAIRN_CKPT_EXTERNAL=close; a checkpoint without it was refused). */
+        if (!o->has[0])
+            sys1(SYS_close, first);
+        if (!o->has[1])
+            sys1(SYS_close, second);
+    }
+}
+
+/* In a restored process, before its threads run: its pipes and sockets at their numbers, and
+ * none of the others. */
+static void place_objects(int me)
+{
+    for (int i = 0; i < nx; i++) {
+        struct xrec *r = &X[i];
+        if (r->member != me || r->object < 0)
+            continue;
+        if (sys3(SYS_dup3, object_fd(r), r->x.fd, r->x.cloexec ? O_CLOEXEC : 0) < 0) {
+            put("cairn-restore: cannot put a pipe or socket back at fd ");
+            put_num((u64)r->x.fd, 10);
+            fail(5, "");
+        }
+        sys3(SYS_fcntl, r->x.fd, F_SETFL, r->x.flags & O_NONBLOCK);
+    }
+    if (no)
+        sys3(SYS_close_range, xbase, ~0u, 0);
+}
+
 /* Reads the ids of every image of the tree from its header. */
 static void read_members(void)
 {
@@ -1044,6 +1248,7 @@ static void read_members(void)
         M[k].ppid = h.ppid;
         M[k].pgid = h.pgid;
         M[k].sid = h.sid;
+        read_xfds(k, &h);
     }
 }
 
@@ -1153,9 +1358,19 @@ static int init_main(char **envp)
         for (int k = 0; k < nmembers; k++)
             last = M[k].pid > last ? M[k].pid : last;
         set_last_pid(last);
+        make_objects();
+        if (nmembers > 1 &&
+            sys6(SYS_mmap, CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF, CAIRN_IMG_PAGE, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != (i64)(CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF))
+            fail(5, "cairn-restore: cannot map the tree's restore barrier");
         int me = spawn_tree(1);
         if (me >= 0)
             return me;
+        /* init holds none of them: a reader must see end-of-file when the writers close. */
+        for (int k = 0; k < nmembers; k++)
+            sys1(SYS_close, M[k].fd);
+        if (no)
+            sys3(SYS_close_range, xbase, ~0u, 0);
         root = M[0].pid;
     }
     sys1(SYS_exit_group, relay_until_exit(root, root, 1));
@@ -1254,6 +1469,8 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
             sys3(SYS_mprotect, r->start, r->end - r->start, r->prot);
     }
     sys1(SYS_close, img);
+    if (init_mode)
+        place_objects(me);
 
     struct cairn_img_control *c = (struct cairn_img_control *)H.control_addr;
     if (c->magic != CAIRN_CONTROL_MAGIC)
@@ -1267,6 +1484,7 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     c->affinity = !seq(aff, "off");
     scopy(c->cpus, cpus, sizeof c->cpus);
     c->restore_start_ns = started;
+    c->tree = init_mode ? nmembers : 0;
     start_threads();
     for (;;) {
     }

@@ -62,7 +62,11 @@ pub struct ImageHeader {
     pub sid: i32,
     /// `CAIRN_IDS_*`: whether a restart gives the process its ids back.
     pub ids: u32,
-    pub reserved: [u8; 240],
+    pub nxfds: u32,
+    pub max_fd: i32,
+    pub xfds_off: u64,
+    pub xdata_len: u64,
+    pub reserved: [u8; 216],
 }
 
 fn c_str(b: &[u8]) -> String {
@@ -224,6 +228,68 @@ pub fn read_header(path: &Path) -> std::io::Result<ImageHeader> {
         )));
     }
     Ok(h)
+}
+
+/// `CAIRN_XFD_*` (`Xfd::kind`): a pipe's read or write end, or a connected Unix stream socket.
+pub const XFD_PIPE_READ: u32 = 1;
+pub const XFD_PIPE_WRITE: u32 = 2;
+pub const XFD_STREAM: u32 = 3;
+/// `Xfd::how`: with its other end outside the tree it comes back closed
+/// (`CAIRN_CKPT_EXTERNAL=close`).
+pub const XFD_CLOSE_UNMATCHED: u32 = 1;
+/// `Xfd::how`: descriptor 0, 1 or 2; with its other end outside the tree the restart's own
+/// stream takes its place.
+pub const XFD_STDIO: u32 = 2;
+
+/// `struct cairn_img_xfd` (native/ckpt/image.h): a pipe end or Unix stream socket a process
+/// of a tree may share with other processes of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Xfd {
+    pub fd: i32,
+    pub kind: u32,
+    pub ino: u64,
+    pub peer: u64,
+    pub flags: u32,
+    pub cloexec: u32,
+    pub pipe_size: u32,
+    pub how: u32,
+    pub data_off: u64,
+    pub data_len: u64,
+}
+
+/// The shared descriptors an image records (`header.nxfds` of them at `header.xfds_off`),
+/// each checked to lie within the file.
+pub fn read_xfds(path: &Path) -> std::io::Result<Vec<Xfd>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let h = read_header(path)?;
+    let size = std::mem::size_of::<Xfd>() as u64;
+    let n = u64::from(h.nxfds);
+    let end = n
+        .checked_mul(size)
+        .and_then(|t| h.xfds_off.checked_add(t))
+        .filter(|&e| e.checked_add(h.xdata_len).is_some_and(|d| d <= h.file_size));
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let Some(end) = end else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{}: its table of shared descriptors lies outside the file",
+                path.display()
+            ),
+        ));
+    };
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(h.xfds_off))?;
+    let mut buf = vec![0u8; (end - h.xfds_off) as usize];
+    f.read_exact(&mut buf)?;
+    Ok(buf
+        .chunks_exact(size as usize)
+        // SAFETY: Xfd is plain old data of exactly this size; read_unaligned copies it out.
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const Xfd) })
+        .collect())
 }
 
 fn find(env: &str, name: &str, built: &str) -> Option<PathBuf> {

@@ -300,6 +300,80 @@ struct RootLoop {
     next_interval: Option<Instant>,
 }
 
+/// Every pipe and Unix stream socket a process of a tree recorded (`cairn_ckpt::Xfd`) must have
+/// its other end in the same tree, where the restart makes it again; otherwise the
+/// checkpoint fails naming it, unless the process chose `CAIRN_CKPT_EXTERNAL=close` or it is
+/// a standard stream (the restart gives its own).
+fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
+    use cairn_ckpt::{Xfd, XFD_CLOSE_UNMATCHED, XFD_PIPE_WRITE, XFD_STDIO, XFD_STREAM};
+    let mut all: Vec<(String, Xfd)> = Vec::new();
+    let mut read = |path: std::path::PathBuf, who: String| -> Result<(), String> {
+        // Only images of the checkpoint library record them (another preload library's
+        // images, e.g. the coordinators' tests', are its own business).
+        let mut magic = [0u8; 8];
+        let ours = std::fs::File::open(&path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .is_ok()
+            && &magic == cairn_ckpt::IMAGE_MAGIC;
+        if !ours {
+            return Ok(());
+        }
+        let xfds = cairn_ckpt::read_xfds(&path).map_err(|e| format!("{who}: {e}"))?;
+        all.extend(xfds.into_iter().map(|x| (who.clone(), x)));
+        Ok(())
+    };
+    read(
+        dir.join(manifest::image_name(p.proc)),
+        format!("proc {} (pid {})", p.proc, p.pid),
+    )?;
+    for m in &p.members {
+        read(
+            dir.join(manifest::member_image_name(p.proc, m.pid)),
+            format!("proc {}'s process {}", p.proc, m.pid),
+        )?;
+    }
+    let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
+    let mut outside = Vec::new();
+    for (who, x) in &all {
+        if x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0 {
+            continue;
+        }
+        let (what, matched) = if x.kind == XFD_STREAM {
+            (
+                format!("a Unix stream socket (socket:[{}])", x.ino),
+                has(&|y: &Xfd| y.kind == XFD_STREAM && y.ino == x.peer),
+            )
+        } else {
+            let write = x.kind == XFD_PIPE_WRITE;
+            (
+                format!(
+                    "the {} end of a pipe (pipe:[{}])",
+                    if write { "write" } else { "read" },
+                    x.ino
+                ),
+                has(&|y: &Xfd| {
+                    y.kind != XFD_STREAM && y.ino == x.ino && (y.kind == XFD_PIPE_WRITE) != write
+                }),
+            )
+        };
+        if !matched {
+            outside.push(format!(
+                "{who}: fd {} is {what} whose other end is outside the job",
+                x.fd
+            ));
+        }
+    }
+    if outside.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} (no process of proc {}'s tree holds the other end; with CAIRN_CKPT_EXTERNAL=close \
+         in the job's environment it comes back closed instead)",
+        outside.join("; "),
+        p.proc
+    ))
+}
+
 fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -945,6 +1019,9 @@ impl RootLoop {
                     reported.unwrap_or(0)
                 ));
             }
+        }
+        for p in &images {
+            check_shared_descriptors(&dir, p)?;
         }
         let c = self.ckpt.as_mut().expect("a checkpoint runs");
         c.total_bytes = per_node.iter().sum();

@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -27,6 +27,10 @@
  *            each step writes its number and reads the one before (exit 8 if it is not
  *            there or wrong)
  *   selfsock the same through a Unix stream socket pair inside the process, in both directions
+ *   pairchild a socket pair to a forked child that answers each number with the next one:
+ *            each step sends its number and reads the answer to the previous step's, so
+ *            there is always a number in flight one way or the other (exit 9 if an answer
+ *            is wrong)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
@@ -56,7 +60,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -70,7 +74,7 @@ int main(int argc, char **argv)
     pid_t child = -1;
     unsigned char *map = NULL;
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
-    int self[2] = {-1, -1}, pair[2] = {-1, -1};
+    int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -143,6 +147,23 @@ int main(int argc, char **argv)
     } else if (strcmp(what, "selfsock") == 0) {
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair) != 0)
             return 3;
+    } else if (strcmp(what, "pairchild") == 0) {
+        int sp[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0)
+            return 3;
+        child = fork();
+        if (child == 0) {
+            close(sp[0]);
+            long x;
+            while (read(sp[1], &x, sizeof x) == (ssize_t)sizeof x) {
+                x++;
+                if (write(sp[1], &x, sizeof x) != (ssize_t)sizeof x)
+                    _exit(4);
+            }
+            _exit(0);
+        }
+        close(sp[1]);
+        peer = sp[0];
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
@@ -192,6 +213,15 @@ int main(int argc, char **argv)
             if (i > 1 && (read(self[0], &prev, sizeof prev) != (ssize_t)sizeof prev || prev != i - 1)) {
                 printf("holder: the pipe held %ld, not %ld, at step %ld\n", prev, i - 1, i);
                 return 8;
+            }
+        }
+        if (peer >= 0) {
+            long answer = 0;
+            if (write(peer, &i, sizeof i) != (ssize_t)sizeof i)
+                return 4;
+            if (i > 1 && (read(peer, &answer, sizeof answer) != (ssize_t)sizeof answer || answer != i)) {
+                printf("holder: the child answered %ld, not %ld, at step %ld\n", answer, i, i);
+                return 9;
             }
         }
         if (lfd >= 0) {
@@ -249,6 +279,8 @@ int main(int argc, char **argv)
     }
     if (wfd >= 0)
         close(wfd);
+    if (peer >= 0)
+        close(peer);
     if (child > 0) {
         if (strcmp(what, "child") == 0)
             kill(child, SIGTERM);
