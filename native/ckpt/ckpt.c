@@ -782,6 +782,18 @@ static int own_tid(int listed)
 
 static int in_hole(uint64_t a) { return a >= CAIRN_IMG_HOLE_START && a < CAIRN_IMG_HOLE_START + CAIRN_IMG_HOLE_LEN; }
 
+static int in_tree(void);
+
+/* Shared memory without a name a restart could map again: shared anonymous memory, a deleted
+ * file (POSIX semaphores and shared memory after unlink), a memfd. Not System V segments,
+ * whose id a restart could not give back. */
+static int shared_object(const char *path)
+{
+    size_t n = strlen(path);
+    return strcmp(path, "/dev/zero (deleted)") == 0 ||
+           (n > 10 && strcmp(path + n - 10, " (deleted)") == 0 && strncmp(path, "/SYSV", 5) != 0);
+}
+
 /* Parse /proc/self/maps into regions (in scratch). Returns how many. */
 static int read_maps(struct cairn_img_region *out, int max, char *text, size_t textlen)
 {
@@ -824,6 +836,8 @@ static int read_maps(struct cairn_img_region *out, int max, char *text, size_t t
                     r->flags |= CAIRN_REG_STACK;
                 else if (strcmp(path, "[heap]") == 0)
                     r->flags |= CAIRN_REG_HEAP;
+                else if ((r->flags & CAIRN_REG_SHARED) && in_tree() && shared_object(path))
+                    r->flags |= CAIRN_REG_OBJECT; /* made once for the tree at restart */
                 else if (r->flags & CAIRN_REG_SHARED && strcmp(path, "/dev/zero (deleted)") == 0)
                     ; /* MAP_SHARED|MAP_ANONYMOUS: memory, saved as such */
                 else if (ino != 0 && path[0] == '/')
@@ -868,6 +882,7 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
         }
         uint64_t pages = (r->end - r->start) / CAIRN_IMG_PAGE;
         size_t bytes = (size_t)((pages + 7) / 8);
+        int object = (r->flags & CAIRN_REG_OBJECT) != 0;
         if (used + bytes > cap) {
             syscall(SYS_close, pm);
             return -ENOMEM;
@@ -889,10 +904,16 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
             static void *addrs[4096];
             static int status[4096];
             unsigned long na = 0;
+            /* An object's pages are those it holds, whether or not this process touched
+             * them (another process of the tree may have written them). */
+            static unsigned char resident[4096];
+            if (object && syscall(SYS_mincore, r->start + p * CAIRN_IMG_PAGE, k * CAIRN_IMG_PAGE, resident) != 0)
+                memset(resident, 1, sizeof resident);
             for (uint64_t j = 0; j < k; j++) {
                 uint64_t e = ent[j];
                 int present = (e >> 63) & 1, swapped = (e >> 62) & 1, filepage = (e >> 61) & 1;
-                int take = file && shared ? p + j < in_file
+                int take = object         ? (resident[j] & 1) || present || swapped
+                           : file && shared ? p + j < in_file
                            : file         ? (present && !filepage)
                                           : (present || swapped);
                 if (take) {
@@ -1584,7 +1605,7 @@ static void census(const struct cairn_img_region *regs, int n)
     each_number("/proc/self/task", census_children, NULL, NULL);
     for (int i = 0; i < n; i++) {
         const struct cairn_img_region *r = &regs[i];
-        if (!(r->flags & CAIRN_REG_SHARED) || (r->flags & CAIRN_REG_SPECIAL))
+        if (!(r->flags & CAIRN_REG_SHARED) || (r->flags & (CAIRN_REG_SPECIAL | CAIRN_REG_OBJECT)))
             continue;
         struct stat st;
         if (!(r->flags & CAIRN_REG_FILE)) {

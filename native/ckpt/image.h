@@ -54,6 +54,10 @@
 #define CAIRN_REG_HEAP 0x10u    /* [heap] */
 #define CAIRN_REG_SPECIAL 0x20u /* [vdso], [vvar], [vvar_vclock]: moved, not mapped */
 #define CAIRN_REG_NUMA 0x40u    /* node is the NUMA node of its pages */
+#define CAIRN_REG_OBJECT 0x80u  /* shared memory without a name (MAP_SHARED|MAP_ANONYMOUS, a
+                                 * deleted file, a memfd) of a process in a tree: the object
+                                 * (dev, ino) is made once per tree from the pages its processes
+                                 * saved, and mapped shared by each again */
 
 /* Special region kinds (in `special`). */
 #define CAIRN_SPECIAL_VDSO 1u

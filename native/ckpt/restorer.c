@@ -628,12 +628,27 @@ static void fill_pages(struct cairn_img_region *r)
     }
 }
 
+static int init_mode;
+static int find_shm(u64 dev, u64 ino);
+static i64 shm_fd(int j);
+
 static void map_region(struct cairn_img_region *r)
 {
     u64 len = r->end - r->start;
     int saved = (r->flags & CAIRN_REG_SAVED) != 0;
     int shared = (r->flags & CAIRN_REG_SHARED) != 0;
     i64 got;
+    if ((r->flags & CAIRN_REG_OBJECT) && init_mode) {
+        /* Made and filled by init: mapped as it was, nothing to fill. */
+        int j = find_shm(r->dev, r->ino);
+        if (j < 0)
+            map_failed(r, -22, "its shared memory object was not made");
+        got = sys6(SYS_mmap, (i64)r->start, (i64)len, (i64)r->prot, MAP_SHARED | MAP_FIXED_NOREPLACE, shm_fd(j),
+                   (i64)r->file_offset);
+        if (got != (i64)r->start)
+            map_failed(r, got < 0 ? got : -17, "the address is taken or refused");
+        return;
+    }
     if (r->flags & CAIRN_REG_FILE) {
         i64 fd = open_region_file(r);
         u64 prot = r->prot | (saved ? PROT_WRITE : 0);
@@ -870,7 +885,6 @@ static i64 monotonic_ns(void)
 
 /* The options, copied out of the kernel's stack (which goes away with the address space). */
 static char coord[128], token[80], proc[16], cpus[256], aff[8] = "on";
-static int init_mode;
 static i64 first_pid; /* --first-pid N (launch): the program's pid in its namespace */
 static char **exec_argv; /* --exec PROGRAM ARGS... (launch): the program's path, then its argv */
 
@@ -881,6 +895,7 @@ static struct member {
     int32_t pid, ppid, pgid, sid;
     int fd; /* open before the tree is made: a member restores even if its file is gone */
     u64 xdata; /* where its shared descriptors' bytes in flight start in its image */
+    u64 regions_off, nregions, size;
 } M[MAX_MEMBERS];
 static int nmembers;
 
@@ -1204,6 +1219,91 @@ static void make_objects(void)
     }
 }
 
+/* Shared memory without a name (CAIRN_REG_OBJECT) is made once for the tree, by init: a
+ * memfd per object (dev, ino) as large as its largest mapping reaches, filled with the pages
+ * every process of the tree saved of it (they saved the same bytes), inherited by every
+ * process, which maps it shared where it was. */
+#define MAX_SHM 1024
+#define SYS_memfd_create 319
+#define SYS_pwrite64 18
+static struct shm_object {
+    u64 dev, ino, size;
+} SHM[MAX_SHM];
+static int nshm;
+
+static i64 shm_fd(int j) { return xbase + 2 * no + j; }
+
+static int find_shm(u64 dev, u64 ino)
+{
+    for (int j = 0; j < nshm; j++)
+        if (SHM[j].dev == dev && SHM[j].ino == ino)
+            return j;
+    return -1;
+}
+
+/* Calls each(k, region) for every CAIRN_REG_OBJECT region of every member's image. */
+static void each_object_region(void (*each)(int, struct cairn_img_region *))
+{
+    static struct cairn_img_region r;
+    for (int k = 0; k < nmembers; k++)
+        for (u64 i = 0; i < M[k].nregions; i++) {
+            u64 at = M[k].regions_off + i * sizeof r;
+            if (at + sizeof r > M[k].size || sys4(SYS_pread64, M[k].fd, &r, sizeof r, at) != (i64)sizeof r)
+                fail(4, "cairn-restore: damaged image: its region table lies outside it");
+            if (r.flags & CAIRN_REG_OBJECT)
+                each(k, &r);
+        }
+}
+
+static void size_object(int k, struct cairn_img_region *r)
+{
+    (void)k;
+    int j = find_shm(r->dev, r->ino);
+    if (j < 0) {
+        if (nshm >= MAX_SHM)
+            fail(4, "cairn-restore: more shared memory objects in the tree than this build restores");
+        j = nshm++;
+        SHM[j] = (struct shm_object){r->dev, r->ino, 0};
+    }
+    u64 reach = r->file_offset + (r->end - r->start);
+    if (reach > SHM[j].size)
+        SHM[j].size = reach;
+}
+
+static void fill_object(int k, struct cairn_img_region *r)
+{
+    if (!(r->flags & CAIRN_REG_SAVED))
+        return;
+    static uint8_t page[CAIRN_IMG_PAGE];
+    i64 fd = shm_fd(find_shm(r->dev, r->ino));
+    u64 pages = (r->end - r->start) / CAIRN_IMG_PAGE, idx = 0;
+    if (r->bitmap_off + (pages + 7) / 8 > M[k].size ||
+        r->data_off + r->saved_pages * CAIRN_IMG_PAGE > M[k].size)
+        fail(4, "cairn-restore: damaged image: a shared region's pages lie outside it");
+    for (u64 p = 0; p < pages && idx < r->saved_pages; p++) {
+        uint8_t bits = 0;
+        sys4(SYS_pread64, M[k].fd, &bits, 1, r->bitmap_off + p / 8);
+        if (!(bits & (1u << (p % 8))))
+            continue;
+        if (sys4(SYS_pread64, M[k].fd, page, sizeof page, r->data_off + idx * CAIRN_IMG_PAGE) != (i64)sizeof page ||
+            sys4(SYS_pwrite64, fd, page, sizeof page, r->file_offset + p * CAIRN_IMG_PAGE) != (i64)sizeof page)
+            fail(5, "cairn-restore: cannot fill a shared memory object of the tree");
+        idx++;
+    }
+}
+
+static void make_shm_objects(void)
+{
+    each_object_region(size_object);
+    for (int j = 0; j < nshm; j++) {
+        i64 fd = sys2(SYS_memfd_create, "cairn-shared", 0);
+        if (fd < 0 || sys2(SYS_ftruncate, fd, SHM[j].size) != 0 || sys3(SYS_dup3, fd, shm_fd(j), 0) < 0)
+            fail(5, "cairn-restore: cannot make a shared memory object of the tree again");
+        sys1(SYS_close, fd);
+    }
+    each_object_region(fill_object);
+}
+
 /* In a restored process, before its threads run: its pipes and sockets at their numbers, and
  * none of the others. */
 static void place_objects(int me)
@@ -1219,7 +1319,7 @@ static void place_objects(int me)
         }
         sys3(SYS_fcntl, r->x.fd, F_SETFL, r->x.flags & O_NONBLOCK);
     }
-    if (no)
+    if (no || nshm)
         sys3(SYS_close_range, xbase, ~0u, 0);
 }
 
@@ -1248,6 +1348,9 @@ static void read_members(void)
         M[k].ppid = h.ppid;
         M[k].pgid = h.pgid;
         M[k].sid = h.sid;
+        M[k].regions_off = h.regions_off;
+        M[k].nregions = h.nregions;
+        M[k].size = h.file_size;
         read_xfds(k, &h);
     }
 }
@@ -1359,6 +1462,7 @@ static int init_main(char **envp)
             last = M[k].pid > last ? M[k].pid : last;
         set_last_pid(last);
         make_objects();
+        make_shm_objects();
         if (nmembers > 1 &&
             sys6(SYS_mmap, CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF, CAIRN_IMG_PAGE, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != (i64)(CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF))
@@ -1369,7 +1473,7 @@ static int init_main(char **envp)
         /* init holds none of them: a reader must see end-of-file when the writers close. */
         for (int k = 0; k < nmembers; k++)
             sys1(SYS_close, M[k].fd);
-        if (no)
+        if (no || nshm)
             sys3(SYS_close_range, xbase, ~0u, 0);
         root = M[0].pid;
     }

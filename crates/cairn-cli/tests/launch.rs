@@ -1062,18 +1062,20 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
     // through a directory's descriptor and two devices, which must be open again; with
     // `epoll`, through an epoll instance watching a timerfd and an eventfd, whose count is
     // checked every 10 steps; with `selfpipe` and `selfsock`, through a pipe and a socket
-    // pair inside the process that always hold the previous step's number; with `pipe` and
-    // `pairchild`, through a pipe and a socket pair to a child process.
-    for what in [
-        "shared",
-        "anon",
+    // pair inside the process that always hold the previous step's number; with `pipe`,
+    // `pairchild` and `anonchild`, through a pipe, a socket pair and shared anonymous memory
+    // to a child process.
+    // The modes that print no sum of shared bytes before they end.
+    const PLAIN: [&str; 7] = [
         "dirs",
         "epoll",
         "selfpipe",
         "selfsock",
         "pipe",
         "pairchild",
-    ] {
+        "anonchild",
+    ];
+    for what in ["shared", "anon"].into_iter().chain(PLAIN) {
         let job_name = format!("maps-{what}");
         let (mut job, pid) = launch_holder(t.path(), &config, &job_name, &holder, what);
         wait_steps(t.path(), 1, 100);
@@ -1083,8 +1085,7 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
         wait_child(&mut job, 30);
         restart_from(&config, t.path(), 1);
         let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
-        let end = if ["dirs", "epoll", "selfpipe", "selfsock", "pipe", "pairchild"].contains(&what)
-        {
+        let end = if PLAIN.contains(&what) {
             "holder: done\n"
         } else {
             "holder: sum 600\nholder: done\n"
@@ -1274,6 +1275,51 @@ fn real_library_a_child_started_by_fork_and_exec_is_checkpointed_and_restored() 
     tree_cycles("exec");
 }
 
+/// The last `step N` line in the file at `path` (0 before the first).
+fn last_step(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+        .next_back()
+        .unwrap_or(0)
+}
+
+/// Three times in a row: once `progress` has moved on, checkpoint the job `job_name` launched
+/// as `launched` (its tree must have at least `members` processes besides the first), let
+/// it move on again, kill the tree and restart it in the background. Returns the last
+/// restart's `cairn` process.
+fn three_cycles(
+    t: &Path,
+    config: &Path,
+    job_name: &str,
+    launched: (Child, String),
+    members: usize,
+    progress: &dyn Fn() -> u64,
+) -> Child {
+    let (mut job, mut pid) = launched;
+    let moved_on = || {
+        let at = progress();
+        wait_for("the program to go on", 60, || {
+            (progress() > at + 300).then_some(())
+        });
+    };
+    for v in 1..=3u64 {
+        moved_on();
+        checkpoint(t);
+        let m = manifest(t, job_name, v);
+        let n = m["procs"][0]["members"].as_array().map_or(0, |a| a.len());
+        assert!(n >= members, "the tree's other processes: {m}");
+        moved_on();
+        kill9_all(&[pid]);
+        wait_child(&mut job, 30);
+        let (again, pids) = restart_in_background(config, t, 1);
+        job = again;
+        pid = pids[0].clone();
+    }
+    job
+}
+
 /// `producer | filter | consumer` started by a shell (native/ckpt/tests/pipeline.c): the
 /// shell and its three children, with the bytes in flight in both pipes and in the stages'
 /// buffers, are checkpointed, killed and restored three times in a row, and the consumer
@@ -1287,37 +1333,11 @@ fn real_library_a_shell_pipeline_comes_back_with_the_bytes_in_its_pipes() {
     let (p, dir) = (stage.display(), t.path().display());
     let lines = 400_000u64;
     let script = format!("{p} produce {lines} | {p} filter | {p} consume {dir}");
-    let (mut job, mut pid) = launch_one(t.path(), &config, "pipeline", &["sh", "-c", &script]);
-    let progress = |t: &Path| -> u64 {
-        std::fs::read_to_string(t.join("out.consumer"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
-            .next_back()
-            .unwrap_or(0)
-    };
-    for v in 1..=3u64 {
-        let at = progress(t.path());
-        wait_for("the consumer to go on", 30, || {
-            (progress(t.path()) > at + 500).then_some(())
-        });
-        checkpoint(t.path());
-        let m = manifest(t.path(), "pipeline", v);
-        let members = m["procs"][0]["members"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(members.len(), 3, "the shell's three children: {m}");
-        let at = progress(t.path());
-        wait_for("the consumer to go on", 30, || {
-            (progress(t.path()) > at + 500).then_some(())
-        });
-        kill9_all(&[pid]);
-        wait_child(&mut job, 30);
-        let (again, pids) = restart_in_background(&config, t.path(), 1);
-        job = again;
-        pid = pids[0].clone();
-    }
+    let (job, pid) = launch_one(t.path(), &config, "pipeline", &["sh", "-c", &script]);
+    let out = t.path().join("out.consumer");
+    let mut job = three_cycles(t.path(), &config, "pipeline", (job, pid), 3, &|| {
+        last_step(&out)
+    });
     assert!(wait_child(&mut job, 300).success());
     let out = std::fs::read_to_string(t.path().join("out.consumer")).unwrap();
     assert!(!out.contains("BAD"), "{out}");
@@ -1325,4 +1345,43 @@ fn real_library_a_shell_pipeline_comes_back_with_the_bytes_in_its_pipes() {
         out.ends_with(&format!("consumer: done {lines} OK\n")),
         "{out}"
     );
+}
+
+/// Python's `multiprocessing.Pool` (three workers forked by the interpreter, their queues
+/// over pipes, their locks POSIX semaphores in unlinked shared memory) is checkpointed,
+/// killed and restored three times in a row, and every result arrives once, right.
+#[test]
+fn real_library_a_python_multiprocessing_pool_comes_back() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let script = t.path().join("pool.py");
+    std::fs::write(
+        &script,
+        "import multiprocessing as mp, sys, time\n\
+         def work(x):\n    time.sleep(0.001)\n    return x * x\n\
+         if __name__ == '__main__':\n\
+         \x20   n = 30000\n\
+         \x20   out = open(sys.argv[1], 'w')\n\
+         \x20   with mp.get_context('fork').Pool(3) as pool:\n\
+         \x20       total = 0\n\
+         \x20       for i, r in enumerate(pool.imap(work, range(1, n + 1), chunksize=4), 1):\n\
+         \x20           if r != i * i:\n\
+         \x20               print('pool: BAD', i, r, file=out, flush=True)\n\
+         \x20               sys.exit(1)\n\
+         \x20           total += r\n\
+         \x20           if i % 100 == 0:\n\
+         \x20               print('step', i, file=out, flush=True)\n\
+         \x20   print('pool: done', total, file=out, flush=True)\n",
+    )
+    .unwrap();
+    let out = t.path().join("pool.out");
+    let args = ["python3", script.to_str().unwrap(), out.to_str().unwrap()];
+    let launched = launch_one(t.path(), &config, "pool", &args);
+    let mut job = three_cycles(t.path(), &config, "pool", launched, 3, &|| last_step(&out));
+    assert!(wait_child(&mut job, 300).success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let n: u64 = 30000;
+    let total = n * (n + 1) * (2 * n + 1) / 6;
+    assert!(text.ends_with(&format!("pool: done {total}\n")), "{text}");
 }

@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -31,6 +31,10 @@
  *            each step sends its number and reads the answer to the previous step's, so
  *            there is always a number in flight one way or the other (exit 9 if an answer
  *            is wrong)
+ *   anonchild MAP_SHARED|MAP_ANONYMOUS memory shared with a forked child, which copies word 0
+ *            into word 1 over and over: each step writes its number into word 0 and waits
+ *            (up to 2 s) for the child's copy (exit 10 if it never comes: the memory is no
+ *            longer shared)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
@@ -60,7 +64,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -75,6 +79,7 @@ int main(int argc, char **argv)
     unsigned char *map = NULL;
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
     int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1;
+    volatile long *both = NULL;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
         if (pipe(p) != 0)
@@ -164,6 +169,19 @@ int main(int argc, char **argv)
         }
         close(sp[1]);
         peer = sp[0];
+    } else if (strcmp(what, "anonchild") == 0) {
+        both = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (both == MAP_FAILED)
+            return 3;
+        child = fork();
+        if (child == 0) {
+            while (both[2] == 0) {
+                both[1] = both[0];
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+            }
+            _exit(0);
+        }
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
@@ -213,6 +231,18 @@ int main(int argc, char **argv)
             if (i > 1 && (read(self[0], &prev, sizeof prev) != (ssize_t)sizeof prev || prev != i - 1)) {
                 printf("holder: the pipe held %ld, not %ld, at step %ld\n", prev, i - 1, i);
                 return 8;
+            }
+        }
+        if (both) {
+            both[0] = i;
+            int waited = 0;
+            while (both[1] != i && waited++ < 10000) {
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+            }
+            if (both[1] != i) {
+                printf("holder: the child's copy is %ld, not %ld, at step %ld\n", both[1], i, i);
+                return 10;
             }
         }
         if (peer >= 0) {
@@ -281,6 +311,8 @@ int main(int argc, char **argv)
         close(wfd);
     if (peer >= 0)
         close(peer);
+    if (both)
+        both[2] = 1;
     if (child > 0) {
         if (strcmp(what, "child") == 0)
             kill(child, SIGTERM);
