@@ -1239,6 +1239,65 @@ static int save_listener(int fd, const char *target)
     return 1;
 }
 
+/* The parent's descriptor this process's fd shares its open file description with (kcmp),
+ * as (parent's pid << 32) | (its fd + 1); 0 if none. Sharing comes from inheritance: a shell
+ * and the commands it runs write one log at one offset. */
+static uint64_t shared_with_parent(int fd, const struct stat *st)
+{
+    char status[2048];
+    if (read_file("/proc/self/status", status, sizeof status) < 0)
+        return 0;
+    const char *pp = strstr(status, "\nPPid:");
+    long host_ppid = pp ? strtol(pp + 6, NULL, 10) : 0;
+    pid_t ppid = getppid();
+    if (host_ppid <= 1 || ppid <= 1)
+        return 0;
+    char dir[64], link[96];
+    snprintf(dir, sizeof dir, "/proc/%ld/fd", host_ppid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    uint64_t found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        int pfd = atoi(e->d_name);
+        struct stat pst;
+        snprintf(link, sizeof link, "%s/%d", dir, pfd);
+        if (stat(link, &pst) != 0 || pst.st_ino != st->st_ino || pst.st_dev != st->st_dev)
+            continue;
+        if (syscall(SYS_kcmp, getpid(), ppid, 0 /* KCMP_FILE */, fd, pfd) == 0)
+            found = ((uint64_t)ppid << 32) | (uint64_t)(pfd + 1);
+    }
+    closedir(d);
+    return found;
+}
+
+/* In a tree, a regular file is made again by the tree's restorer (image.h), once per open
+ * file description, so that processes sharing one (a shell and its commands writing one log)
+ * share one offset again. Returns 0 when it could not be recorded (the caller reopens it). */
+static int tree_file(int fd, const struct stat *st, const char *target)
+{
+    size_t len = strlen(target) + 1;
+    if (nxfds >= MAX_FDS || len > MAX_INFLIGHT - inflight_used)
+        return 0;
+    struct cairn_img_xfd *x = &xfds[nxfds++];
+    memset(x, 0, sizeof *x);
+    x->fd = fd;
+    x->kind = CAIRN_XFD_FILE;
+    x->ino = (uint64_t)st->st_ino;
+    x->peer = shared_with_parent(fd, st);
+    x->flags = (uint32_t)fcntl(fd, F_GETFL);
+    x->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    x->offset = lseek(fd, 0, SEEK_CUR);
+    x->size = st->st_size;
+    x->data_off = inflight_used;
+    x->data_len = len;
+    memcpy(inflight + inflight_used, target, len);
+    inflight_used += len;
+    return 1;
+}
+
 /* Note a pipe end for census_pipes. */
 static void note_pipe_end(int fd, const char *target)
 {
@@ -1271,6 +1330,8 @@ static void census_fd(int fd, void *dirfd)
     ssize_t n = readlink(link, target, sizeof target - 1);
     target[n > 0 ? n : 0] = 0;
     int named = target[0] == '/' && !strstr(target, " (deleted)");
+    if (S_ISREG(st.st_mode) && named && in_tree() && tree_file(fd, &st, target))
+        return;
     if (((S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) && named) ||
         (S_ISCHR(st.st_mode) && reopenable_device(target))) {
         struct fd_rec *f = new_record(fd, FD_REOPEN, target);
@@ -1451,11 +1512,11 @@ static void tree_sockets(void)
 
 static void census_pipes(void)
 {
-    inflight_used = 0;
     if (in_tree()) {
         tree_pipes();
         return;
     }
+    inflight_used = 0;
     for (int i = 0; i < npipe_ends; i++) {
         struct pipe_end *e = &pipe_ends[i];
         int rfd = -1, wfd = -1, first = 1;
@@ -1597,6 +1658,7 @@ static void census(const struct cairn_img_region *regs, int n)
     npipe_ends = 0;
     nsock_ends = 0;
     nxfds = 0;
+    inflight_used = 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();

@@ -139,6 +139,8 @@ struct cairn_img_header {
 #define CAIRN_XFD_PIPE_READ 1u
 #define CAIRN_XFD_PIPE_WRITE 2u
 #define CAIRN_XFD_STREAM 3u
+#define CAIRN_XFD_FILE 4u      /* a regular file: its path is its data; `peer` links it to the
+                                * parent's descriptor it shares (one open file description) */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */
@@ -149,13 +151,15 @@ struct cairn_img_xfd {
     int32_t fd;
     uint32_t kind;           /* CAIRN_XFD_* */
     uint64_t ino;            /* the pipe's or the socket's inode */
-    uint64_t peer;           /* a socket's peer's inode */
+    uint64_t peer;           /* a socket's peer's inode; for a file shared with the parent,
+                              * (parent's pid << 32) | (parent's fd + 1) */
     uint32_t flags;          /* F_GETFL */
     uint32_t cloexec;
     uint32_t pipe_size;      /* F_GETPIPE_SZ */
     uint32_t how;            /* CAIRN_XFD_CLOSE_UNMATCHED | CAIRN_XFD_STDIO */
     uint64_t data_off;       /* bytes in flight, after the table: in the pipe (read end), or */
-    uint64_t data_len;       /* waiting to be read at this socket */
+    uint64_t data_len;       /* waiting to be read at this socket; a file's path */
+    int64_t offset, size;    /* a file's offset and size at the checkpoint */
 };
 
 /* Filled in by the restorer before it starts the threads; read by the library when it

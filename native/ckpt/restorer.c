@@ -1099,6 +1099,30 @@ static void read_xfds(int k, const struct cairn_img_header *h)
     M[k].xdata = h->xfds_off + table;
 }
 
+#define F_DUPFD 0
+
+/* Puts descriptor fd at number `to` (closing fd), or leaves it if it is there. */
+static i64 put_at(i64 fd, i64 to)
+{
+    if (fd == to)
+        return to;
+    i64 r = sys3(SYS_dup3, fd, to, 0);
+    sys1(SYS_close, fd);
+    return r;
+}
+
+/* Puts the two new descriptors e at t0 and t1; either may have been given one of those
+ * numbers, so each is first moved out of the other's way. */
+static i64 put_pair_at(i64 e[2], i64 t0, i64 t1)
+{
+    for (int k = 0; k < 2; k++)
+        if (e[k] == (k ? t0 : t1))
+            e[k] = put_at(e[k], sys3(SYS_fcntl, e[k], F_DUPFD, t1 + 1));
+    if (put_at(e[0], t0) < 0 || put_at(e[1], t1) < 0)
+        return -1;
+    return 0;
+}
+
 static int find_object(uint32_t kind, u64 a, u64 b)
 {
     for (int i = 0; i < no; i++)
@@ -1112,7 +1136,9 @@ static int find_object(uint32_t kind, u64 a, u64 b)
 static i64 object_fd(const struct xrec *r)
 {
     const struct object *o = &O[r->object];
-    int second = o->kind == CAIRN_XFD_STREAM ? r->x.ino != o->a : r->x.kind == CAIRN_XFD_PIPE_WRITE;
+    int second = o->kind == CAIRN_XFD_STREAM ? r->x.ino != o->a
+                 : o->kind == CAIRN_XFD_FILE ? 0
+                                             : r->x.kind == CAIRN_XFD_PIPE_WRITE;
     return xbase + 2 * r->object + second;
 }
 
@@ -1150,11 +1176,83 @@ static void refill(const struct xrec *r, i64 to, int sock)
     }
 }
 
+#define SYS_lseek 8
+#define O_CREAT 0100
+#define O_EXCL 0200
+#define O_TRUNC 01000
+#define O_APPEND 02000
+
+/* The record of the file descriptor `peer` names (a parent's), or -1. */
+static int file_peer(u64 peer)
+{
+    int32_t pid = (int32_t)(peer >> 32);
+    int fd = (int)(peer & 0xffffffffu) - 1;
+    for (int j = 0; j < nx; j++)
+        if (X[j].x.kind == CAIRN_XFD_FILE && X[j].x.fd == fd && M[X[j].member].pid == pid)
+            return j;
+    return -1;
+}
+
+/* Files: one open file description per chain of processes that shared it (a record linked
+ * to its parent's, that to its own parent's...), opened by path as the first of them had it,
+ * cut back to its size at the checkpoint if it was open for writing, at its offset. */
+static void make_files(void)
+{
+    for (int i = 0; i < nx; i++) {
+        if (X[i].x.kind != CAIRN_XFD_FILE)
+            continue;
+        int top = i;
+        for (int hops = 0; hops < MAX_MEMBERS && X[top].x.peer; hops++) {
+            int up = file_peer(X[top].x.peer);
+            if (up < 0)
+                break;
+            top = up;
+        }
+        if (X[top].object < 0 && X[top].object != -2) {
+            struct cairn_img_xfd *x = &X[top].x;
+            static char path[CAIRN_IMG_PATH_MAX + 1];
+            u64 len = x->data_len < CAIRN_IMG_PATH_MAX ? x->data_len : CAIRN_IMG_PATH_MAX;
+            path[0] = 0;
+            if (sys4(SYS_pread64, M[X[top].member].fd, path, len, M[X[top].member].xdata + x->data_off) == (i64)len)
+                path[len] = 0;
+            i64 fd = path[0] == '/' ? sys3(SYS_open, path, x->flags & ~(O_CREAT | O_TRUNC | O_EXCL), 0) : -2;
+            if (fd < 0) {
+                put("cairn-restore: cannot reopen ");
+                put(path);
+                put(" as fd ");
+                put_num((u64)x->fd, 10);
+                put(" of process ");
+                put_num((u64)M[X[top].member].pid, 10);
+                flush_msg();
+                X[top].object = -2;
+            } else {
+                /* What the processes wrote after the checkpoint they will write again. */
+                struct kstat st;
+                if ((x->flags & 3) != O_RDONLY && sys2(SYS_fstat, fd, &st) == 0 && st.size > x->size)
+                    sys2(SYS_ftruncate, fd, x->size);
+                if (!(x->flags & O_APPEND) && x->offset > 0)
+                    sys3(SYS_lseek, fd, x->offset, 0);
+                int k = no++;
+                O[k] = (struct object){CAIRN_XFD_FILE, x->ino, 0, {1, 1}, 0};
+                if (put_at(fd, xbase + 2 * k) < 0)
+                    fail(5, "cairn-restore: cannot place a file of the tree (too many open files?)");
+                X[top].object = k;
+            }
+        }
+        X[i].object = X[top].object >= 0 ? X[top].object : -1;
+    }
+    for (int i = 0; i < nx; i++)
+        if (X[i].object == -2)
+            X[i].object = -1;
+}
+
 /* Makes every object of the tree at its number, with its bytes in flight. */
 static void make_objects(void)
 {
     for (int i = 0; i < nx; i++) {
         struct cairn_img_xfd *x = &X[i].x;
+        if (x->kind == CAIRN_XFD_FILE)
+            continue;
         int pipe = x->kind != CAIRN_XFD_STREAM;
         uint32_t kind = pipe ? CAIRN_XFD_PIPE_READ : CAIRN_XFD_STREAM;
         int o = find_object(kind, x->ino, pipe ? 0 : x->peer);
@@ -1172,9 +1270,12 @@ static void make_objects(void)
     }
     /* A standard stream whose other end is not in the tree is the restart's own. */
     for (int i = 0; i < nx; i++)
-        if ((X[i].x.how & CAIRN_XFD_STDIO) && !(O[X[i].object].has[0] && O[X[i].object].has[1]))
+        if (X[i].x.kind != CAIRN_XFD_FILE && (X[i].x.how & CAIRN_XFD_STDIO) &&
+            !(O[X[i].object].has[0] && O[X[i].object].has[1]))
             X[i].object = -1;
-    for (int k = 0; k < no; k++) {
+    int streams = no;
+    make_files();
+    for (int k = 0; k < streams; k++) {
         struct object *o = &O[k];
         int used = 0;
         for (int i = 0; i < nx && !used; i++)
@@ -1183,10 +1284,9 @@ static void make_objects(void)
             continue;
         int e[2];
         i64 r = o->kind == CAIRN_XFD_STREAM ? sys4(SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, e) : sys2(SYS_pipe2, e, 0);
-        if (r != 0 || sys3(SYS_dup3, e[0], xbase + 2 * k, 0) < 0 || sys3(SYS_dup3, e[1], xbase + 2 * k + 1, 0) < 0)
+        i64 ends[2] = {e[0], e[1]};
+        if (r != 0 || put_pair_at(ends, xbase + 2 * k, xbase + 2 * k + 1) != 0)
             fail(5, "cairn-restore: cannot make a pipe or socket pair of the tree again (too many open files?)");
-        sys1(SYS_close, e[0]);
-        sys1(SYS_close, e[1]);
         i64 first = xbase + 2 * k, second = first + 1;
         if (o->kind != CAIRN_XFD_STREAM) {
             u64 need = o->pipe_size;
@@ -1297,9 +1397,8 @@ static void make_shm_objects(void)
     each_object_region(size_object);
     for (int j = 0; j < nshm; j++) {
         i64 fd = sys2(SYS_memfd_create, "cairn-shared", 0);
-        if (fd < 0 || sys2(SYS_ftruncate, fd, SHM[j].size) != 0 || sys3(SYS_dup3, fd, shm_fd(j), 0) < 0)
+        if (fd < 0 || sys2(SYS_ftruncate, fd, SHM[j].size) != 0 || put_at(fd, shm_fd(j)) < 0)
             fail(5, "cairn-restore: cannot make a shared memory object of the tree again");
-        sys1(SYS_close, fd);
     }
     each_object_region(fill_object);
 }
@@ -1317,7 +1416,8 @@ static void place_objects(int me)
             put_num((u64)r->x.fd, 10);
             fail(5, "");
         }
-        sys3(SYS_fcntl, r->x.fd, F_SETFL, r->x.flags & O_NONBLOCK);
+        if (r->x.kind != CAIRN_XFD_FILE)
+            sys3(SYS_fcntl, r->x.fd, F_SETFL, r->x.flags & O_NONBLOCK);
     }
     if (no || nshm)
         sys3(SYS_close_range, xbase, ~0u, 0);
@@ -1461,6 +1561,11 @@ static int init_main(char **envp)
         for (int k = 0; k < nmembers; k++)
             last = M[k].pid > last ? M[k].pid : last;
         set_last_pid(last);
+        /* The tree's objects go above every descriptor its processes had, and above the
+         * images init holds open. */
+        for (int k = 0; k < nmembers; k++)
+            if (M[k].fd + 1 > xbase)
+                xbase = M[k].fd + 1;
         make_objects();
         make_shm_objects();
         if (nmembers > 1 &&

@@ -234,6 +234,8 @@ pub fn read_header(path: &Path) -> std::io::Result<ImageHeader> {
 pub const XFD_PIPE_READ: u32 = 1;
 pub const XFD_PIPE_WRITE: u32 = 2;
 pub const XFD_STREAM: u32 = 3;
+/// A regular file (its open file description made once, shared by the processes that shared it).
+pub const XFD_FILE: u32 = 4;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;
@@ -256,6 +258,8 @@ pub struct Xfd {
     pub how: u32,
     pub data_off: u64,
     pub data_len: u64,
+    pub offset: i64,
+    pub size: i64,
 }
 
 /// The shared descriptors an image records (`header.nxfds` of them at `header.xfds_off`),

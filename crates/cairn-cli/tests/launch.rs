@@ -1385,3 +1385,39 @@ fn real_library_a_python_multiprocessing_pool_comes_back() {
     let total = n * (n + 1) * (2 * n + 1) / 6;
     assert!(text.ends_with(&format!("pool: done {total}\n")), "{text}");
 }
+
+/// A shell script that sends its output to a log (`exec > log`) and runs a pipeline in each
+/// of its rounds: the shell and every command it runs share the log's one open file
+/// description, so after each restart the log must go on from where it was at the
+/// checkpoint, shared again: every round's line once, in order, nothing written over.
+#[test]
+fn real_library_a_log_shared_by_a_shell_and_its_commands_keeps_one_offset() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let stage = build_test_program(t.path(), "pipeline");
+    let (p, dir) = (stage.display(), t.path().display());
+    let rounds = 10;
+    let script = format!(
+        "exec > {dir}/log; i=0; while [ $i -lt {rounds} ]; do i=$((i+1)); \
+         {p} produce 150000 | {p} filter | {p} consume {dir}; \
+         echo \"round $i $(tail -n 1 {dir}/out.consumer)\"; done"
+    );
+    let log = t.path().join("log");
+    let out = t.path().join("out.consumer");
+    let progress = || {
+        let done = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count() as u64;
+        done * 100_000 + last_step(&out)
+    };
+    let launched = launch_one(t.path(), &config, "log", &["sh", "-c", &script]);
+    let mut job = three_cycles(t.path(), &config, "log", launched, 3, &progress);
+    assert!(wait_child(&mut job, 300).success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let want: String = (1..=rounds)
+        .map(|i| format!("round {i} consumer: done 150000 OK\n"))
+        .collect();
+    assert_eq!(text, want);
+}

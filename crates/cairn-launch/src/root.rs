@@ -305,7 +305,9 @@ struct RootLoop {
 /// checkpoint fails naming it, unless the process chose `CAIRN_CKPT_EXTERNAL=close` or it is
 /// a standard stream (the restart gives its own).
 fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
-    use cairn_ckpt::{Xfd, XFD_CLOSE_UNMATCHED, XFD_PIPE_WRITE, XFD_STDIO, XFD_STREAM};
+    use cairn_ckpt::{
+        Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_STDIO, XFD_STREAM,
+    };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     let mut read = |path: std::path::PathBuf, who: String| -> Result<(), String> {
         // Only images of the checkpoint library record them (another preload library's
@@ -335,7 +337,8 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
     for (who, x) in &all {
-        if x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0 {
+        // Files are reopened by path; the ends of pipes and sockets need their other end.
+        if x.kind == XFD_FILE || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0 {
             continue;
         }
         let (what, matched) = if x.kind == XFD_STREAM {
@@ -352,7 +355,9 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
                     x.ino
                 ),
                 has(&|y: &Xfd| {
-                    y.kind != XFD_STREAM && y.ino == x.ino && (y.kind == XFD_PIPE_WRITE) != write
+                    matches!(y.kind, XFD_PIPE_READ | XFD_PIPE_WRITE)
+                        && y.ino == x.ino
+                        && (y.kind == XFD_PIPE_WRITE) != write
                 }),
             )
         };
