@@ -1298,6 +1298,27 @@ static int tree_file(int fd, const struct stat *st, const char *target)
     return 1;
 }
 
+/* Children that ended and wait to be collected (in a tree: made again at restart). */
+static int32_t zombies[CAIRN_IMG_ZOMBIES][2];
+static uint32_t nzombies;
+
+/* The status a zombie child `pid` (as /proc shows it) ended with, as waitpid reports it. */
+static int zombie_status(long pid, int32_t *status)
+{
+    char path[64], st[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    if (read_file(path, st, sizeof st) <= 0)
+        return 0;
+    const char *p = strrchr(st, ')');
+    /* exit_code is field 52; fields from 3 on follow the name's closing parenthesis. */
+    for (int field = 2; p && field < 52; field++)
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return 0;
+    *status = (int32_t)strtol(p + 1, NULL, 10);
+    return 1;
+}
+
 /* Note a pipe end for census_pipes. */
 static void note_pipe_end(int fd, const char *target)
 {
@@ -1401,6 +1422,16 @@ static void census_children(int tid, void *arg)
             if (open && close && close > open) {
                 snprintf(comm, sizeof comm, "%.*s", (int)(close - open - 1), open + 1);
                 state = close[1] == ' ' ? close[2] : '?';
+            }
+        }
+        if (state == 'Z' && in_tree() && nzombies < CAIRN_IMG_ZOMBIES && zombie_status(child, &zombies[nzombies][1])) {
+            long ids[8];
+            snprintf(stat_path, sizeof stat_path, "/proc/%ld/status", child);
+            int levels = nspids(stat_path, ids);
+            if (levels > 0) {
+                zombies[nzombies][0] = (int32_t)ids[levels - 1];
+                nzombies++;
+                continue;
             }
         }
         if (state == 'Z')
@@ -1659,6 +1690,7 @@ static void census(const struct cairn_img_region *regs, int n)
     nsock_ends = 0;
     nxfds = 0;
     inflight_used = 0;
+    nzombies = 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();
@@ -1783,6 +1815,8 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     h.pgid = getpgrp();
     h.sid = getsid(0);
     h.ids = S.nslevels >= 2 ? CAIRN_IDS_NAMESPACE : 0;
+    h.nzombies = nzombies;
+    memcpy(h.zombies, zombies, sizeof zombies);
     h.hole_start = CAIRN_IMG_HOLE_START;
     h.hole_len = CAIRN_IMG_HOLE_LEN;
     h.control_addr = (uint64_t)(uintptr_t)&CONTROL;

@@ -46,6 +46,8 @@
  * restart makes it again in a new one with the same pid and thread ids. */
 #define CAIRN_IDS_NAMESPACE 1u
 
+#define CAIRN_IMG_ZOMBIES 16
+
 /* Region flags. */
 #define CAIRN_REG_SHARED 0x1u   /* MAP_SHARED (else private) */
 #define CAIRN_REG_FILE 0x2u     /* backed by a file (path, dev, ino, offset valid) */
@@ -129,7 +131,11 @@ struct cairn_img_header {
     int32_t max_fd;          /* the highest descriptor number the process had open */
     uint64_t xfds_off;       /* the table; data_off values count from its end */
     uint64_t xdata_len;
-    uint8_t reserved[216];
+    /* Children that had ended and were not waited for yet: made again at restart with their
+     * pid, ending with their status (as waitpid reports it), for the process to collect. */
+    uint32_t nzombies;
+    int32_t zombies[CAIRN_IMG_ZOMBIES][2];
+    uint8_t reserved[84];
 };
 
 /* A pipe end or a connected Unix stream socket of a process in a pid namespace of Cairn's:

@@ -896,6 +896,8 @@ static struct member {
     int fd; /* open before the tree is made: a member restores even if its file is gone */
     u64 xdata; /* where its shared descriptors' bytes in flight start in its image */
     u64 regions_off, nregions, size;
+    uint32_t nzombies;
+    int32_t zombies[CAIRN_IMG_ZOMBIES][2];
 } M[MAX_MEMBERS];
 static int nmembers;
 
@@ -1451,6 +1453,11 @@ static void read_members(void)
         M[k].regions_off = h.regions_off;
         M[k].nregions = h.nregions;
         M[k].size = h.file_size;
+        M[k].nzombies = h.nzombies < CAIRN_IMG_ZOMBIES ? h.nzombies : CAIRN_IMG_ZOMBIES;
+        for (uint32_t z = 0; z < M[k].nzombies; z++) {
+            M[k].zombies[z][0] = h.zombies[z][0];
+            M[k].zombies[z][1] = h.zombies[z][1];
+        }
         read_xfds(k, &h);
     }
 }
@@ -1462,6 +1469,33 @@ static int32_t parent_of(int k)
         if (j != k && M[j].pid == M[k].ppid)
             return M[k].ppid;
     return 1;
+}
+
+/* The children `m` had that had ended and were not waited for: each made again with its pid
+ * and ended at once with its status, for m to collect. */
+static void spawn_zombies(const struct member *m)
+{
+    for (uint32_t z = 0; z < m->nzombies; z++) {
+        int32_t pid = m->zombies[z][0], st = m->zombies[z][1];
+        i64 c = fork_with_pid(pid);
+        if (c < 0) {
+            put("cairn-restore: cannot make the ended child ");
+            put_num((u64)pid, 10);
+            put(" of process ");
+            put_num((u64)m->pid, 10);
+            put(" again; its parent will not find its exit status");
+            flush_msg();
+        }
+        if (c != 0)
+            continue;
+        in_tree = 0;
+        if ((st & 0x7f) == 0)
+            sys1(SYS_exit_group, (st >> 8) & 0xff);
+        u64 none = 0;
+        sys4(SYS_rt_sigprocmask, 2, &none, 0, 8);
+        sys2(SYS_kill, sys1(SYS_getpid, 0), st & 0x7f);
+        sys1(SYS_exit_group, 128 + (st & 0x7f));
+    }
 }
 
 /* Makes, with their pids, the members whose parent is `parent` and, in each, its own
@@ -1488,7 +1522,10 @@ static int spawn_tree(int32_t parent)
             else if (M[k].pgid == M[k].pid)
                 sys2(SYS_setpgid, 0, 0);
             int sub = spawn_tree(M[k].pid);
-            return sub >= 0 ? sub : k;
+            if (sub >= 0)
+                return sub;
+            spawn_zombies(&M[k]);
+            return k;
         }
     }
     return -1;

@@ -66,7 +66,9 @@ pub struct ImageHeader {
     pub max_fd: i32,
     pub xfds_off: u64,
     pub xdata_len: u64,
-    pub reserved: [u8; 216],
+    pub nzombies: u32,
+    pub zombies: [[i32; 2]; 16],
+    pub reserved: [u8; 84],
 }
 
 fn c_str(b: &[u8]) -> String {

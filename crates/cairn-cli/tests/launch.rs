@@ -1421,3 +1421,34 @@ fn real_library_a_log_shared_by_a_shell_and_its_commands_keeps_one_offset() {
         .collect();
     assert_eq!(text, want);
 }
+
+/// A child that has ended and is not collected yet (a zombie) comes back as one with its exit
+/// status: its parent, restored, collects it by its pid with status 7.
+#[test]
+fn real_library_an_ended_child_comes_back_for_its_parent_to_collect() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let tree = build_test_program(t.path(), "tree");
+    let args = [
+        tree.to_str().unwrap(),
+        "zombie",
+        "1500",
+        t.path().to_str().unwrap(),
+    ];
+    let (mut job, pid) = launch_one(t.path(), &config, "zombie", &args);
+    wait_role(t.path(), "parent", 100);
+    checkpoint(t.path());
+    wait_role(t.path(), "parent", 300);
+    kill9_all(&[pid]);
+    wait_child(&mut job, 30);
+    restart_from(&config, t.path(), 1);
+    let out = std::fs::read_to_string(t.path().join("out.parent")).unwrap();
+    assert!(out.contains("parent: done OK"), "{out}");
+    assert!(out.contains("collected, status 7"), "{out}");
+    let steps: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+        .collect();
+    assert_eq!(steps, (1..=1500).collect::<Vec<_>>());
+}

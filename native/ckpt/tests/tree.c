@@ -6,6 +6,8 @@
  *
  *     tree fork STEPS DIR    the child is a fork of the parent
  *     tree exec STEPS DIR    the child is this program again, run by fork and exec
+ *     tree zombie STEPS DIR  the child ends at once with status 7 and is collected only at
+ *                            the end (DIR/out.child is not written)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +63,8 @@ int main(int argc, char **argv)
     if (child < 0)
         return 2;
     if (child == 0) {
+        if (strcmp(argv[1], "zombie") == 0)
+            _exit(7);
         if (strcmp(argv[1], "exec") == 0) {
             char ppid[16];
             snprintf(ppid, sizeof ppid, "%d", (int)parent);
