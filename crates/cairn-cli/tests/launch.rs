@@ -1006,6 +1006,20 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
     let Some((t, config, holder)) = holder_setup() else {
         return;
     };
+    // A statically linked program for `static`.
+    let src = t.path().join("static-sleep.c");
+    std::fs::write(
+        &src,
+        "#include <unistd.h>\nint main(void) { sleep(600); return 0; }\n",
+    )
+    .unwrap();
+    let built = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(t.path().join("static-sleep"))
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc -static (libc6-dev's libc.a)");
     let cases = [
         (
             "socket",
@@ -1029,6 +1043,11 @@ fn real_library_refuses_a_checkpoint_of_what_a_restart_could_not_bring_back() {
                 "is not under checkpoint control",
                 "environment cleared",
             ][..],
+        ),
+        // So does a statically linked one.
+        (
+            "static",
+            &["(static-sleep), a child of pid", "statically linked"][..],
         ),
     ];
     for (what, expected) in cases {

@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -16,6 +16,8 @@
  *   inotify  an inotify instance watching DIR
  *   child    a child that runs sleep with its environment cleared (so without the checkpoint
  *            library) until the end
+ *   static   a child that runs DIR/static-sleep (statically linked, made by the caller), which
+ *            cannot load the checkpoint library
  *   fifo     DIR/fifo (made by the caller, who holds its reading end) opened for writing,
  *            one byte a step; SIGPIPE is ignored, and a failed write is printed once and
  *            the program goes on without the FIFO
@@ -64,7 +66,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -192,6 +194,14 @@ int main(int argc, char **argv)
         int in = inotify_init1(0);
         if (in < 0 || inotify_add_watch(in, argv[3], IN_CREATE) < 0)
             return 3;
+    } else if (strcmp(what, "static") == 0) {
+        char prog[4096];
+        snprintf(prog, sizeof prog, "%s/static-sleep", argv[3]);
+        child = fork();
+        if (child == 0) {
+            execl(prog, "static-sleep", (char *)NULL);
+            _exit(3);
+        }
     } else if (strcmp(what, "child") == 0) {
         child = fork();
         if (child == 0) {
@@ -314,7 +324,7 @@ int main(int argc, char **argv)
     if (both)
         both[2] = 1;
     if (child > 0) {
-        if (strcmp(what, "child") == 0)
+        if (strcmp(what, "child") == 0 || strcmp(what, "static") == 0)
             kill(child, SIGTERM);
         waitpid(child, NULL, 0);
     }
