@@ -1471,3 +1471,46 @@ fn real_library_an_ended_child_comes_back_for_its_parent_to_collect() {
         .collect();
     assert_eq!(steps, (1..=1500).collect::<Vec<_>>());
 }
+
+/// A Python asyncio program (an epoll event loop, and CPython's check that `getpid()` is the
+/// pid it started with) goes on after a restart: its pid is the same.
+#[test]
+fn real_library_a_python_asyncio_program_comes_back() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let script = t.path().join("aio.py");
+    std::fs::write(
+        &script,
+        "import asyncio, sys\n\
+         async def main(path):\n\
+         \x20   out = open(path, 'w')\n\
+         \x20   for i in range(1, 1201):\n\
+         \x20       await asyncio.sleep(0.004)\n\
+         \x20       print('step', i, file=out, flush=True)\n\
+         \x20   print('asyncio: done', file=out, flush=True)\n\
+         asyncio.run(main(sys.argv[1]))\n",
+    )
+    .unwrap();
+    let out = t.path().join("aio.out");
+    let args = ["python3", script.to_str().unwrap(), out.to_str().unwrap()];
+    let (mut job, pid) = launch_one(t.path(), &config, "aio", &args);
+    wait_for("the loop to run", 60, || {
+        (last_step(&out) > 100).then_some(())
+    });
+    checkpoint(t.path());
+    let at = last_step(&out);
+    wait_for("the loop to go on", 60, || {
+        (last_step(&out) > at + 100).then_some(())
+    });
+    kill9_all(&[pid]);
+    wait_child(&mut job, 30);
+    restart_from(&config, t.path(), 1);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.ends_with("asyncio: done\n"), "{text}");
+    let steps: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+        .collect();
+    assert_eq!(steps, (1..=1200).collect::<Vec<_>>());
+}
