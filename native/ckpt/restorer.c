@@ -1,10 +1,17 @@
 /*
 ** restorer.c: cairn-restore, which turns itself into a checkpointed process again.
 **
-**     cairn-restore IMAGE [--coord HOST:PORT] [--token HEX] [--proc N]
-**                         [--cpus LIST] [--affinity on|off]
+**     cairn-restore [--init] IMAGE [--member IMAGE]... [--coord HOST:PORT] [--token HEX]
+**                   [--proc N] [--cpus LIST] [--affinity on|off]
+**     cairn-restore --init [--first-pid N] --exec PROGRAM ARG0 [ARG]...
 **
 ** The token may come from CAIRN_COORD_TOKEN in the environment instead (ps shows arguments).
+**
+** With --init it first makes a pid namespace for a process tree and stays outside it,
+** relaying signals; the namespace's init (pid 1) either runs PROGRAM (cairn launch) or makes
+** the tree of IMAGE and its --member images again (cairn restart): the tree's pipes, socket
+** pairs, files and shared memory once, then each process with its pid, by its saved parent,
+** each of which then restores its own image.
 **
 ** It is freestanding: no libc, raw system calls only, linked (static, not PIE) at
 ** CAIRN_IMG_HOLE_START, the area every checkpointed process keeps free, so nothing it
