@@ -369,20 +369,25 @@ static void leave_job_environment(void)
 
 /* After a restart the process has a new pid: write it over the old one in the environment
  * it inherited, so that a later exec in place still joins the job. */
+static void pid_env_value(char out[PID_WIDTH + 1])
+{
+    snprintf(out, PID_WIDTH + 1, "%0*d%c", PID_WIDTH - 1, (int)getpid(), S.member ? 'm' : 'r');
+}
+
 static void update_pid_env(void)
 {
     char *v = getenv(PID_ENV);
     if (!v || strlen(v) != PID_WIDTH)
         return;
     char pid[PID_WIDTH + 1];
-    snprintf(pid, sizeof pid, "%0*d%c", PID_WIDTH - 1, (int)getpid(), S.member ? 'm' : 'r');
+    pid_env_value(pid);
     memcpy(v, pid, PID_WIDTH);
 }
 
 static void set_pid_env(void)
 {
     char pid[PID_WIDTH + 1];
-    snprintf(pid, sizeof pid, "%0*d%c", PID_WIDTH - 1, (int)getpid(), S.member ? 'm' : 'r');
+    pid_env_value(pid);
     setenv(PID_ENV, pid, 1);
 }
 
@@ -1239,16 +1244,32 @@ static int save_listener(int fd, const char *target)
     return 1;
 }
 
+/* The next record of xfds, cleared, for descriptor fd: kind, inode, peer, status and
+ * close-on-exec flags; counted only once the caller does nxfds++. NULL when the table is full
+ * (the census reports the count). */
+static struct cairn_img_xfd *new_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer)
+{
+    if (nxfds >= MAX_FDS)
+        return NULL;
+    struct cairn_img_xfd *x = &xfds[nxfds];
+    memset(x, 0, sizeof *x);
+    x->fd = fd;
+    x->kind = kind;
+    x->ino = ino;
+    x->peer = peer;
+    x->flags = (uint32_t)fcntl(fd, F_GETFL);
+    x->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    return x;
+}
+
 /* The parent's descriptor this process's fd shares its open file description with (kcmp),
  * as (parent's pid << 32) | (its fd + 1); 0 if none. Sharing comes from inheritance: a shell
  * and the commands it runs write one log at one offset. */
+static long census_host_ppid; /* the parent's pid as /proc shows it, read once per census */
+
 static uint64_t shared_with_parent(int fd, const struct stat *st)
 {
-    char status[2048];
-    if (read_file("/proc/self/status", status, sizeof status) < 0)
-        return 0;
-    const char *pp = strstr(status, "\nPPid:");
-    long host_ppid = pp ? strtol(pp + 6, NULL, 10) : 0;
+    long host_ppid = census_host_ppid;
     pid_t ppid = getppid();
     if (host_ppid <= 1 || ppid <= 1)
         return 0;
@@ -1279,16 +1300,10 @@ static uint64_t shared_with_parent(int fd, const struct stat *st)
 static int tree_file(int fd, const struct stat *st, const char *target)
 {
     size_t len = strlen(target) + 1;
-    if (nxfds >= MAX_FDS || len > MAX_INFLIGHT - inflight_used)
+    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_FILE, (uint64_t)st->st_ino, shared_with_parent(fd, st));
+    if (!x || len > MAX_INFLIGHT - inflight_used)
         return 0;
-    struct cairn_img_xfd *x = &xfds[nxfds++];
-    memset(x, 0, sizeof *x);
-    x->fd = fd;
-    x->kind = CAIRN_XFD_FILE;
-    x->ino = (uint64_t)st->st_ino;
-    x->peer = shared_with_parent(fd, st);
-    x->flags = (uint32_t)fcntl(fd, F_GETFL);
-    x->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+    nxfds++;
     x->offset = lseek(fd, 0, SEEK_CUR);
     x->size = st->st_size;
     x->data_off = inflight_used;
@@ -1481,16 +1496,9 @@ static ssize_t copy_pipe(int rfd, const char *target)
 static void add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const char *target,
                     ssize_t (*copy)(int, const char *))
 {
-    if (nxfds >= MAX_FDS)
+    struct cairn_img_xfd *x = new_xfd(fd, kind, ino, peer);
+    if (!x)
         return;
-    struct cairn_img_xfd *x = &xfds[nxfds];
-    memset(x, 0, sizeof *x);
-    x->fd = fd;
-    x->kind = kind;
-    x->ino = ino;
-    x->peer = peer;
-    x->flags = (uint32_t)fcntl(fd, F_GETFL);
-    x->cloexec = (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
     int size = kind == CAIRN_XFD_STREAM ? 0 : fcntl(fd, F_GETPIPE_SZ);
     x->pipe_size = size > 0 ? (uint32_t)size : 0;
     x->how = (S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0) | (fd <= 2 ? CAIRN_XFD_STDIO : 0);
@@ -1691,6 +1699,9 @@ static void census(const struct cairn_img_region *regs, int n)
     nxfds = 0;
     inflight_used = 0;
     nzombies = 0;
+    char status[2048];
+    const char *pp = read_file("/proc/self/status", status, sizeof status) > 0 ? strstr(status, "\nPPid:") : NULL;
+    census_host_ppid = pp ? strtol(pp + 6, NULL, 10) : 0;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();

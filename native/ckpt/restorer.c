@@ -969,21 +969,28 @@ static int write_file(const char *path, const char *text)
     return n == (i64)slen(text) ? 0 : -EINVAL;
 }
 
+/* v in decimal at out, NUL-terminated (at most 21 bytes); returns its length. */
+static size_t fmt_dec(char *out, u64 v)
+{
+    char b[24];
+    size_t n = 0, k = 0;
+    do {
+        b[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        out[k++] = b[--n];
+    out[k] = 0;
+    return k;
+}
+
 /* "ID ID 1": a user or group id mapped to itself in a new user namespace. */
 static void id_map(char *out, u64 id)
 {
-    char b[24];
-    int n = 0;
-    size_t k = 0;
-    do {
-        b[n++] = (char)('0' + id % 10);
-        id /= 10;
-    } while (id);
-    for (int rep = 0; rep < 2; rep++) {
-        for (int i = n - 1; i >= 0; i--)
-            out[k++] = b[i];
-        out[k++] = ' ';
-    }
+    size_t k = fmt_dec(out, id);
+    out[k++] = ' ';
+    k += fmt_dec(out + k, id);
+    out[k++] = ' ';
     out[k++] = '1';
     out[k] = 0;
 }
@@ -1013,17 +1020,7 @@ static i64 make_namespace(void)
 static void set_last_pid(i64 last)
 {
     char num[24];
-    int n = 0;
-    char b[24];
-    u64 v = (u64)last;
-    do {
-        b[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    int k = 0;
-    while (n)
-        num[k++] = b[--n];
-    num[k] = 0;
+    fmt_dec(num, (u64)last);
     write_file("/proc/sys/kernel/ns_last_pid", num);
 }
 

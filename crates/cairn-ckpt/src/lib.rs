@@ -232,6 +232,17 @@ pub fn read_header(path: &Path) -> std::io::Result<ImageHeader> {
     Ok(h)
 }
 
+/// Whether the file at `path` starts as an image of the checkpoint library does (its magic);
+/// another preload library's images are for its own restorer to judge.
+pub fn is_image(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == IMAGE_MAGIC
+}
+
 /// `CAIRN_XFD_*` (`Xfd::kind`): a pipe's read or write end, or a connected Unix stream socket.
 pub const XFD_PIPE_READ: u32 = 1;
 pub const XFD_PIPE_WRITE: u32 = 2;

@@ -502,19 +502,15 @@ fn tree_outputs(stage: &Path, m: &Manifest) -> Vec<Vec<RestoreImage>> {
     m.procs
         .iter()
         .map(|p| {
-            std::iter::once(RestoreImage {
-                id: 0,
-                path: stage.join(manifest::image_name(p.proc)),
-                len: p.bytes,
-                region: p.region,
-            })
-            .chain(p.members.iter().map(|mem| RestoreImage {
-                id: mem.pid as i32,
-                path: stage.join(manifest::member_image_name(p.proc, mem.pid)),
-                len: mem.bytes,
-                region: mem.region,
-            }))
-            .collect()
+            p.files()
+                .into_iter()
+                .map(|f| RestoreImage {
+                    id: f.id,
+                    path: stage.join(f.name),
+                    len: f.bytes,
+                    region: f.region,
+                })
+                .collect()
         })
         .collect()
 }
@@ -529,12 +525,7 @@ fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<Vec<bool>> {
         .map_err(|e| Error::new(ErrorKind::Io, format!("uname: {e}")))?;
     let mut namespaced = vec![false; paths.len()];
     for (i, p) in paths.iter().enumerate() {
-        let mut magic = [0u8; 8];
-        let read = std::fs::File::open(p).and_then(|mut f| {
-            use std::io::Read;
-            f.read_exact(&mut magic)
-        });
-        if read.is_err() || &magic != cairn_ckpt::IMAGE_MAGIC {
+        if !cairn_ckpt::is_image(p) {
             continue;
         }
         let h = cairn_ckpt::read_header(p).map_err(|e| {

@@ -87,6 +87,41 @@ pub struct ProcImage {
     pub members: Vec<MemberImage>,
 }
 
+/// One image file of a process's tree, as the engine and the staging directories know it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeFile {
+    /// The engine region: 0 for the launched process, else the process's pid in the tree's
+    /// namespace.
+    pub id: i32,
+    /// Its file name in a staging directory.
+    pub name: String,
+    pub bytes: u64,
+    pub region: u64,
+    /// The process, for reports: `proc 3 (pid 1234)`, `proc 3's process 1002`.
+    pub who: String,
+}
+
+impl ProcImage {
+    /// The images of its tree: its own first, then each of its members'.
+    pub fn files(&self) -> Vec<TreeFile> {
+        std::iter::once(TreeFile {
+            id: 0,
+            name: image_name(self.proc),
+            bytes: self.bytes,
+            region: self.region,
+            who: format!("proc {} (pid {})", self.proc, self.pid),
+        })
+        .chain(self.members.iter().map(|m| TreeFile {
+            id: m.pid as i32,
+            name: member_image_name(self.proc, m.pid),
+            bytes: m.bytes,
+            region: m.region,
+            who: format!("proc {}'s process {}", self.proc, m.pid),
+        }))
+        .collect()
+    }
+}
+
 /// The image of a process that a job's process started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemberImage {

@@ -309,30 +309,15 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
         Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_STDIO, XFD_STREAM,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
-    let mut read = |path: std::path::PathBuf, who: String| -> Result<(), String> {
+    for f in p.files() {
         // Only images of the checkpoint library record them (another preload library's
         // images, e.g. the coordinators' tests', are its own business).
-        let mut magic = [0u8; 8];
-        let ours = std::fs::File::open(&path)
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-            .is_ok()
-            && &magic == cairn_ckpt::IMAGE_MAGIC;
-        if !ours {
-            return Ok(());
+        let path = dir.join(&f.name);
+        if !cairn_ckpt::is_image(&path) {
+            continue;
         }
-        let xfds = cairn_ckpt::read_xfds(&path).map_err(|e| format!("{who}: {e}"))?;
-        all.extend(xfds.into_iter().map(|x| (who.clone(), x)));
-        Ok(())
-    };
-    read(
-        dir.join(manifest::image_name(p.proc)),
-        format!("proc {} (pid {})", p.proc, p.pid),
-    )?;
-    for m in &p.members {
-        read(
-            dir.join(manifest::member_image_name(p.proc, m.pid)),
-            format!("proc {}'s process {}", p.proc, m.pid),
-        )?;
+        let xfds = cairn_ckpt::read_xfds(&path).map_err(|e| format!("{}: {e}", f.who))?;
+        all.extend(xfds.into_iter().map(|x| (f.who.clone(), x)));
     }
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
@@ -1048,15 +1033,13 @@ impl RootLoop {
             .images
             .iter()
             .map(|p| {
-                std::iter::once(TreeImage {
-                    id: 0,
-                    path: dir.join(manifest::image_name(p.proc)),
-                })
-                .chain(p.members.iter().map(|m| TreeImage {
-                    id: m.pid as i32,
-                    path: dir.join(manifest::member_image_name(p.proc, m.pid)),
-                }))
-                .collect()
+                p.files()
+                    .into_iter()
+                    .map(|f| TreeImage {
+                        id: f.id,
+                        path: dir.join(f.name),
+                    })
+                    .collect()
             })
             .collect();
         let (images, tx) = (self.cfg.images.clone(), self.tx.clone());
