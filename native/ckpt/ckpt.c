@@ -47,7 +47,9 @@
 #include <netinet/in.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/inet_diag.h>
 #include <linux/sock_diag.h>
+#include <linux/sockios.h>
 #include <linux/unix_diag.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -92,13 +94,14 @@
 static char inflight[MAX_INFLIGHT];
 static size_t inflight_used;
 
-/* Unix stream sockets seen by the census, paired up once all descriptors are known. */
+/* Unix stream sockets seen by the census, paired up once all descriptors are known; and,
+ * in a tree, connected TCP sockets. */
 static struct sock_end {
     int fd;
     uint64_t ino, peer;
     char target[64];
-} sock_ends[MAX_FDS];
-static int nsock_ends;
+} sock_ends[MAX_FDS], tcp_ends[MAX_FDS];
+static int nsock_ends, ntcp_ends;
 
 /* Pipes and Unix stream sockets of a process in its tree's namespace: made again once per
  * tree by the restorer (image.h), whichever processes of the tree hold them. */
@@ -1148,44 +1151,53 @@ static int save_anon(int fd, const char *target)
     return 1;
 }
 
+/* Sends one NETLINK_SOCK_DIAG request (`req`, whose header the caller fills but for its
+ * length, type and flags) and reads the answer into buf. Returns its length, or -1. */
+static ssize_t sock_diag(void *req, size_t len, char *buf, size_t cap)
+{
+    struct nlmsghdr *h = req;
+    h->nlmsg_len = (uint32_t)len;
+    h->nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    h->nlmsg_flags = NLM_F_REQUEST;
+    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0)
+        return -1;
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+    ssize_t n = -1;
+    if (sendto(nl, req, len, 0, (struct sockaddr *)&sa, sizeof sa) == (ssize_t)len)
+        n = recv(nl, buf, cap, 0);
+    close(nl);
+    return n;
+}
+
 /* The inode of the peer of Unix socket `ino` (sock_diag), or 0. */
 static uint64_t unix_peer(uint64_t ino)
 {
-    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (nl < 0)
-        return 0;
     struct {
         struct nlmsghdr nlh;
         struct unix_diag_req r;
     } req;
     memset(&req, 0, sizeof req);
-    req.nlh.nlmsg_len = sizeof req;
-    req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    req.nlh.nlmsg_flags = NLM_F_REQUEST;
     req.r.sdiag_family = AF_UNIX;
     req.r.udiag_states = ~0u;
     req.r.udiag_ino = (uint32_t)ino;
     req.r.udiag_show = UDIAG_SHOW_PEER;
     req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = ~0u;
-    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
     static char buf[8192];
     uint64_t peer = 0;
-    if (sendto(nl, &req, sizeof req, 0, (struct sockaddr *)&sa, sizeof sa) == (ssize_t)sizeof req) {
-        ssize_t n = recv(nl, buf, sizeof buf, 0);
-        for (struct nlmsghdr *h = (void *)buf; n > 0 && NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-            if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
-                break;
-            struct unix_diag_msg *m = NLMSG_DATA(h);
-            if (m->udiag_ino != (uint32_t)ino)
-                continue;
-            int len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof *m));
-            for (struct rtattr *a = (void *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
-                if (a->rta_type == UNIX_DIAG_PEER)
-                    peer = *(uint32_t *)RTA_DATA(a);
+    ssize_t n = sock_diag(&req, sizeof req, buf, sizeof buf);
+    for (struct nlmsghdr *h = (void *)buf; n > 0 && NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
             break;
-        }
+        struct unix_diag_msg *m = NLMSG_DATA(h);
+        if (m->udiag_ino != (uint32_t)ino)
+            continue;
+        int len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof *m));
+        for (struct rtattr *a = (void *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
+            if (a->rta_type == UNIX_DIAG_PEER)
+                peer = *(uint32_t *)RTA_DATA(a);
+        break;
     }
-    close(nl);
     return peer;
 }
 
@@ -1352,6 +1364,9 @@ static void note_pipe_end(int fd, const char *target)
  * can come back. */
 static int in_tree(void) { return S.coord[0] && S.nslevels >= 2; }
 
+static int tree_listener(int fd, const char *target);
+static int tcp_end(int fd, const char *target);
+
 static void census_fd(int fd, void *dirfd)
 {
     if (fd > S.max_fd)
@@ -1397,6 +1412,10 @@ static void census_fd(int fd, void *dirfd)
         unrestorable("fd %d is the device %s", fd, target);
     } else if (S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0 && npipe_ends < MAX_FDS) {
         note_pipe_end(fd, target);
+    } else if (S_ISSOCK(st.st_mode) && in_tree() && tree_listener(fd, target)) {
+        /* made again once for the tree */
+    } else if (S_ISSOCK(st.st_mode) && in_tree() && tcp_end(fd, target)) {
+        /* paired up in census_tcp */
     } else if (S_ISSOCK(st.st_mode) && fd > 2 && save_listener(fd, target)) {
         /* bound again at restart */
     } else if (S_ISSOCK(st.st_mode) && unix_stream_end(fd, target)) {
@@ -1683,6 +1702,290 @@ static void census_sockets(void)
     }
 }
 
+/* ---- sockets of a tree: listeners and TCP connections ------------------------------------ */
+
+/* What a restart needs to make socket fd again (image.h), or -1 if it has no address. */
+static int sock_record(int fd, struct cairn_img_sock *r)
+{
+    memset(r, 0, sizeof *r);
+    int v = 0;
+    socklen_t sl = sizeof v;
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &sl);
+    r->family = (uint32_t)v;
+    sl = sizeof v;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &sl);
+    r->type = (uint32_t)v;
+    sl = sizeof v;
+    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &v, &sl);
+    r->protocol = (uint32_t)v;
+    socklen_t al = sizeof r->local;
+    if (getsockname(fd, (struct sockaddr *)r->local, &al) != 0 || al > sizeof r->local)
+        return -1;
+    r->local_len = al;
+    al = sizeof r->peer;
+    if (getpeername(fd, (struct sockaddr *)r->peer, &al) == 0 && al <= sizeof r->peer)
+        r->peer_len = al;
+    static const struct {
+        int level, name;
+        uint32_t bit;
+    } opts[] = {
+        {SOL_SOCKET, SO_REUSEADDR, CAIRN_SOCK_REUSEADDR},
+        {SOL_SOCKET, SO_REUSEPORT, CAIRN_SOCK_REUSEPORT},
+        {SOL_SOCKET, SO_KEEPALIVE, CAIRN_SOCK_KEEPALIVE},
+        {IPPROTO_TCP, TCP_NODELAY, CAIRN_SOCK_NODELAY},
+        {IPPROTO_IPV6, IPV6_V6ONLY, CAIRN_SOCK_V6ONLY},
+    };
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        if (opts[i].level == IPPROTO_TCP && r->family == AF_UNIX)
+            continue;
+        if (opts[i].level == IPPROTO_IPV6 && r->family != AF_INET6)
+            continue;
+        int on = 0;
+        sl = sizeof on;
+        if (getsockopt(fd, opts[i].level, opts[i].name, &on, &sl) == 0 && on)
+            r->opts |= opts[i].bit;
+    }
+    return 0;
+}
+
+/* Appends n bytes to inflight[]; 0, or -1 when they do not fit (the census says why). */
+static int keep_inflight(const void *p, size_t n)
+{
+    if (n > MAX_INFLIGHT - inflight_used) {
+        unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+        return -1;
+    }
+    memcpy(inflight + inflight_used, p, n);
+    inflight_used += n;
+    return 0;
+}
+
+/* In a tree: a listening socket (Unix with a name, IPv4 or IPv6) is made once for the tree,
+ * bound and listening, shared by the processes that shared it. Returns 0 for another
+ * socket. */
+static int tree_listener(int fd, const char *target)
+{
+    int listening = 0;
+    socklen_t sl = sizeof listening;
+    struct cairn_img_sock r;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) != 0 || !listening ||
+        strncmp(target, "socket:[", 8) != 0 || sock_record(fd, &r) != 0)
+        return 0;
+    if (r.family != AF_UNIX && r.family != AF_INET && r.family != AF_INET6)
+        return 0;
+    if (r.family == AF_UNIX && r.local_len <= offsetof(struct sockaddr_un, sun_path))
+        return 0; /* listening without a name: nothing could connect to it again */
+    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_LISTEN, strtoull(target + 8, NULL, 10), 0);
+    if (!x)
+        return 1;
+    x->data_off = inflight_used;
+    if (keep_inflight(&r, sizeof r) != 0)
+        return 1;
+    x->data_len = sizeof r;
+    nxfds++;
+    return 1;
+}
+
+/* In a tree: note a connected TCP socket for census_tcp. Returns 0 for another socket. */
+static int tcp_end(int fd, const char *target)
+{
+    int dom = 0, type = 0;
+    socklen_t sl = sizeof dom;
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
+    sl = sizeof type;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    if ((dom != AF_INET && dom != AF_INET6) || type != SOCK_STREAM || strncmp(target, "socket:[", 8) != 0 ||
+        getpeername(fd, (struct sockaddr *)&a, &al) != 0 || ntcp_ends >= MAX_FDS)
+        return 0;
+    struct sock_end *e = &tcp_ends[ntcp_ends++];
+    e->fd = fd;
+    e->ino = strtoull(target + 8, NULL, 10);
+    snprintf(e->target, sizeof e->target, "%s", target);
+    return 1;
+}
+
+/* The inode of the other end of TCP connection r (the socket whose local address is r's peer
+ * and whose peer is r's local address, in this network namespace), or 0 if no socket of this
+ * machine is that end. */
+static uint64_t tcp_peer(const struct cairn_img_sock *r)
+{
+    struct {
+        struct nlmsghdr nlh;
+        struct inet_diag_req_v2 q;
+    } req;
+    memset(&req, 0, sizeof req);
+    req.q.sdiag_family = (uint8_t)r->family;
+    req.q.sdiag_protocol = IPPROTO_TCP;
+    req.q.idiag_states = ~0u;
+    req.q.id.idiag_cookie[0] = req.q.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    if (r->family == AF_INET) {
+        const struct sockaddr_in *l = (const void *)r->local, *p = (const void *)r->peer;
+        req.q.id.idiag_sport = p->sin_port;
+        req.q.id.idiag_dport = l->sin_port;
+        memcpy(req.q.id.idiag_src, &p->sin_addr, 4);
+        memcpy(req.q.id.idiag_dst, &l->sin_addr, 4);
+    } else {
+        const struct sockaddr_in6 *l = (const void *)r->local, *p = (const void *)r->peer;
+        req.q.id.idiag_sport = p->sin6_port;
+        req.q.id.idiag_dport = l->sin6_port;
+        memcpy(req.q.id.idiag_src, &p->sin6_addr, 16);
+        memcpy(req.q.id.idiag_dst, &l->sin6_addr, 16);
+    }
+    static char buf[8192];
+    ssize_t n = sock_diag(&req, sizeof req, buf, sizeof buf);
+    struct nlmsghdr *h = (void *)buf;
+    if (n > 0 && NLMSG_OK(h, (size_t)n) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY)
+        return ((struct inet_diag_msg *)NLMSG_DATA(h))->idiag_inode;
+    return 0;
+}
+
+/* The bytes TCP socket fd was given to send that its peer has not received: once every byte
+ * sent is acknowledged (loopback acknowledges at once, unless the peer delays it a few ms),
+ * they are those not sent yet, held back by a full receive buffer at the peer. -1 if bytes
+ * stay unacknowledged. */
+static int tcp_unsent(int fd)
+{
+    for (int i = 0; i < 500; i++) {
+        int outq = 0, unsent = 0;
+        if (ioctl(fd, SIOCOUTQ, &outq) != 0 || ioctl(fd, SIOCOUTQNSD, &unsent) != 0)
+            return -1;
+        if (outq == unsent)
+            return unsent;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return -1;
+}
+
+/* Copies the first n bytes of TCP socket fd's send queue into inflight[] without taking them
+ * (repair mode, which needs CAP_NET_ADMIN). 0, or -1 (the census says why). */
+static int peek_send_queue(int fd, size_t n, const char *what)
+{
+    if (n > MAX_INFLIGHT - inflight_used) {
+        unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+        return -1;
+    }
+    int reuse = 0, on = 1, q = TCP_SEND_QUEUE;
+    socklen_t sl = sizeof reuse;
+    getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &sl);
+    if (setsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &on, sizeof on) != 0) {
+        unrestorable("fd %d (%s) has %zu bytes sent that its peer has not received yet (its receive buffer is "
+                     "full); reading them back needs CAP_NET_ADMIN (%s)",
+                     fd, what, n, strerror(errno));
+        return -1;
+    }
+    ssize_t got = -1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &q, sizeof q) == 0)
+        got = recv(fd, inflight + inflight_used, n, MSG_PEEK | MSG_DONTWAIT);
+    int err = errno;
+    q = TCP_NO_QUEUE;
+    setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &q, sizeof q);
+    int off = 0; /* TCP_REPAIR_OFF: the kernel probes the peer's window, and sending goes on */
+    setsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &off, sizeof off);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse); /* leaving repair mode clears it */
+    if (got != (ssize_t)n) {
+        unrestorable("cannot copy the %zu bytes fd %d (%s) sent that its peer has not received yet: %s", n, fd, what,
+                     got < 0 ? strerror(err) : "short read");
+        return -1;
+    }
+    inflight_used += n;
+    return 0;
+}
+
+/* Before a process of a tree says it is stopped: each TCP socket's bytes sent are
+ * acknowledged, so they are in the peer's receive queue when the peer takes stock of it after
+ * every process stopped; what is left is not sent (the peer's buffer is full) and stays so.
+ * Without this, a segment held back for a delayed acknowledgement (Nagle) could reach the
+ * peer after it took stock and before this process did. */
+static void settle_tcp(int fd, void *arg)
+{
+    int64_t deadline = *(int64_t *)arg; /* one for all the process's sockets */
+    int proto = 0, outq = 0, unsent = 0;
+    socklen_t sl = sizeof proto;
+    if (fd == S.sock || getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &sl) != 0 || proto != IPPROTO_TCP)
+        return;
+    while (mono_ns() < deadline) {
+        if (ioctl(fd, SIOCOUTQ, &outq) != 0 || ioctl(fd, SIOCOUTQNSD, &unsent) != 0 || outq == unsent)
+            return;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+/* In a tree: every connected TCP socket whose other end is a socket of this machine is
+ * recorded with its addresses and options, the bytes waiting to be read at it and the bytes
+ * it sent that its peer had not received (the sub-coordinator checks the other end is in the
+ * job); the restart connects the two ends again. A connection whose other end is elsewhere
+ * leaves the job (refused, or closed under CAIRN_CKPT_EXTERNAL). */
+static void census_tcp(void)
+{
+    for (int i = 0; i < ntcp_ends; i++) {
+        struct sock_end *e = &tcp_ends[i];
+        char what[160];
+        describe_socket(e->fd, what, sizeof what);
+        struct cairn_img_sock r;
+        uint8_t info[8] = {0};
+        socklen_t il = sizeof info;
+        if (sock_record(e->fd, &r) != 0 || r.peer_len == 0 ||
+            getsockopt(e->fd, IPPROTO_TCP, TCP_INFO, info, &il) != 0) {
+            unrestorable("fd %d is a socket (%s; %s) whose addresses could not be read", e->fd, what, e->target);
+            continue;
+        }
+        e->peer = info[0] == TCP_ESTABLISHED ? tcp_peer(&r) : 0;
+        if (!e->peer) {
+            if (S.close_external)
+                come_back_closed(e->fd, 1, e->target);
+            else if (info[0] != TCP_ESTABLISHED)
+                unrestorable("fd %d is a socket (%s; %s) that is half closed or closing (TCP state %u); "
+                             "only established connections come back",
+                             e->fd, what, e->target, info[0]);
+            else
+                unrestorable("fd %d is a socket (%s; %s) whose peer is not on this machine", e->fd, what, e->target);
+            continue;
+        }
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            first = tcp_ends[j].ino != e->ino;
+        struct cairn_img_xfd *x = new_xfd(e->fd, CAIRN_XFD_TCP, e->ino, e->peer);
+        if (!x)
+            return;
+        x->how = S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0;
+        x->data_off = inflight_used;
+        size_t at = inflight_used;
+        if (keep_inflight(&r, sizeof r) != 0)
+            return;
+        if (first) {
+            int queued = 0;
+            if (ioctl(e->fd, FIONREAD, &queued) != 0 || queued < 0)
+                queued = 0;
+            if ((size_t)queued > MAX_INFLIGHT - inflight_used) {
+                unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+                return;
+            }
+            ssize_t got = queued ? recv(e->fd, inflight + inflight_used, (size_t)queued, MSG_PEEK | MSG_DONTWAIT) : 0;
+            if (got != queued) {
+                unrestorable("cannot copy the %d bytes waiting at fd %d (%s)", queued, e->fd, what);
+                return;
+            }
+            inflight_used += (size_t)got;
+            int unsent = tcp_unsent(e->fd);
+            if (unsent < 0) {
+                unrestorable("fd %d (%s) has bytes on the way that its peer has not acknowledged; try again",
+                             e->fd, what);
+                return;
+            }
+            if (unsent > 0 && peek_send_queue(e->fd, (size_t)unsent, what) != 0)
+                return;
+            uint64_t lens[2] = {(uint64_t)got, (uint64_t)unsent};
+            memcpy(inflight + at + offsetof(struct cairn_img_sock, recv_len), lens, sizeof lens);
+        }
+        x->data_len = inflight_used - at;
+        nxfds++;
+    }
+}
+
 /* Take stock of the process for its image: every descriptor it can bring back goes into
  * S.fds, and everything it cannot into S.why (empty when there is nothing), so that the
  * checkpoint fails with that list rather than store an image that could not be restored.
@@ -1696,6 +1999,7 @@ static void census(const struct cairn_img_region *regs, int n)
     S.max_fd = -1;
     npipe_ends = 0;
     nsock_ends = 0;
+    ntcp_ends = 0;
     nxfds = 0;
     inflight_used = 0;
     nzombies = 0;
@@ -1705,6 +2009,7 @@ static void census(const struct cairn_img_region *regs, int n)
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();
+    census_tcp();
     if (S.nfds >= MAX_FDS)
         unrestorable("more than %d files are open", MAX_FDS);
     each_number("/proc/self/task", census_children, NULL, NULL);
@@ -2516,6 +2821,10 @@ static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
     if (stop_threads() != 0) {
         release_threads();
         return -EAGAIN;
+    }
+    if (in_tree()) {
+        int64_t deadline = mono_ns() + 500 * 1000000ll;
+        each_number("/proc/self/fd", settle_tcp, &deadline, NULL);
     }
     if (ask_coord) {
         char line[256];

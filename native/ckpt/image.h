@@ -138,8 +138,8 @@ struct cairn_img_header {
     uint8_t reserved[84];
 };
 
-/* A pipe end or a connected Unix stream socket of a process in a pid namespace of Cairn's:
- * the tree's restorer makes each pipe and socket pair once, before the processes are made,
+/* A pipe end, a connected Unix stream or TCP socket, a listening socket or a file of a process
+ * in a pid namespace of Cairn's: the tree's restorer makes each once, before the processes are made,
  * so that every process that held it holds it again (one open file description), with the
  * bytes that were in flight in it. */
 #define CAIRN_XFD_PIPE_READ 1u
@@ -147,6 +147,11 @@ struct cairn_img_header {
 #define CAIRN_XFD_STREAM 3u
 #define CAIRN_XFD_FILE 4u      /* a regular file: its path is its data; `peer` links it to the
                                 * parent's descriptor it shares (one open file description) */
+#define CAIRN_XFD_TCP 5u       /* a connected TCP socket (IPv4 or IPv6): its data is a struct
+                                * cairn_img_sock, then the bytes waiting to be read at it, then
+                                * the bytes it sent that its peer had not received yet */
+#define CAIRN_XFD_LISTEN 6u    /* a listening socket (Unix with a name, IPv4, IPv6): its data is
+                                * a struct cairn_img_sock */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */
@@ -166,6 +171,24 @@ struct cairn_img_xfd {
     uint64_t data_off;       /* bytes in flight, after the table: in the pipe (read end), or */
     uint64_t data_len;       /* waiting to be read at this socket; a file's path */
     int64_t offset, size;    /* a file's offset and size at the checkpoint */
+};
+
+/* The data of a CAIRN_XFD_TCP or CAIRN_XFD_LISTEN record: what a restart needs to make the
+ * socket again. Addresses are the kernel's struct sockaddr bytes. */
+#define CAIRN_SOCK_NODELAY 0x1u
+#define CAIRN_SOCK_KEEPALIVE 0x2u
+#define CAIRN_SOCK_REUSEADDR 0x4u
+#define CAIRN_SOCK_REUSEPORT 0x8u
+#define CAIRN_SOCK_V6ONLY 0x10u
+
+struct cairn_img_sock {
+    uint32_t family, type, protocol;
+    uint32_t opts;           /* CAIRN_SOCK_* */
+    uint32_t local_len, peer_len;
+    uint8_t local[112];      /* getsockname */
+    uint8_t peer[112];       /* getpeername (TCP) */
+    uint64_t recv_len;       /* bytes waiting to be read at this end, after the struct */
+    uint64_t send_len;       /* bytes this end sent that its peer had not received, after those */
 };
 
 /* Filled in by the restorer before it starts the threads; read by the library when it

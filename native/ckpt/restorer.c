@@ -85,6 +85,17 @@ typedef unsigned long u64;
 #define SYS_fcntl 72
 #define SYS_dup3 292
 #define SYS_pipe2 293
+#define SYS_stat 4
+#define SYS_socket 41
+#define SYS_connect 42
+#define SYS_bind 49
+#define SYS_listen 50
+#define SYS_getsockname 51
+#define SYS_getpeername 52
+#define SYS_getsockopt 55
+#define SYS_unlink 87
+#define SYS_ppoll 271
+#define SYS_accept4 288
 
 #define PROT_NONE 0
 #define PROT_READ 1
@@ -124,6 +135,24 @@ typedef unsigned long u64;
 #define SOCK_STREAM 1
 #define SOL_SOCKET 1
 #define SO_SNDBUF 7
+#define SO_RCVBUF 8
+#define SO_REUSEADDR 2
+#define SO_KEEPALIVE 9
+#define SO_REUSEPORT 15
+#define SO_ERROR 4
+#define SO_SNDBUFFORCE 32
+#define SO_RCVBUFFORCE 33
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define IPPROTO_IPV6 41
+#define TCP_NODELAY 1
+#define IPV6_V6ONLY 26
+#define SOMAXCONN 4096
+#define EINPROGRESS 115
+#define POLLOUT 4
+#define S_IFMT 0170000
+#define S_IFSOCK 0140000
 #define MSG_DONTWAIT 0x40
 #define MSG_NOSIGNAL 0x4000
 
@@ -1071,8 +1100,9 @@ static struct xrec {
 static int nx;
 
 static struct object {
-    uint32_t kind;  /* CAIRN_XFD_PIPE_READ for a pipe, CAIRN_XFD_STREAM for a socket pair */
-    u64 a, b;       /* the pipe's inode; the pair's two socket inodes */
+    uint32_t kind;  /* CAIRN_XFD_PIPE_READ for a pipe, CAIRN_XFD_STREAM for a socket pair,
+                     * CAIRN_XFD_TCP for a connection, CAIRN_XFD_LISTEN, CAIRN_XFD_FILE */
+    u64 a, b;       /* the pipe's, listener's or file's inode; the two ends' socket inodes */
     int has[2];     /* pipe: a read end, a write end held in the tree; pair: end a, end b */
     uint32_t pipe_size;
 } O[MAX_XFDS];
@@ -1132,7 +1162,8 @@ static i64 put_pair_at(i64 e[2], i64 t0, i64 t1)
 static int find_object(uint32_t kind, u64 a, u64 b)
 {
     for (int i = 0; i < no; i++)
-        if (O[i].kind == kind && ((O[i].a == a && O[i].b == b) || (kind == CAIRN_XFD_STREAM && O[i].a == b && O[i].b == a)))
+        if (O[i].kind == kind &&
+            ((O[i].a == a && O[i].b == b) || ((kind == CAIRN_XFD_STREAM || kind == CAIRN_XFD_TCP) && O[i].a == b && O[i].b == a)))
             return i;
     return -1;
 }
@@ -1142,25 +1173,25 @@ static int find_object(uint32_t kind, u64 a, u64 b)
 static i64 object_fd(const struct xrec *r)
 {
     const struct object *o = &O[r->object];
-    int second = o->kind == CAIRN_XFD_STREAM ? r->x.ino != o->a
-                 : o->kind == CAIRN_XFD_FILE ? 0
-                                             : r->x.kind == CAIRN_XFD_PIPE_WRITE;
+    int second = o->kind == CAIRN_XFD_STREAM || o->kind == CAIRN_XFD_TCP ? r->x.ino != o->a
+                 : o->kind == CAIRN_XFD_FILE || o->kind == CAIRN_XFD_LISTEN ? 0
+                                                                           : r->x.kind == CAIRN_XFD_PIPE_WRITE;
     return xbase + 2 * r->object + second;
 }
 
-/* Copies the bytes in flight of record r into descriptor to: into a pipe, or sent from a
- * socket to its peer. Never waits: a short write is said. */
-static void refill(const struct xrec *r, i64 to, int sock)
+/* Copies len bytes of record r's data from `off` on into descriptor to: into a pipe, or sent
+ * from a socket to its peer. Never waits: a short write is said. */
+static void refill_bytes(const struct xrec *r, u64 off, u64 len, i64 to, int sock)
 {
     static uint8_t buf[1 << 16];
-    u64 done = 0, len = r->x.data_len;
+    u64 done = 0;
     if (sock && len > 100000) {
         int room = (int)len;
         sys5(SYS_setsockopt, to, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
     }
     while (done < len) {
         u64 k = len - done < sizeof buf ? len - done : sizeof buf;
-        if (sys4(SYS_pread64, M[r->member].fd, buf, k, M[r->member].xdata + r->x.data_off + done) != (i64)k)
+        if (sys4(SYS_pread64, M[r->member].fd, buf, k, M[r->member].xdata + r->x.data_off + off + done) != (i64)k)
             fail(5, "cairn-restore: cannot read the bytes in flight of a pipe or socket");
         for (u64 w = 0; w < k;) {
             i64 n = sock ? sys6(SYS_sendto, to, (i64)(buf + w), (i64)(k - w), MSG_DONTWAIT | MSG_NOSIGNAL, 0, 0)
@@ -1181,6 +1212,8 @@ static void refill(const struct xrec *r, i64 to, int sock)
         done += k;
     }
 }
+
+static void refill(const struct xrec *r, i64 to, int sock) { refill_bytes(r, 0, r->x.data_len, to, sock); }
 
 #define SYS_lseek 8
 #define O_CREAT 0100
@@ -1252,6 +1285,250 @@ static void make_files(void)
             X[i].object = -1;
 }
 
+/* ---- sockets: listeners and TCP connections ---- */
+
+/* Record r's socket data (image.h), checked against its record. */
+static void sock_of(const struct xrec *r, struct cairn_img_sock *s)
+{
+    if (r->x.data_len < sizeof *s ||
+        sys4(SYS_pread64, M[r->member].fd, s, sizeof *s, M[r->member].xdata + r->x.data_off) != (i64)sizeof *s ||
+        s->local_len > sizeof s->local || s->peer_len > sizeof s->peer || s->recv_len > r->x.data_len ||
+        s->send_len > r->x.data_len - sizeof *s - s->recv_len) {
+        put("cairn-restore: damaged socket record in ");
+        put(M[r->member].path);
+        fail(4, "");
+    }
+}
+
+static void say_sock(const char *what, const struct xrec *r, i64 err)
+{
+    put("cairn-restore: ");
+    put(what);
+    put(" (fd ");
+    put_num((u64)r->x.fd, 10);
+    put(" of process ");
+    put_num((u64)M[r->member].pid, 10);
+    put(", socket:[");
+    put_num(r->x.ino, 10);
+    put("]): error ");
+    put_num((u64)-err, 10);
+    flush_msg();
+}
+
+static void set_opt(i64 fd, int level, int name, int on)
+{
+    sys5(SYS_setsockopt, fd, level, name, (i64)&on, sizeof on);
+}
+
+/* The socket options a record's socket had (SO_REUSEADDR included). */
+static void set_opts(i64 fd, const struct cairn_img_sock *s)
+{
+    set_opt(fd, SOL_SOCKET, SO_REUSEADDR, (s->opts & CAIRN_SOCK_REUSEADDR) != 0);
+    if (s->opts & CAIRN_SOCK_KEEPALIVE)
+        set_opt(fd, SOL_SOCKET, SO_KEEPALIVE, 1);
+    if ((s->opts & CAIRN_SOCK_NODELAY) && s->family != AF_UNIX)
+        set_opt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+}
+
+/* A listening socket of the tree, bound again to its address and listening; if that fails
+ * (the address is taken), said, and left a socket that is not listening. */
+static i64 make_listener(const struct xrec *r, const struct cairn_img_sock *s)
+{
+    i64 fd = sys3(SYS_socket, s->family, s->type, s->protocol);
+    if (fd < 0)
+        fail(5, "cairn-restore: cannot make a listening socket of the tree again");
+    set_opt(fd, SOL_SOCKET, SO_REUSEADDR, s->family != AF_UNIX);
+    if (s->opts & CAIRN_SOCK_REUSEPORT)
+        set_opt(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+    if (s->family == AF_INET6)
+        set_opt(fd, IPPROTO_IPV6, IPV6_V6ONLY, (s->opts & CAIRN_SOCK_V6ONLY) != 0);
+    if (s->family == AF_UNIX && s->local_len > 3 && s->local[2]) {
+        /* The name the killed process left behind, if it is still a socket. */
+        static char path[sizeof s->local];
+        u64 n = s->local_len - 2;
+        for (u64 i = 0; i < n; i++)
+            path[i] = (char)s->local[2 + i];
+        path[n] = 0;
+        struct kstat st;
+        if (sys2(SYS_stat, path, &st) == 0 && (st.mode & S_IFMT) == S_IFSOCK)
+            sys1(SYS_unlink, path);
+    }
+    i64 e = sys3(SYS_bind, fd, s->local, s->local_len);
+    if (e == 0)
+        e = sys2(SYS_listen, fd, SOMAXCONN);
+    if (e != 0)
+        say_sock("cannot listen again on the address of a listening socket; it comes back not listening", r, e);
+    set_opts(fd, s);
+    return fd;
+}
+
+static int same_bytes(const uint8_t *a, const uint8_t *b, u64 n)
+{
+    for (u64 i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+/* Whether a listener bound to `l` takes connections to local address `a` (same family and
+ * port, and the same address or the listener's wildcard one). */
+static int listens_for(const struct cairn_img_sock *l, const struct cairn_img_sock *a)
+{
+    if (l->family != a->family || a->family == AF_UNIX || l->local[2] != a->local[2] || l->local[3] != a->local[3])
+        return 0;
+    u64 at = a->family == AF_INET ? 4 : 8, len = a->family == AF_INET ? 4 : 16;
+    static const uint8_t zero[16];
+    return same_bytes(l->local + at, a->local + at, len) || same_bytes(l->local + at, zero, len);
+}
+
+/* A record of end `ino` of the tree's connections, the one carrying its bytes if any. */
+static const struct xrec *end_record(int k, u64 ino, struct cairn_img_sock *s)
+{
+    const struct xrec *best = 0;
+    for (int i = 0; i < nx; i++) {
+        if (X[i].object != k || X[i].x.ino != ino)
+            continue;
+        struct cairn_img_sock t;
+        sock_of(&X[i], &t);
+        if (!best || t.recv_len + t.send_len > s->recv_len + s->send_len) {
+            best = &X[i];
+            *s = t;
+        }
+    }
+    return best;
+}
+
+/* Makes a socket's receive (or send) buffer at least `need` bytes, beyond the limit an
+ * unprivileged process may set if the restorer may. */
+static void room_for(i64 fd, int rcv, u64 need)
+{
+    if (need <= 65536)
+        return;
+    int size = need > (1u << 30) ? 1 << 30 : (int)(2 * need + 65536);
+    if (sys5(SYS_setsockopt, fd, SOL_SOCKET, rcv ? SO_RCVBUFFORCE : SO_SNDBUFFORCE, (i64)&size, sizeof size) != 0)
+        sys5(SYS_setsockopt, fd, SOL_SOCKET, rcv ? SO_RCVBUF : SO_SNDBUF, (i64)&size, sizeof size);
+}
+
+/* TCP connection k of the tree, connected again between its two ends' addresses: through the
+ * tree's listener for the server end's address if it has one, else a listener of its own for
+ * the moment. A client port that cannot be bound again (the killed process's connection
+ * lingers on it) is given another by the kernel. Each end is placed at its object number,
+ * and the bytes that were waiting at each end are sent again from the other, followed by
+ * those the other had sent that it had not received yet. */
+static void make_tcp(int k)
+{
+    struct object *o = &O[k];
+    struct cairn_img_sock sa, sb, *ss, *cs;
+    const struct xrec *ra = end_record(k, o->a, &sa), *rb = end_record(k, o->b, &sb);
+    int server_b = 0;
+    i64 lfd = -1;
+    for (int j = 0; j < no && lfd < 0; j++) {
+        if (O[j].kind != CAIRN_XFD_LISTEN)
+            continue;
+        struct cairn_img_sock l;
+        for (int i = 0; i < nx; i++)
+            if (X[i].object == j) {
+                sock_of(&X[i], &l);
+                break;
+            }
+        if (listens_for(&l, &sa))
+            lfd = xbase + 2 * j;
+        else if (listens_for(&l, &sb))
+            lfd = xbase + 2 * j, server_b = 1;
+    }
+    ss = server_b ? &sb : &sa;
+    cs = server_b ? &sa : &sb;
+    const struct xrec *rs = server_b ? rb : ra, *rc = server_b ? ra : rb;
+    i64 tmp = -1;
+    if (lfd < 0) {
+        tmp = sys3(SYS_socket, ss->family, SOCK_STREAM, 0);
+        set_opt(tmp, SOL_SOCKET, SO_REUSEADDR, 1);
+        if (sys3(SYS_bind, tmp, ss->local, ss->local_len) != 0) {
+            uint8_t any[112];
+            for (u64 i = 0; i < sizeof any; i++)
+                any[i] = ss->local[i];
+            any[2] = any[3] = 0; /* the same address, another port */
+            sys3(SYS_bind, tmp, any, ss->local_len);
+        }
+        i64 e = sys2(SYS_listen, tmp, 1);
+        if (e != 0) {
+            say_sock("cannot make a TCP connection of the tree again", rs, e);
+            fail(5, "");
+        }
+        lfd = tmp;
+    }
+    uint8_t to[112];
+    u64 tolen = sizeof to;
+    sys3(SYS_getsockname, lfd, to, (i64)&tolen);
+    i64 c = sys3(SYS_socket, cs->family, SOCK_STREAM | O_NONBLOCK, 0);
+    set_opt(c, SOL_SOCKET, SO_REUSEADDR, 1);
+    if (sys3(SYS_bind, c, cs->local, cs->local_len) != 0) {
+        uint8_t any[112];
+        for (u64 i = 0; i < sizeof any; i++)
+            any[i] = cs->local[i];
+        any[2] = any[3] = 0;
+        sys3(SYS_bind, c, any, cs->local_len);
+    }
+    i64 e = sys3(SYS_connect, c, to, tolen);
+    if (e == -EINPROGRESS) {
+        struct {
+            int fd;
+            short events, revents;
+        } p = {(int)c, POLLOUT, 0};
+        struct {
+            i64 s, ns;
+        } two = {2, 0};
+        int err = 0;
+        u64 el = sizeof err;
+        e = sys5(SYS_ppoll, (i64)&p, 1, (i64)&two, 0, 0) == 1 &&
+                    sys5(SYS_getsockopt, c, SOL_SOCKET, SO_ERROR, (i64)&err, (i64)&el) == 0
+                ? -err
+                : -EAGAIN;
+    }
+    if (e != 0) {
+        say_sock("cannot connect a TCP connection of the tree again", rc, e);
+        fail(5, "");
+    }
+    sys3(SYS_fcntl, c, F_SETFL, 0);
+    uint8_t mine[112], theirs[112];
+    u64 minelen = sizeof mine;
+    sys3(SYS_getsockname, c, mine, (i64)&minelen);
+    i64 s = -1;
+    for (int tries = 0; tries < 64 && s < 0; tries++) {
+        s = sys4(SYS_accept4, lfd, 0, 0, 0);
+        u64 tl = sizeof theirs;
+        if (s >= 0 && (sys3(SYS_getpeername, s, theirs, (i64)&tl) != 0 || tl != minelen || !same_bytes(theirs, mine, tl))) {
+            sys1(SYS_close, s); /* a client from outside, connecting meanwhile */
+            s = -1;
+        }
+    }
+    if (tmp >= 0)
+        sys1(SYS_close, tmp);
+    if (s < 0) {
+        say_sock("cannot accept a TCP connection of the tree again", rs, s);
+        fail(5, "");
+    }
+    set_opts(s, ss);
+    set_opts(c, cs);
+    i64 fa = server_b ? c : s, fb = server_b ? s : c;
+    room_for(fa, 1, sa.recv_len + sb.send_len);
+    room_for(fb, 1, sb.recv_len + sa.send_len);
+    room_for(fb, 0, sa.recv_len + sb.send_len);
+    room_for(fa, 0, sb.recv_len + sa.send_len);
+    i64 ends[2] = {fa, fb};
+    if (put_pair_at(ends, xbase + 2 * k, xbase + 2 * k + 1) != 0)
+        fail(5, "cairn-restore: cannot place a TCP connection of the tree (too many open files?)");
+    /* What end a had waiting, then what b had sent beyond it, from b; and the other way. */
+    if (ra && sa.recv_len)
+        refill_bytes(ra, sizeof sa, sa.recv_len, xbase + 2 * k + 1, 1);
+    if (rb && sb.send_len)
+        refill_bytes(rb, sizeof sb + sb.recv_len, sb.send_len, xbase + 2 * k + 1, 1);
+    if (rb && sb.recv_len)
+        refill_bytes(rb, sizeof sb, sb.recv_len, xbase + 2 * k, 1);
+    if (ra && sa.send_len)
+        refill_bytes(ra, sizeof sa + sa.recv_len, sa.send_len, xbase + 2 * k, 1);
+}
+
 /* Makes every object of the tree at its number, with its bytes in flight. */
 static void make_objects(void)
 {
@@ -1259,18 +1536,21 @@ static void make_objects(void)
         struct cairn_img_xfd *x = &X[i].x;
         if (x->kind == CAIRN_XFD_FILE)
             continue;
-        int pipe = x->kind != CAIRN_XFD_STREAM;
-        uint32_t kind = pipe ? CAIRN_XFD_PIPE_READ : CAIRN_XFD_STREAM;
-        int o = find_object(kind, x->ino, pipe ? 0 : x->peer);
+        int pipe = x->kind == CAIRN_XFD_PIPE_READ || x->kind == CAIRN_XFD_PIPE_WRITE;
+        int pair = x->kind == CAIRN_XFD_STREAM || x->kind == CAIRN_XFD_TCP;
+        uint32_t kind = pipe ? CAIRN_XFD_PIPE_READ : x->kind;
+        int o = find_object(kind, x->ino, pair ? x->peer : 0);
         if (o < 0) {
             o = no++;
-            O[o] = (struct object){kind, x->ino, pipe ? 0 : x->peer, {0, 0}, 0};
+            O[o] = (struct object){kind, x->ino, pair ? x->peer : 0, {0, 0}, 0};
         }
         X[i].object = o;
         if (pipe)
             O[o].has[x->kind == CAIRN_XFD_PIPE_WRITE] = 1;
-        else
+        else if (pair)
             O[o].has[x->ino != O[o].a] = 1;
+        else
+            O[o].has[0] = O[o].has[1] = 1;
         if (x->pipe_size > O[o].pipe_size)
             O[o].pipe_size = x->pipe_size;
     }
@@ -1281,20 +1561,36 @@ static void make_objects(void)
             X[i].object = -1;
     int streams = no;
     make_files();
+    /* Listeners first: connections to their addresses are made through them. */
+    for (int k = 0; k < streams; k++)
+        for (int i = 0; i < nx && O[k].kind == CAIRN_XFD_LISTEN; i++)
+            if (X[i].object == k) {
+                struct cairn_img_sock s;
+                sock_of(&X[i], &s);
+                if (put_at(make_listener(&X[i], &s), xbase + 2 * k) < 0)
+                    fail(5, "cairn-restore: cannot place a listening socket of the tree (too many open files?)");
+                break;
+            }
     for (int k = 0; k < streams; k++) {
         struct object *o = &O[k];
         int used = 0;
         for (int i = 0; i < nx && !used; i++)
             used = X[i].object == k;
-        if (!used)
+        if (!used || o->kind == CAIRN_XFD_LISTEN)
             continue;
+        if (o->kind == CAIRN_XFD_TCP && o->has[0] && o->has[1]) {
+            make_tcp(k);
+            continue;
+        }
+        /* A connection with one end in the tree (CAIRN_CKPT_EXTERNAL=close) is a socket pair
+         * with the other end closed, as a socket pair is. */
         int e[2];
-        i64 r = o->kind == CAIRN_XFD_STREAM ? sys4(SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, e) : sys2(SYS_pipe2, e, 0);
+        i64 r = o->kind != CAIRN_XFD_PIPE_READ ? sys4(SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, e) : sys2(SYS_pipe2, e, 0);
         i64 ends[2] = {e[0], e[1]};
         if (r != 0 || put_pair_at(ends, xbase + 2 * k, xbase + 2 * k + 1) != 0)
             fail(5, "cairn-restore: cannot make a pipe or socket pair of the tree again (too many open files?)");
         i64 first = xbase + 2 * k, second = first + 1;
-        if (o->kind != CAIRN_XFD_STREAM) {
+        if (o->kind == CAIRN_XFD_PIPE_READ) {
             u64 need = o->pipe_size;
             for (int i = 0; i < nx; i++)
                 if (X[i].object == k && X[i].x.kind == CAIRN_XFD_PIPE_READ && X[i].x.data_len > need)
@@ -1312,7 +1608,13 @@ static void make_objects(void)
             for (int end = 0; end < 2; end++)
                 for (int i = 0; i < nx; i++)
                     if (X[i].object == k && (X[i].x.ino != o->a) == end && X[i].x.data_len) {
-                        refill(&X[i], end ? first : second, 1);
+                        if (o->kind == CAIRN_XFD_TCP) {
+                            struct cairn_img_sock t;
+                            sock_of(&X[i], &t);
+                            refill_bytes(&X[i], sizeof t, t.recv_len, end ? first : second, 1);
+                        } else {
+                            refill(&X[i], end ? first : second, 1);
+                        }
                         break;
                     }
         }

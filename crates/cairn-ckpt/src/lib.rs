@@ -249,6 +249,10 @@ pub const XFD_PIPE_WRITE: u32 = 2;
 pub const XFD_STREAM: u32 = 3;
 /// A regular file (its open file description made once, shared by the processes that shared it).
 pub const XFD_FILE: u32 = 4;
+/// A connected TCP socket (made again by connecting its two ends' addresses).
+pub const XFD_TCP: u32 = 5;
+/// A listening socket (bound and listening again, shared by the processes that shared it).
+pub const XFD_LISTEN: u32 = 6;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;

@@ -1405,6 +1405,36 @@ fn real_library_a_python_multiprocessing_pool_comes_back() {
     assert!(text.ends_with(&format!("pool: done {total}\n")), "{text}");
 }
 
+/// A forking TCP server (native/ckpt/tests/tcpserv.c): the listener, three clients and the
+/// three handlers it forked, each connection with requests and replies of up to 96 KiB in
+/// flight, are checkpointed, killed and restored three times in a row: every client sees
+/// every reply once, right, and the server collects all six children with status 0.
+#[test]
+fn real_library_a_forking_tcp_server_and_its_clients_come_back_connected() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let prog = build_test_program(t.path(), "tcpserv");
+    let rounds = 4000u64;
+    let args = [
+        prog.to_str().unwrap(),
+        t.path().to_str().unwrap(),
+        "3",
+        &rounds.to_string(),
+    ];
+    let launched = launch_one(t.path(), &config, "tcp", &args);
+    let out0 = t.path().join("out.client0");
+    let mut job = three_cycles(t.path(), &config, "tcp", launched, 6, &|| last_step(&out0));
+    assert!(wait_child(&mut job, 300).success());
+    for i in 0..3 {
+        let out = std::fs::read_to_string(t.path().join(format!("out.client{i}"))).unwrap();
+        assert!(!out.contains("BAD"), "client {i}: {out}");
+        assert!(out.ends_with(&format!("client {i}: done OK\n")), "{out}");
+    }
+    let server = std::fs::read_to_string(t.path().join("out.server")).unwrap();
+    assert_eq!(server, "server: done 6 OK\n");
+}
+
 /// A shell script that sends its output to a log (`exec > log`) and runs a pipeline in each
 /// of its rounds: the shell and every command it runs share the log's one open file
 /// description, so after each restart the log must go on from where it was at the

@@ -306,7 +306,8 @@ struct RootLoop {
 /// a standard stream (the restart gives its own).
 fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
     use cairn_ckpt::{
-        Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_STDIO, XFD_STREAM,
+        Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_STDIO,
+        XFD_STREAM, XFD_TCP,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     for f in p.files() {
@@ -322,14 +323,27 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
     for (who, x) in &all {
-        // Files are reopened by path; the ends of pipes and sockets need their other end.
-        if x.kind == XFD_FILE || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0 {
+        // Files are reopened by path and listeners bound again; the ends of pipes and
+        // connections need their other end.
+        if x.kind == XFD_FILE
+            || x.kind == XFD_LISTEN
+            || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0
+        {
             continue;
         }
-        let (what, matched) = if x.kind == XFD_STREAM {
+        let (what, matched) = if x.kind == XFD_STREAM || x.kind == XFD_TCP {
+            let kind = x.kind;
             (
-                format!("a Unix stream socket (socket:[{}])", x.ino),
-                has(&|y: &Xfd| y.kind == XFD_STREAM && y.ino == x.peer),
+                format!(
+                    "{} (socket:[{}])",
+                    if kind == XFD_TCP {
+                        "a TCP connection"
+                    } else {
+                        "a Unix stream socket"
+                    },
+                    x.ino
+                ),
+                has(&|y: &Xfd| y.kind == kind && y.ino == x.peer),
             )
         } else {
             let write = x.kind == XFD_PIPE_WRITE;
@@ -348,7 +362,7 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
         };
         if !matched {
             outside.push(format!(
-                "{who}: fd {} is {what} whose other end is outside the job",
+                "{who}: fd {} is {what} whose other end is not held by a process of its tree",
                 x.fd
             ));
         }

@@ -1,0 +1,190 @@
+/* A forking TCP server and its clients, for checkpoint tests:
+ *
+ *     tcpserv DIR CLIENTS ROUNDS
+ *
+ * The process listens on 127.0.0.1 (on a port the kernel picks), forks
+ * CLIENTS clients, and then serves: for each connection it accepts it forks a handler, which
+ * keeps the listening socket as forking servers often do. Each client sends ROUNDS requests
+ * over its connection, each one write of a header (round, length) and 1 to 96 KiB of bytes
+ * that depend on the client and the round (3 MiB every 200th round, which the handler lets
+ * wait 300 ms before reading: the client's bytes then fill its send queue beyond what the
+ * handler's receive buffer holds), pausing 1 ms between rounds; the handler sends each request
+ * back with every byte turned (^0x5a) and the client checks it. Both directions therefore have
+ * bytes in flight at most moments. Client i writes "step r" to DIR/out.client<i> every round and ends
+ * with "client i: done OK"; the server collects every handler and client by the pid fork gave
+ * it and writes "server: done N OK" to DIR/out.server. Bytes lost, doubled or reordered in a
+ * connection show as BAD and exit 1. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LEN (3 << 20)
+#define BIG_EVERY 200
+
+static char dir[4096];
+
+static FILE *out(const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/out.%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        exit(3);
+    setvbuf(f, NULL, _IOLBF, 0);
+    return f;
+}
+
+static int full(int fd, void *buf, size_t len, int send_it)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = send_it ? write(fd, (char *)buf + done, len - done) : read(fd, (char *)buf + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+static uint8_t byte_of(int client, uint32_t round, uint32_t i)
+{
+    return (uint8_t)((client * 131u + round * 7u + i * 13u) ^ (i >> 8));
+}
+
+static int client(int id, uint16_t port, long rounds)
+{
+    char name[32];
+    snprintf(name, sizeof name, "client%d", id);
+    FILE *o = out(name);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        fprintf(o, "client %d: BAD connect: %s\n", id, strerror(errno));
+        return 1;
+    }
+    int on = 1;
+    if (id % 2)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    static uint8_t msg[8 + MAX_LEN], rep[MAX_LEN];
+    uint8_t *req = msg + 8;
+    for (uint32_t r = 1; r <= rounds; r++) {
+        uint32_t len = r % BIG_EVERY ? 1 + (r * 7919u + (uint32_t)id * 104729u) % (96 * 1024) : MAX_LEN;
+        uint32_t hdr[2] = {r, len}, back[2];
+        memcpy(msg, hdr, sizeof hdr);
+        for (uint32_t i = 0; i < hdr[1]; i++)
+            req[i] = byte_of(id, r, i);
+        if (full(fd, msg, 8 + hdr[1], 1) || full(fd, back, sizeof back, 0) ||
+            back[0] != hdr[0] || back[1] != hdr[1] || full(fd, rep, hdr[1], 0)) {
+            fprintf(o, "client %d: BAD round %u: %s\n", id, r, strerror(errno));
+            return 1;
+        }
+        for (uint32_t i = 0; i < hdr[1]; i++)
+            if (rep[i] != (req[i] ^ 0x5a)) {
+                fprintf(o, "client %d: BAD byte %u of round %u\n", id, i, r);
+                return 1;
+            }
+        fprintf(o, "step %u\n", r);
+        struct timespec ms = {0, 1000 * 1000};
+        nanosleep(&ms, NULL);
+    }
+    fprintf(o, "client %d: done OK\n", id);
+    return 0;
+}
+
+static int handler(int fd)
+{
+    static uint8_t msg[8 + MAX_LEN];
+    uint8_t *buf = msg + 8;
+    uint32_t hdr[2];
+    for (;;) {
+        ssize_t n = read(fd, hdr, sizeof hdr);
+        if (n == 0)
+            return 0;
+        if (n != (ssize_t)sizeof hdr && (n <= 0 || full(fd, (char *)hdr + n, sizeof hdr - (size_t)n, 0)))
+            return 1;
+        if (hdr[1] == MAX_LEN) {
+            /* A big request: let it fill both the client's send buffer and this end's receive
+             * buffer before reading it. */
+            struct timespec pause = {0, 300 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        if (hdr[1] > MAX_LEN || full(fd, buf, hdr[1], 0))
+            return 1;
+        for (uint32_t i = 0; i < hdr[1]; i++)
+            buf[i] ^= 0x5a;
+        memcpy(msg, hdr, sizeof hdr);
+        if (full(fd, msg, 8 + hdr[1], 1))
+            return 1;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4)
+        return 2;
+    snprintf(dir, sizeof dir, "%s", argv[1]);
+    int clients = atoi(argv[2]);
+    long rounds = atol(argv[3]);
+    int l = socket(AF_INET, SOCK_STREAM, 0), on = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t al = sizeof a;
+    if (bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 16) != 0 ||
+        getsockname(l, (struct sockaddr *)&a, &al) != 0)
+        return 3;
+    FILE *o = out("server");
+    pid_t kids[64];
+    int nkids = 0;
+    for (int i = 0; i < clients && i < 32; i++) {
+        pid_t c = fork();
+        if (c == 0) {
+            close(l);
+            _exit(client(i, ntohs(a.sin_port), rounds));
+        }
+        kids[nkids++] = c;
+    }
+    for (int i = 0; i < clients && i < 32; i++) {
+        int fd = accept(l, NULL, NULL);
+        if (fd < 0 && errno == EINTR) {
+            i--;
+            continue;
+        }
+        if (fd < 0) {
+            fprintf(o, "server: BAD accept: %s\n", strerror(errno));
+            return 1;
+        }
+        pid_t h = fork();
+        if (h == 0)
+            _exit(handler(fd)); /* keeps the listener, as forking servers often do */
+        close(fd);
+        kids[nkids++] = h;
+    }
+    int bad = 0;
+    for (int i = 0; i < nkids; i++) {
+        int st;
+        pid_t w;
+        while ((w = waitpid(kids[i], &st, 0)) < 0 && errno == EINTR)
+            ;
+        if (w != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(o, "server: BAD child %d: %s, status %d\n", (int)kids[i], w < 0 ? strerror(errno) : "ended",
+                    st);
+            bad = 1;
+        }
+    }
+    if (bad)
+        return 1;
+    fprintf(o, "server: done %d OK\n", nkids);
+    return 0;
+}
