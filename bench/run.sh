@@ -9,6 +9,7 @@
 #   bench/run.sh incremental [options]                           e.g. bench/run.sh incremental --mib 64
 #   bench/run.sh fs [options]                                    e.g. bench/run.sh fs --quick
 #   bench/run.sh transparent [options]                           e.g. bench/run.sh transparent --only write
+#   bench/run.sh launch [options]                                e.g. bench/run.sh launch --quick
 #   bench/run.sh peers [options]                                 bench/peers/run.sh, when it is there
 #
 # Every part prints its tables, and also writes its results as JSON to
@@ -26,6 +27,10 @@
 # starts its own writer processes (and tries the LD_PRELOAD interposer built beside it).
 # `transparent` is not either: it compiles the C programs of bench/transparent/ and runs them
 # under libcairn-ckpt.so and cairn-restore, which building cairn-bench puts beside it.
+# `launch` is not either: it builds the `cairn` command too (cairn-cli), compiles the C
+# programs of bench/launch/ and runs them under `cairn launch` and under DMTCP (from
+# /opt/cairn-peers/dmtcp, which bench/peers/build.sh --only dmtcp builds; without it, the
+# DMTCP comparisons are left out).
 # `reduce` is one process without MPI; the first time, it creates a Python venv in
 # target/bench-venv with the pinned python-blosc2 of its baseline
 # (bench/reduce/requirements.txt; as root on Debian it installs python3-venv if needed).
@@ -52,7 +57,7 @@ flush)
     ranks=2
     shift
     ;;
-nbody | incremental | fs | transparent | reduce | peers)
+nbody | incremental | fs | transparent | launch | reduce | peers)
     part=$1
     shift
     ;;
@@ -86,6 +91,10 @@ nbody)
 incremental | fs | transparent)
     cargo build --release -p cairn-bench >&2
     set -- "$target/release/cairn-bench-$part" "$@"
+    ;;
+launch)
+    cargo build --release -p cairn-bench -p cairn-cli >&2
+    set -- "$target/release/cairn-bench-launch" "$@"
     ;;
 reduce)
     cargo build --release -p cairn-bench >&2

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! The part (`ckpt`, `redundancy`, `nbody`, `flush`, `reduce`, `incremental`, `fs`,
-//! `transparent`, `peers`) is recognised from the JSON's keys unless `--part` names it. Each
+//! `transparent`, `launch`, `peers`) is recognised from the JSON's keys unless `--part` names it. Each
 //! figure is written to `DIR/<part>-<what>.svg` and its path printed. Every timed series is
 //! drawn as its median (a bar or a point) with the spread of its samples (fastest .. slowest
 //! run) as an error bar; baselines measured in the same run are drawn next to Cairn, targets
@@ -28,11 +28,12 @@ const PROG: &str = "cairn-bench-plot";
 const USAGE: &str = "\
 usage: cairn-bench-plot [options] FILE.json
   --part NAME   the benchmark part that wrote FILE: ckpt, redundancy, nbody, flush, reduce,
-                incremental, fs, transparent or peers (default: recognised from its keys)
+                incremental, fs, transparent, launch or peers (default: recognised from its
+                keys)
   --out DIR     where the SVG files go, named <part>-<what>.svg (default: the directory of
                 FILE, plots/)";
 
-const PARTS: [&str; 9] = [
+const PARTS: [&str; 10] = [
     "ckpt",
     "redundancy",
     "nbody",
@@ -41,6 +42,7 @@ const PARTS: [&str; 9] = [
     "incremental",
     "fs",
     "transparent",
+    "launch",
     "peers",
 ];
 
@@ -227,6 +229,8 @@ fn detect(v: &Value) -> Option<&'static str> {
     let setting = |k: &str| v.get("settings").and_then(|s| s.get(k)).is_some();
     if v.get("program").and_then(Value::as_str) == Some("cairn-bench-reduce") {
         Some("reduce")
+    } else if v.get("program").and_then(Value::as_str) == Some("cairn-bench-launch") {
+        Some("launch")
     } else if has("fixed_cost") || (has("bandwidth") && has("nodes")) {
         Some("ckpt")
     } else if has("cpex") || has("codec") && has("engine") {
@@ -2648,6 +2652,170 @@ fn transparent(v: &Value) -> Res<Vec<Figure>> {
     Ok(figs)
 }
 
+/// `cairn-bench-launch`: `cairn launch` / `checkpoint` / `restart` of a large process against
+/// DMTCP, incremental on and off, a pipeline streaming and idle; one panel per part run.
+fn launch(v: &Value) -> Res<Vec<Figure>> {
+    let settings = field(v, "settings")?;
+    let mut notes = Vec::new();
+    let mut panels = Vec::new();
+    // One panel of grouped bars: per group (checkpoint, restart, ...) the series that have it.
+    let bars = |title: String, groups: &[&str], kinds: &[(&str, Vec<Option<Stat>>, RGBColor)]| {
+        let all: Vec<Stat> = kinds
+            .iter()
+            .flat_map(|k| k.1.iter().flatten().copied())
+            .collect();
+        let (k, unit) = time_unit(max_hi(&all));
+        let mut p = Panel::bars(
+            title,
+            groups.iter().map(|g| g.to_string()).collect(),
+            format!("time ({unit})"),
+        );
+        for (name, stats, color) in kinds {
+            let pts = stats
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.map(|s| (i as f64, s.scale(k))));
+            p.add(Series::new(*name, *color, Style::Bar).with(pts));
+        }
+        p
+    };
+    let st = |v: &Value, path: &[&str]| -> Option<Stat> {
+        let mut x = v;
+        for k in path {
+            x = get(x, k)?;
+        }
+        series(x)
+    };
+    if let Some(a) = get(v, "vs_dmtcp") {
+        let dmtcp = get(a, "dmtcp")
+            .and_then(|d| get(d, "version"))
+            .and_then(Value::as_str);
+        panels.push(bars(
+            format!("a. A {} MiB process, Cairn and DMTCP", num(a, "mib")?),
+            &["checkpoint", "restart"],
+            &[
+                (
+                    "a: Cairn (cairn checkpoint; exec of cairn restart to the first heartbeat)",
+                    vec![st(a, &["cairn", "checkpoint"]), st(a, &["cairn", "restart"])],
+                    CAIRN,
+                ),
+                (
+                    "a: DMTCP (dmtcp_command --bcheckpoint; coordinator + dmtcp_restart to the first heartbeat)",
+                    vec![st(a, &["dmtcp", "checkpoint"]), st(a, &["dmtcp", "restart"])],
+                    ORANGE,
+                ),
+            ],
+        ));
+        if dmtcp.is_some() {
+            notes.push(format!(
+                "a: checkpoint Cairn / DMTCP {:.2} ({}), restart {:.2} ({})",
+                num(a, "checkpoint_vs_dmtcp")?,
+                yes_no(get(a, "meets_checkpoint").and_then(Value::as_bool)),
+                num(a, "restart_vs_dmtcp")?,
+                yes_no(get(a, "meets_restart").and_then(Value::as_bool)),
+            ));
+        }
+    }
+    if let Some(b) = get(v, "incremental") {
+        panels.push(bars(
+            format!(
+                "b. Incremental on and off, {} checkpoints, {}% changed",
+                num(b, "ckpts")?,
+                fmt_num(num(b, "changed_permille")? / 10.0)
+            ),
+            &["first checkpoint", "later checkpoints", "restart"],
+            &[
+                (
+                    "b: incremental on (restart: from the chain)",
+                    vec![
+                        st(b, &["on", "first"]),
+                        st(b, &["on", "later"]),
+                        st(b, &["on", "restart"]),
+                    ],
+                    CAIRN,
+                ),
+                (
+                    "b: incremental off (restart: from a full image)",
+                    vec![
+                        st(b, &["off", "first"]),
+                        st(b, &["off", "later"]),
+                        st(b, &["off", "restart"]),
+                    ],
+                    BASE,
+                ),
+            ],
+        ));
+        notes.push(format!(
+            "b: first checkpoint on / off {:.2} ({}), restart chain / full {:.2} ({})",
+            num(b, "first_on_vs_off")?,
+            yes_no(get(b, "meets_first").and_then(Value::as_bool)),
+            num(b, "restart_chain_vs_full")?,
+            yes_no(get(b, "meets_restart").and_then(Value::as_bool)),
+        ));
+    }
+    if let Some(c) = get(v, "pipeline") {
+        panels.push(bars(
+            format!(
+                "c. Pipeline of 3 x {} MiB at {} MB/s",
+                num(c, "pipe_mib")?,
+                num(c, "rate_mb_s")?
+            ),
+            &["checkpoint", "restart"],
+            &[
+                (
+                    "c: Cairn, streaming",
+                    vec![
+                        st(c, &["streaming", "checkpoint"]),
+                        st(c, &["streaming", "restart"]),
+                    ],
+                    CAIRN,
+                ),
+                (
+                    "c: Cairn, idle (the baseline)",
+                    vec![st(c, &["idle", "checkpoint"]), None],
+                    BASE,
+                ),
+                (
+                    "c: raw write of the images' bytes",
+                    vec![st(c, &["raw_write"]), None],
+                    LIGHT,
+                ),
+                (
+                    "c: DMTCP, streaming",
+                    vec![
+                        st(c, &["dmtcp", "checkpoint"]),
+                        st(c, &["dmtcp", "restart"]),
+                    ],
+                    ORANGE,
+                ),
+            ],
+        ));
+        notes.push(format!(
+            "c: checkpoint streaming / idle {:.2} ({})",
+            num(c, "streaming_vs_idle")?,
+            yes_no(get(c, "meets_target").and_then(Value::as_bool)),
+        ));
+    }
+    let dmtcp = get(settings, "dmtcp")
+        .and_then(|d| get(d, "version"))
+        .and_then(Value::as_str)
+        .unwrap_or("DMTCP not installed");
+    let cols = panels.len().max(1);
+    Ok(vec![Figure::new(
+        "parts",
+        "cairn launch / checkpoint / restart of unmodified programs",
+        format!(
+            "{} cores, Linux {}, {} repetitions; {dmtcp}. {}. {MARKS}.",
+            num(settings, "cores")?,
+            text(settings, "kernel")?,
+            num(settings, "reps")?,
+            notes.join("; ")
+        ),
+    )
+    .grid(cols, 560, 440)
+    .with(panels)])
+}
+
 /// `bench/peers/run.sh`: Cairn (native and through the SCR, VeloC and FTI APIs) against those
 /// libraries themselves, per redundancy scheme.
 fn peers(v: &Value) -> Res<Vec<Figure>> {
@@ -2785,6 +2953,7 @@ fn run(a: &Args) -> Res<Vec<PathBuf>> {
         "incremental" => incremental(&v),
         "fs" => fs(&v),
         "transparent" => transparent(&v),
+        "launch" => launch(&v),
         "peers" => peers(&v),
         other => return Err(format!("unknown part {other:?}").into()),
     }

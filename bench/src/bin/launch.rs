@@ -1,0 +1,2051 @@
+//! `cairn-bench-launch`: transparent checkpointing of unmodified programs through the whole
+//! of `cairn launch` / `cairn checkpoint` / `cairn restart` (coordinators, library, engine,
+//! restorer), side by side with DMTCP built from source, each figure next to a baseline
+//! measured in the same run.
+//!
+//! Three parts, on two small C programs of `bench/launch/` compiled with `cc` at the start of
+//! the run:
+//!
+//! - **a**: a process holding `--mib` MiB (1 GiB by default) of non-compressible heap, busy
+//!   writing part of it and appending heartbeats to a file: the wall time of `cairn
+//!   checkpoint` against that of DMTCP's blocking `dmtcp_command --bcheckpoint`, and the time
+//!   from the exec of `cairn restart` / `dmtcp_restart` (after the job was killed with
+//!   SIGKILL) to the restored program's first new heartbeat, images on tmpfs for both;
+//! - **b**: the same process under Cairn with `[reduction] incremental` on and off: the first
+//!   checkpoint of each, and the restart from the newest of `--ckpts` checkpoints (an
+//!   incremental chain against a full image) with `--changed` thousandths of the pages
+//!   changed between checkpoints;
+//! - **c**: three processes streaming over pipes (producer | filter | consumer, `--pipe-mib`
+//!   MiB each, `--rate` MB/s): the checkpoint while streaming against the same three
+//!   processes checkpointed idle, and, as context, against a raw write of their images' bytes
+//!   and DMTCP's checkpoint of the same pipeline; after a restart the consumer checks that
+//!   every record arrives once, in order, intact.
+//!
+//! Kinds measured against each other run in an order that changes between repetitions; the
+//! figures are medians and the ratios the result (the machine is small and shared). Every job
+//! is a fresh launch in a private directory, killed and removed when its step ends, also when
+//! it fails; processes left behind by a failed step are found by the run's directory in their
+//! command lines and killed.
+
+use cairn_bench::{count, fs_available, median, meminfo, on_tmpfs, order, walk, MIB};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PROG: &str = "cairn-bench-launch";
+const USAGE: &str = "usage: cairn-bench-launch [--mib N] [--reps N] [--only a,b,c] [--quick] [--dmtcp PREFIX] [--dir DIR] [--ckpts K] [--changed PERMILLE] [--pipe-mib N] [--rate MB/S] [--json] [--json-out FILE]";
+
+/// Targets: Cairn's checkpoint and restart of a large process at most DMTCP's; the first
+/// checkpoint with incremental on at most 1.2 x with it off, and a restart from an
+/// incremental chain at most 1.3 x one from a full image; a pipeline's checkpoint while
+/// streaming at most 1.2 x the baseline.
+const TARGET_CKPT: f64 = 1.0;
+const TARGET_RESTART: f64 = 1.0;
+const TARGET_INC_FIRST: f64 = 1.2;
+const TARGET_INC_RESTART: f64 = 1.3;
+const TARGET_PIPE: f64 = 1.2;
+/// How long a program may take to fill its memory, a command to end, a restored program to
+/// show a sign of life.
+const TIMEOUT: Duration = Duration::from_secs(300);
+/// Between a program's start (every page filled) and its first checkpoint, and between
+/// checkpoints of a chain: the spinning program changes every page of its hot region in
+/// about a millisecond, the pipeline streams.
+const SETTLE: Duration = Duration::from_millis(500);
+/// How long a restored pipeline must go on streaming, checked, before it passes.
+const STREAM_AFTER: Duration = Duration::from_secs(1);
+/// The raw-write baseline writes in pieces of this size.
+const PIECE: usize = 16 << 20;
+/// Memory left free beside what a part needs.
+const SLACK: u64 = 512 << 20;
+/// The size of the first run of each system, counted in no part (a check that the tools
+/// work; its checkpoint and restart are printed as context).
+const PREFLIGHT_MIB: usize = 16;
+/// What `cairn restart` logs once the engine has restored the images, before any process
+/// starts.
+const ENGINE_RESTORED: &str = "the engine restored version";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    A,
+    B,
+    C,
+}
+
+const PARTS: [(Part, &str); 3] = [(Part::A, "a"), (Part::B, "b"), (Part::C, "c")];
+
+#[derive(Debug)]
+struct Args {
+    /// MiB of the spinning program (parts a and b).
+    mib: usize,
+    reps: usize,
+    parts: Vec<Part>,
+    quick: bool,
+    /// DMTCP's install prefix (bin/dmtcp_launch and the others).
+    dmtcp: PathBuf,
+    /// Where the run's private directory (tiers, staged images, DMTCP images) is made.
+    dir: PathBuf,
+    /// Checkpoints per job in part b (the chain restarted from).
+    ckpts: usize,
+    /// Thousandths of the spinning program's pages it keeps changing (its hot region).
+    changed: usize,
+    /// MiB of each process of the pipeline.
+    pipe_mib: usize,
+    /// The pipeline's rate, MB/s (10^6 bytes).
+    rate: usize,
+    json: bool,
+    json_out: Option<PathBuf>,
+}
+
+/// Parse the command line; `Ok(None)` asks for the usage text.
+fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
+    let (mut mib, mut reps, mut pmib) = (None, None, None);
+    let mut a = Args {
+        mib: 0,
+        reps: 0,
+        parts: PARTS.iter().map(|p| p.0).collect(),
+        quick: false,
+        dmtcp: PathBuf::from("/opt/cairn-peers/dmtcp"),
+        dir: PathBuf::from("/dev/shm"),
+        ckpts: 4,
+        changed: 50,
+        pipe_mib: 0,
+        rate: 100,
+        json: false,
+        json_out: None,
+    };
+    let go = walk(argv, |flag, value| {
+        match flag {
+            "--mib" => mib = Some(count(flag, value()?, 1)?),
+            "--reps" => reps = Some(count(flag, value()?, 1)?),
+            "--only" => {
+                let v = value()?;
+                a.parts = v
+                    .split(',')
+                    .map(|w| PARTS.iter().find(|p| p.1 == w).map(|p| p.0))
+                    .collect::<Option<Vec<Part>>>()
+                    .ok_or(format!(
+                        "--only {v:?}: expected a, b or c (comma-separated)"
+                    ))?;
+            }
+            "--quick" => a.quick = true,
+            "--dmtcp" => a.dmtcp = PathBuf::from(value()?),
+            "--dir" => a.dir = PathBuf::from(value()?),
+            "--ckpts" => a.ckpts = count(flag, value()?, 2)?,
+            "--changed" => {
+                a.changed = count(flag, value()?, 1)?;
+                if a.changed > 1000 {
+                    return Err(format!("--changed {}: at most 1000 (all pages)", a.changed));
+                }
+            }
+            "--pipe-mib" => pmib = Some(count(flag, value()?, 1)?),
+            "--rate" => a.rate = count(flag, value()?, 1)?,
+            "--json" => a.json = true,
+            "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if !go {
+        return Ok(None);
+    }
+    let q = a.quick;
+    a.mib = mib.unwrap_or(if q { 64 } else { 1024 });
+    a.reps = reps.unwrap_or(if q { 2 } else { 3 });
+    a.pipe_mib = pmib.unwrap_or(if q { 16 } else { 96 });
+    Ok(Some(a))
+}
+
+// ---- small helpers ---------------------------------------------------------------------------
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock the C programs stamp their lines with.
+fn mono_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes into the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn span(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
+fn secs(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.3} s")
+    }
+}
+
+/// A series in JSON: median, span and every sample.
+fn series(samples: &[f64]) -> Value {
+    cairn_bench::series_json(samples)
+}
+
+/// `a / b` of two medians, NaN when either side has no samples.
+fn ratio(a: &[f64], b: &[f64]) -> f64 {
+    if a.is_empty() || b.is_empty() {
+        f64::NAN
+    } else {
+        median(a) / median(b)
+    }
+}
+
+/// A ratio as the tables print it: `1.23x`, or `-` when it was not measured.
+fn x(r: f64) -> String {
+    if r.is_nan() {
+        "-".into()
+    } else {
+        format!("{r:.2}x")
+    }
+}
+
+fn verdict(r: f64, target: f64) -> String {
+    if r.is_nan() {
+        "not measured".into()
+    } else {
+        cairn_bench::verdict(r <= target).into()
+    }
+}
+
+fn kernel() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn sigkill(pid: i32) {
+    // SAFETY: kill(2) with a pid we read; an id that is gone or reused by a process of ours
+    // only fails or ends that process, which the caller means to end.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// Text lines, unless the run prints JSON.
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn line(&self, s: impl AsRef<str>) {
+        if !self.json {
+            println!("{}", s.as_ref());
+        }
+    }
+}
+
+/// A private directory (0700), made with its parents.
+fn mkdir(p: &Path) -> Result<(), String> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| format!("cannot create {}: {e}", p.display()))
+}
+
+/// Kill (SIGKILL) every process but this one whose command line mentions one of `needles`:
+/// what a failed step left behind (the run's directory is in every command line of the
+/// run: configuration, heartbeat file, images, DMTCP's directories; sub-coordinators name
+/// the job id). Rounds until none is found (a process that has released its memory shows an
+/// empty command line), for processes started meanwhile and to see the killed ones gone: at
+/// most a second.
+fn kill_strays(needles: &[String]) {
+    let me = std::process::id() as i32;
+    for _ in 0..50 {
+        let mut found = 0;
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return;
+        };
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if pid == me {
+                continue;
+            }
+            let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+                continue;
+            };
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if needles.iter().any(|n| cmd.contains(n.as_str())) {
+                sigkill(pid);
+                found += 1;
+            }
+        }
+        if found == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Remove the settings of the caller's environment that would change a job: Cairn's and
+/// DMTCP's variables and preloads.
+fn clean_env(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("CAIRN_") || k.starts_with("DMTCP_") || k == "LD_PRELOAD" {
+            c.env_remove(&k);
+        }
+    }
+}
+
+// ---- child processes -------------------------------------------------------------------------
+
+/// A child process whose output lines are kept (the last 40, each with the CLOCK_MONOTONIC
+/// time it was read at), for error messages and to time what it reports. Dropping it kills
+/// the process (SIGKILL) if it still runs, and reaps it.
+struct Proc {
+    what: String,
+    child: Child,
+    log: Arc<Mutex<VecDeque<(i64, String)>>>,
+}
+
+impl Proc {
+    fn spawn(what: &str, mut cmd: Command) -> Result<Proc, String> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {what}: {e}"))?;
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("piped"));
+        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("piped"));
+        for r in [out, err] {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(r).lines() {
+                    let Ok(l) = l else { break };
+                    let at = mono_ns();
+                    let mut g = log.lock().expect("log");
+                    if g.len() == 40 {
+                        g.pop_front();
+                    }
+                    g.push_back((at, l));
+                }
+            });
+        }
+        Ok(Proc {
+            what: what.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// The last lines it printed.
+    fn tail(&self) -> String {
+        let g = self.log.lock().expect("log");
+        let v: Vec<&str> = g.iter().map(|l| l.1.as_str()).collect();
+        if v.is_empty() {
+            "(nothing)".into()
+        } else {
+            v.join("\n")
+        }
+    }
+
+    /// When the first kept line containing `text` was read (CLOCK_MONOTONIC).
+    fn line_at(&self, text: &str) -> Option<i64> {
+        let g = self.log.lock().expect("log");
+        g.iter().find(|l| l.1.contains(text)).map(|l| l.0)
+    }
+
+    /// The exit status, if it has ended.
+    fn ended(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Wait for it to end by itself.
+    fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.ended() {
+                return Ok(st);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not end within {} s; its last lines:\n{}",
+                    self.what,
+                    timeout.as_secs(),
+                    self.tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL, and reap it.
+    fn kill(&mut self) {
+        if self.ended().is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What a command that was run to its end printed, and its exit status.
+struct Ran {
+    secs: f64,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `cmd` to its end and time it from just before the spawn to its exit (a thread waits
+/// for it, so the end is seen at once). Killed after TIMEOUT.
+fn run_timed(what: &str, mut cmd: Command) -> Result<Ran, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {what}: {e}"))?;
+    let pid = child.id() as i32;
+    let mut so = child.stdout.take().expect("piped");
+    let mut se = child.stderr.take().expect("piped");
+    let ro = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let re = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let st = child.wait();
+        let _ = tx.send((st, Instant::now()));
+    });
+    let (st, end) = match rx.recv_timeout(TIMEOUT) {
+        Ok(v) => v,
+        Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+            sigkill(pid);
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+            return Err(format!("{what} did not end within {} s", TIMEOUT.as_secs()));
+        }
+    };
+    let status = st.map_err(|e| format!("{what}: {e}"))?;
+    Ok(Ran {
+        secs: end.duration_since(t0).as_secs_f64(),
+        status,
+        stdout: ro.join().unwrap_or_default(),
+        stderr: re.join().unwrap_or_default(),
+    })
+}
+
+// ---- heartbeat files -------------------------------------------------------------------------
+
+/// The lines the C programs append to their heartbeat file, read as they come.
+struct Hb {
+    path: PathBuf,
+    off: u64,
+    partial: String,
+}
+
+impl Hb {
+    fn new(path: PathBuf) -> Hb {
+        Hb {
+            path,
+            off: 0,
+            partial: String::new(),
+        }
+    }
+
+    /// The whole lines appended since the last call. A file that became shorter (a restart
+    /// cuts a file that was open for writing back to its size at the checkpoint) is read
+    /// again from its start.
+    fn poll(&mut self) -> Vec<String> {
+        let Ok(mut f) = File::open(&self.path) else {
+            return Vec::new();
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < self.off {
+            self.off = 0;
+            self.partial.clear();
+        }
+        if len == self.off || f.seek(SeekFrom::Start(self.off)).is_err() {
+            return Vec::new();
+        }
+        let mut buf = Vec::new();
+        let n = f.read_to_end(&mut buf).unwrap_or(0);
+        self.off += n as u64;
+        self.partial.push_str(&String::from_utf8_lossy(&buf));
+        let mut lines: Vec<String> = self.partial.split('\n').map(str::to_string).collect();
+        self.partial = lines.pop().unwrap_or_default();
+        lines
+    }
+
+    /// Lines until `f` returns `Some`, polling every half millisecond; fails when `job` (the
+    /// process the program runs under) ends first, or after TIMEOUT.
+    fn wait<T>(
+        &mut self,
+        what: &str,
+        job: &mut Proc,
+        mut f: impl FnMut(&str) -> Option<T>,
+    ) -> Result<T, String> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            for l in self.poll() {
+                if let Some(v) = f(&l) {
+                    return Ok(v);
+                }
+            }
+            if let Some(st) = job.ended() {
+                return Err(format!(
+                    "{} ended ({st}) before {what}; its last lines:\n{}",
+                    job.what,
+                    job.tail()
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no {what} within {} s; the last lines of {}:\n{}",
+                    TIMEOUT.as_secs(),
+                    job.what,
+                    job.tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+/// `hb NS N`: the stamp and the count (passes of the spinning program, records checked by
+/// the consumer).
+fn parse_hb(l: &str) -> Option<(i64, u64)> {
+    let mut w = l.strip_prefix("hb ")?.split(' ');
+    let ns = w.next()?.parse().ok()?;
+    let n = w.next()?.parse().ok()?;
+    Some((ns, n))
+}
+
+// ---- what the run creates --------------------------------------------------------------------
+
+/// The run's private directories, removed with everything in them when dropped, after every
+/// process whose command line names them is killed: `data` under `--dir` (tiers, staged and
+/// DMTCP images, heartbeat files, baseline files) and `bin` in the temp directory (the
+/// compiled programs and the copied Cairn binaries; `--dir` may not allow exec).
+struct RunDirs {
+    data: PathBuf,
+    bin: PathBuf,
+}
+
+impl RunDirs {
+    fn create(base: &Path) -> Result<RunDirs, String> {
+        let pid = std::process::id();
+        let mk = |p: &Path| {
+            DirBuilder::new()
+                .mode(0o700)
+                .create(p)
+                .map_err(|e| format!("cannot create {}: {e}", p.display()))
+        };
+        let data = base.join(format!("{PROG}-{pid}"));
+        mk(&data)?;
+        let dirs = RunDirs {
+            data,
+            bin: std::env::temp_dir().join(format!("{PROG}-{pid}-bin")),
+        };
+        mk(&dirs.bin)?;
+        Ok(dirs)
+    }
+}
+
+impl Drop for RunDirs {
+    fn drop(&mut self) {
+        kill_strays(&[
+            self.data.display().to_string(),
+            self.bin.display().to_string(),
+        ]);
+        for d in [&self.data, &self.bin] {
+            if d.exists() {
+                if let Err(e) = fs::remove_dir_all(d) {
+                    eprintln!("{PROG}: could not remove {}: {e}", d.display());
+                }
+            }
+        }
+    }
+}
+
+/// One job's private directory under the run's, removed (after its processes are killed)
+/// when dropped: each job starts on empty tiers.
+struct JobDir {
+    path: PathBuf,
+    /// Other text that names the job's processes (the Cairn job id, which sub-coordinators
+    /// carry).
+    id: String,
+}
+
+impl JobDir {
+    fn new(dirs: &RunDirs, tag: &str) -> Result<JobDir, String> {
+        let path = dirs.data.join(tag);
+        mkdir(&path)?;
+        Ok(JobDir {
+            path,
+            id: format!("bl{}-{tag}", std::process::id()),
+        })
+    }
+}
+
+impl Drop for JobDir {
+    fn drop(&mut self) {
+        kill_strays(&[
+            self.path.display().to_string(),
+            format!("--job {}", self.id),
+        ]);
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            eprintln!("{PROG}: could not remove {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// The programs of a run: the C workloads, compiled into the run's `bin` directory; Cairn's
+/// command, restorer and library, copied there so that a rebuild during the run changes
+/// nothing; DMTCP's commands, when installed.
+struct Tools {
+    spin: PathBuf,
+    pipeline: PathBuf,
+    cairn: PathBuf,
+    restore: PathBuf,
+    lib: PathBuf,
+    /// The build time of the `cairn` binary copied (UTC), for the header.
+    cairn_built: String,
+    dmtcp: Option<Dmtcp>,
+}
+
+struct Dmtcp {
+    bin: PathBuf,
+    /// "DMTCP 4.2.0", from `dmtcp_launch --version`.
+    version: String,
+    /// The install's DMTCP_VERSION file, which bench/peers/build.sh writes.
+    build: Option<String>,
+}
+
+fn mtime_utc(p: &Path) -> String {
+    let Ok(t) = fs::metadata(p).and_then(|m| m.modified()) else {
+        return "?".into();
+    };
+    let s = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let days = s.div_euclid(86400);
+    let rem = s.rem_euclid(86400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+impl Tools {
+    fn build(bin: &Path, dmtcp_prefix: &Path) -> Result<Tools, String> {
+        let here = std::env::current_exe()
+            .map_err(|e| format!("cannot find this program: {e}"))?
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or("this program has no directory")?;
+        let copy = |name: &str| -> Result<PathBuf, String> {
+            let src = here.join(name);
+            if !src.is_file() {
+                return Err(format!(
+                    "{} not found: build Cairn (cargo build --release -p cairn-cli -p cairn-bench, or ./run build)",
+                    src.display()
+                ));
+            }
+            let dst = bin.join(name);
+            fs::copy(&src, &dst)
+                .map_err(|e| format!("cannot copy {} to {}: {e}", src.display(), dst.display()))?;
+            Ok(dst)
+        };
+        let cairn_built = mtime_utc(&here.join("cairn"));
+        let cairn = copy("cairn")?;
+        let restore = copy("cairn-restore")?;
+        let lib = copy("libcairn-ckpt.so")?;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("launch");
+        let compile = |name: &str| -> Result<PathBuf, String> {
+            let out = bin.join(name);
+            let c = src.join(format!("{name}.c"));
+            let o = Command::new("cc")
+                .args(["-O2", "-g", "-Wall", "-o"])
+                .arg(&out)
+                .arg(&c)
+                .output()
+                .map_err(|e| format!("cannot run cc: {e}"))?;
+            if !o.status.success() {
+                return Err(format!(
+                    "cc {}: {}",
+                    c.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Ok(out)
+        };
+        let dbin = dmtcp_prefix.join("bin");
+        let names = [
+            "dmtcp_launch",
+            "dmtcp_command",
+            "dmtcp_restart",
+            "dmtcp_coordinator",
+        ];
+        let dmtcp = match names.iter().find(|n| !dbin.join(n).is_file()) {
+            Some(n) => {
+                eprintln!(
+                    "{PROG}: DMTCP not found ({} is missing; bench/peers/build.sh --only dmtcp builds it, --dmtcp PREFIX names another install): the comparisons with DMTCP are left out, Cairn's own figures are measured",
+                    dbin.join(n).display()
+                );
+                None
+            }
+            None => {
+                let v = Command::new(dbin.join("dmtcp_launch"))
+                    .arg("--version")
+                    .output()
+                    .map_err(|e| format!("cannot run dmtcp_launch --version: {e}"))?;
+                // "dmtcp_launch (DMTCP) 4.2.0" -> "DMTCP 4.2.0"
+                let first = String::from_utf8_lossy(&v.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("?")
+                    .trim()
+                    .to_string();
+                let version = match first.split_once("(DMTCP) ") {
+                    Some((_, v)) => format!("DMTCP {v}"),
+                    None => first,
+                };
+                // What bench/peers/build.sh records: the tag, its commit and the fix.
+                let build = fs::read_to_string(dmtcp_prefix.join("DMTCP_VERSION"))
+                    .map(|s| s.trim().to_string())
+                    .ok();
+                Some(Dmtcp {
+                    bin: dbin,
+                    version,
+                    build,
+                })
+            }
+        };
+        Ok(Tools {
+            spin: compile("spin")?,
+            pipeline: compile("pipeline")?,
+            cairn,
+            restore,
+            lib,
+            cairn_built,
+            dmtcp,
+        })
+    }
+}
+
+// ---- Cairn jobs ------------------------------------------------------------------------------
+
+/// One `cairn checkpoint` as timed from here, with the phase times it reports.
+#[derive(Debug, Clone, Default)]
+struct CairnCkpt {
+    secs: f64,
+    version: u64,
+    /// Seconds from the start of the checkpoint to the start of each phase, as `cairn
+    /// checkpoint` prints them (SUSPEND, WRITE, STORE, RESUME).
+    phases: Vec<(String, f64)>,
+    /// From the manifest: the images' bytes, what the engine stored, each image's bytes.
+    bytes: u64,
+    stored: u64,
+    images: Vec<u64>,
+}
+
+impl CairnCkpt {
+    /// Seconds from the start of phase `a` to the start of phase `b`.
+    fn phase(&self, a: &str, b: &str) -> Option<f64> {
+        let t = |p: &str| self.phases.iter().find(|x| x.0 == p).map(|x| x.1);
+        Some(t(b)? - t(a)?)
+    }
+}
+
+/// `cairn: checkpoint N: PHASE (S s)`.
+fn parse_phase(l: &str) -> Option<(String, f64)> {
+    let rest = l.strip_prefix("cairn: checkpoint ")?;
+    let (_, rest) = rest.split_once(": ")?;
+    let (phase, rest) = rest.split_once(" (")?;
+    let s = rest.strip_suffix(" s)")?.parse().ok()?;
+    Some((phase.to_string(), s))
+}
+
+/// `checkpoint N of job J complete: ...`.
+fn parse_done(l: &str) -> Option<u64> {
+    let rest = l.strip_prefix("checkpoint ")?;
+    let (n, rest) = rest.split_once(' ')?;
+    rest.starts_with("of job ").then(|| n.parse().ok())?
+}
+
+/// A job under `cairn launch`, then `cairn restart`, in its own directory: tiers, the
+/// coordinator's directory and the heartbeat file.
+struct CairnJob<'a> {
+    t: &'a Tools,
+    dir: JobDir,
+    cfg: PathBuf,
+    jobs: PathBuf,
+    /// The foreground `cairn launch` or `cairn restart`.
+    fg: Option<Proc>,
+}
+
+impl<'a> CairnJob<'a> {
+    /// A fresh directory with the configuration: node-local tier in it, no compression,
+    /// incremental as asked, redundancy single (none), no flush, nothing made durable at the
+    /// end.
+    fn new(t: &'a Tools, dirs: &RunDirs, tag: &str, incremental: bool) -> Result<Self, String> {
+        let dir = JobDir::new(dirs, tag)?;
+        let q = |p: PathBuf| {
+            let s = p.display().to_string();
+            format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+        };
+        let cfg = dir.path.join("cairn.toml");
+        let text = format!(
+            "# {PROG}: images on a private node-local tier, stored as written\n\
+             [tiers]\nlocal = {}\nglobal = {}\n\
+             [checkpoint]\nfinalize = false\n\
+             [flush]\nevery = 0\nseconds = 0\n\
+             [reduction]\ncompress = \"none\"\nincremental = {incremental}\n\
+             [redundancy]\nscheme = \"single\"\n",
+            q(dir.path.join("local")),
+            q(dir.path.join("global")),
+        );
+        fs::write(&cfg, text).map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
+        let jobs = dir.path.join("jobs");
+        Ok(CairnJob {
+            t,
+            cfg,
+            jobs,
+            dir,
+            fg: None,
+        })
+    }
+
+    fn hb(&self) -> PathBuf {
+        self.dir.path.join("hb")
+    }
+
+    fn cmd(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.t.cairn);
+        clean_env(&mut c);
+        c.env("CAIRN_CKPT_PRELOAD", &self.t.lib)
+            .env("CAIRN_RESTORE", &self.t.restore)
+            .arg(sub);
+        if sub != "checkpoint" && sub != "status" {
+            c.arg("--config").arg(&self.cfg);
+        }
+        c.arg("--dir")
+            .arg(&self.jobs)
+            .arg("--job")
+            .arg(&self.dir.id);
+        c
+    }
+
+    fn launch(&mut self, prog: &[OsString]) -> Result<(), String> {
+        let mut c = self.cmd("launch");
+        c.arg("--").args(prog);
+        self.fg = Some(Proc::spawn("cairn launch", c)?);
+        Ok(())
+    }
+
+    fn fg(&mut self) -> &mut Proc {
+        self.fg.as_mut().expect("a job is running")
+    }
+
+    fn checkpoint(&mut self) -> Result<CairnCkpt, String> {
+        let r = run_timed("cairn checkpoint", self.cmd("checkpoint"))?;
+        if !r.status.success() {
+            return Err(format!(
+                "cairn checkpoint ended with {}:\n{}{}\nthe job's last lines:\n{}",
+                r.status,
+                r.stdout,
+                r.stderr,
+                self.fg().tail()
+            ));
+        }
+        let version = r
+            .stdout
+            .lines()
+            .find_map(parse_done)
+            .ok_or_else(|| format!("cairn checkpoint printed no version:\n{}", r.stdout))?;
+        let mut c = CairnCkpt {
+            secs: r.secs,
+            version,
+            phases: r.stderr.lines().filter_map(parse_phase).collect(),
+            ..CairnCkpt::default()
+        };
+        self.manifest(&mut c)?;
+        Ok(c)
+    }
+
+    /// The images' bytes and what the engine stored, from version `c.version`'s manifest.
+    fn manifest(&self, c: &mut CairnCkpt) -> Result<(), String> {
+        let p = self
+            .jobs
+            .join(&self.dir.id)
+            .join(format!("v{}", c.version))
+            .join("manifest.json");
+        let m: Value = fs::read_to_string(&p)
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display())))?;
+        c.bytes = m["bytes"].as_u64().unwrap_or(0);
+        for pr in m["procs"].as_array().into_iter().flatten() {
+            c.stored += pr["stored"].as_u64().unwrap_or(0);
+            c.images.push(pr["bytes"].as_u64().unwrap_or(0));
+            for mem in pr["members"].as_array().into_iter().flatten() {
+                c.images.push(mem["bytes"].as_u64().unwrap_or(0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Kill every process of the job with SIGKILL (their pids from `cairn status --json`), as
+    /// a crash would, and wait for the foreground `cairn` to end.
+    fn kill(&mut self) -> Result<(), String> {
+        let r = run_timed("cairn status", {
+            let mut c = self.cmd("status");
+            c.arg("--json");
+            c
+        })?;
+        let v: Value = serde_json::from_str(&r.stdout).map_err(|e| {
+            format!(
+                "cairn status --json: {e} (exit {}):\n{}{}",
+                r.status, r.stdout, r.stderr
+            )
+        })?;
+        let pids: Vec<i32> = v["procs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["pid"].as_str()?.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return Err(format!("cairn status names no process:\n{}", r.stdout));
+        }
+        for p in pids {
+            sigkill(p);
+        }
+        let fg = self.fg();
+        fg.wait_exit(Duration::from_secs(60))?;
+        self.fg = None;
+        // Nothing of the job may be left (the tree ends with its namespace's init, which
+        // `cairn` waited for); this only makes sure.
+        kill_strays(&[self.dir.path.display().to_string()]);
+        Ok(())
+    }
+
+    /// Start `cairn restart`; returns CLOCK_MONOTONIC just before the spawn.
+    fn restart(&mut self) -> Result<i64, String> {
+        let c = self.cmd("restart");
+        let t0 = mono_ns();
+        self.fg = Some(Proc::spawn("cairn restart", c)?);
+        Ok(t0)
+    }
+}
+
+// ---- DMTCP jobs ------------------------------------------------------------------------------
+
+/// A job under DMTCP in its own directory: a coordinator started here for it (on a free
+/// port, so nothing else on the machine is joined), images in `ck/`, DMTCP's temporary files
+/// in `tmp/`, the heartbeat file.
+struct DmtcpJob<'a> {
+    d: &'a Dmtcp,
+    dir: JobDir,
+    coord: Option<Proc>,
+    port: u16,
+    /// `dmtcp_launch` or `dmtcp_restart`: both become the program (they exec it / restore
+    /// it in place).
+    fg: Option<Proc>,
+    coords: usize,
+}
+
+impl<'a> DmtcpJob<'a> {
+    fn new(d: &'a Dmtcp, dirs: &RunDirs, tag: &str) -> Result<Self, String> {
+        let dir = JobDir::new(dirs, tag)?;
+        mkdir(&dir.path.join("ck"))?;
+        mkdir(&dir.path.join("tmp"))?;
+        Ok(DmtcpJob {
+            d,
+            dir,
+            coord: None,
+            port: 0,
+            fg: None,
+            coords: 0,
+        })
+    }
+
+    fn hb(&self) -> PathBuf {
+        self.dir.path.join("hb")
+    }
+
+    fn cmd(&self, name: &str) -> Command {
+        let mut c = Command::new(self.d.bin.join(name));
+        clean_env(&mut c);
+        c
+    }
+
+    /// Start a coordinator and wait for its port.
+    fn coordinator(&mut self) -> Result<(), String> {
+        self.coords += 1;
+        let pf = self.dir.path.join(format!("port{}", self.coords));
+        let mut c = self.cmd("dmtcp_coordinator");
+        c.args(["-q", "-q", "-p", "0", "--port-file"])
+            .arg(&pf)
+            .arg("--ckptdir")
+            .arg(self.dir.path.join("ck"))
+            .arg("--tmpdir")
+            .arg(self.dir.path.join("tmp"));
+        let mut p = Proc::spawn("dmtcp_coordinator", c)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(port) = fs::read_to_string(&pf)
+                .ok()
+                .and_then(|s| s.trim().parse::<u16>().ok())
+            {
+                self.port = port;
+                break;
+            }
+            if let Some(st) = p.ended() {
+                return Err(format!("dmtcp_coordinator ended ({st}):\n{}", p.tail()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "dmtcp_coordinator wrote no port within 30 s:\n{}",
+                    p.tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.coord = Some(p);
+        Ok(())
+    }
+
+    fn launch(&mut self, prog: &[OsString]) -> Result<(), String> {
+        self.coordinator()?;
+        let mut c = self.cmd("dmtcp_launch");
+        c.args(["-q", "-q", "-j", "-p", &self.port.to_string(), "--no-gzip"])
+            .arg("--ckptdir")
+            .arg(self.dir.path.join("ck"))
+            .arg("--tmpdir")
+            .arg(self.dir.path.join("tmp"))
+            .args(prog);
+        self.fg = Some(Proc::spawn("dmtcp_launch", c)?);
+        Ok(())
+    }
+
+    /// The images in `ck/` and their sizes, and the temporary files of images being written.
+    fn images(&self) -> Result<DmtcpImages, String> {
+        let ck = self.dir.path.join("ck");
+        let mut imgs = Vec::new();
+        let mut temps = Vec::new();
+        for e in fs::read_dir(&ck).map_err(|e| format!("{}: {e}", ck.display()))? {
+            let e = e.map_err(|e| e.to_string())?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("ckpt_") {
+                continue;
+            }
+            if name.ends_with(".dmtcp") {
+                imgs.push((e.path(), e.metadata().map_or(0, |m| m.len())));
+            } else {
+                temps.push(e.path());
+            }
+        }
+        imgs.sort();
+        Ok(DmtcpImages {
+            done: imgs,
+            writing: temps,
+        })
+    }
+
+    /// `dmtcp_command --bcheckpoint`, timed; returns the seconds and the images' bytes.
+    fn checkpoint(&mut self) -> Result<(f64, Vec<u64>), String> {
+        let mut c = self.cmd("dmtcp_command");
+        c.args(["-p", &self.port.to_string(), "--bcheckpoint"]);
+        let r = run_timed("dmtcp_command --bcheckpoint", c)?;
+        if !r.status.success() {
+            return Err(format!(
+                "dmtcp_command --bcheckpoint ended with {}:\n{}{}",
+                r.status, r.stdout, r.stderr
+            ));
+        }
+        // DMTCP 3.1 to 4.2 answer --bcheckpoint at once unless the coordinator is patched
+        // (bench/peers/build.sh): the images would not be there yet.
+        let DmtcpImages {
+            done: imgs,
+            writing: temps,
+        } = self.images()?;
+        if imgs.is_empty() || !temps.is_empty() {
+            return Err(format!(
+                "dmtcp_command --bcheckpoint returned after {:.3} s with the images not written yet (images {:?}, being written {:?}): this DMTCP's coordinator does not block; bench/peers/build.sh --only dmtcp builds one that does",
+                r.secs, imgs, temps
+            ));
+        }
+        Ok((r.secs, imgs.iter().map(|i| i.1).collect()))
+    }
+
+    /// SIGKILL the program, the coordinator and every other process of the job (the
+    /// pipeline's filter and consumer, children of the program), and see them gone: none
+    /// may write a heartbeat once a restart is timed.
+    fn kill(&mut self) {
+        if let Some(mut p) = self.fg.take() {
+            p.kill();
+        }
+        if let Some(mut c) = self.coord.take() {
+            c.kill();
+        }
+        kill_strays(&[self.dir.path.display().to_string()]);
+    }
+
+    /// Start a coordinator and `dmtcp_restart` on the images; returns CLOCK_MONOTONIC just
+    /// before the coordinator's spawn (a restart of a killed job needs both, as `cairn
+    /// restart` starts its own).
+    fn restart(&mut self) -> Result<i64, String> {
+        let imgs = self.images()?.done;
+        if imgs.is_empty() {
+            return Err("no DMTCP image to restart from".into());
+        }
+        let t0 = mono_ns();
+        self.coordinator()?;
+        let mut c = self.cmd("dmtcp_restart");
+        c.args(["-q", "-q", "-j", "-p", &self.port.to_string()])
+            .arg("--tmpdir")
+            .arg(self.dir.path.join("tmp"))
+            .args(imgs.iter().map(|i| i.0.as_os_str()));
+        self.fg = Some(Proc::spawn("dmtcp_restart", c)?);
+        Ok(t0)
+    }
+}
+
+/// What a DMTCP job's image directory holds.
+struct DmtcpImages {
+    /// Complete images and their sizes.
+    done: Vec<(PathBuf, u64)>,
+    /// Temporary files of images being written.
+    writing: Vec<PathBuf>,
+}
+
+impl Drop for DmtcpJob<'_> {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---- the spinning program under either system ------------------------------------------------
+
+/// What one life of the spinning program measured: its checkpoints and its restart.
+#[derive(Debug, Default)]
+struct SpinRun {
+    ckpts: Vec<CairnCkpt>,
+    restart_s: f64,
+    /// Cairn: from the exec of `cairn restart` to its line saying that the engine restored
+    /// the images (into the staging file the restorer reads).
+    engine_s: Option<f64>,
+}
+
+fn spin_args(t: &Tools, mib: usize, changed: usize, hb: &Path) -> Vec<OsString> {
+    vec![
+        t.spin.clone().into(),
+        mib.to_string().into(),
+        changed.to_string().into(),
+        hb.into(),
+    ]
+}
+
+/// After a restart: the first heartbeat stamped after `t0` (seconds from `t0`), then the
+/// restored program's check of its cold memory.
+fn restarted(hb: &mut Hb, job: &mut Proc, t0: i64) -> Result<f64, String> {
+    let first = hb.wait("a heartbeat of the restored program", job, |l| {
+        parse_hb(l).and_then(|(ns, _)| (ns > t0).then_some(ns))
+    })?;
+    let v = hb.path.with_extension("verify");
+    fs::write(&v, b"").map_err(|e| format!("cannot create {}: {e}", v.display()))?;
+    let ok = hb.wait("the restored program's memory check", job, |l| {
+        l.strip_prefix("verify ").map(|r| r.starts_with("OK"))
+    })?;
+    if !ok {
+        return Err("the restored program found its memory changed (verify BAD)".into());
+    }
+    Ok((first - t0) as f64 * 1e-9)
+}
+
+/// The spinning program under `cairn launch`: start, `n` checkpoints SETTLE apart, SIGKILL,
+/// `cairn restart`, the first new heartbeat and the memory check, SIGKILL.
+fn cairn_spin(
+    t: &Tools,
+    dirs: &RunDirs,
+    tag: &str,
+    mib: usize,
+    changed: usize,
+    incremental: bool,
+    n: usize,
+) -> Result<SpinRun, String> {
+    let mut job = CairnJob::new(t, dirs, tag, incremental)?;
+    let mut hb = Hb::new(job.hb());
+    job.launch(&spin_args(t, mib, changed, &job.hb()))?;
+    hb.wait("the program's ready line", job.fg(), |l| {
+        l.starts_with("ready ").then_some(())
+    })?;
+    let mut run = SpinRun::default();
+    for _ in 0..n {
+        std::thread::sleep(SETTLE);
+        run.ckpts.push(job.checkpoint()?);
+    }
+    job.kill()?;
+    hb.poll();
+    let t0 = job.restart()?;
+    run.restart_s = restarted(&mut hb, job.fg(), t0)?;
+    run.engine_s = job
+        .fg()
+        .line_at(ENGINE_RESTORED)
+        .map(|at| (at - t0) as f64 * 1e-9);
+    job.kill()?;
+    Ok(run)
+}
+
+/// The same under DMTCP: `dmtcp_launch`, `n` blocking checkpoints, SIGKILL of the program
+/// and its coordinator, a new coordinator and `dmtcp_restart`.
+fn dmtcp_spin(
+    t: &Tools,
+    d: &Dmtcp,
+    dirs: &RunDirs,
+    tag: &str,
+    mib: usize,
+    changed: usize,
+    n: usize,
+) -> Result<(Vec<(f64, u64)>, f64), String> {
+    let mut job = DmtcpJob::new(d, dirs, tag)?;
+    let mut hb = Hb::new(job.hb());
+    job.launch(&spin_args(t, mib, changed, &job.hb()))?;
+    let fg = job.fg.as_mut().expect("launched");
+    hb.wait("the program's ready line", fg, |l| {
+        l.starts_with("ready ").then_some(())
+    })?;
+    let mut ck = Vec::new();
+    for _ in 0..n {
+        std::thread::sleep(SETTLE);
+        let (s, sizes) = job.checkpoint()?;
+        ck.push((s, sizes.iter().sum()));
+    }
+    job.kill();
+    hb.poll();
+    let t0 = job.restart()?;
+    let fg = job.fg.as_mut().expect("restarted");
+    let r = restarted(&mut hb, fg, t0)?;
+    job.kill();
+    Ok((ck, r))
+}
+
+/// Refuse a part whose processes, images and restored copies would not fit.
+fn check_memory(what: &str, need: u64, disk: u64, dir: &Path) -> Result<(), String> {
+    let avail = meminfo("MemAvailable").unwrap_or(0);
+    let tmpfs = on_tmpfs(dir);
+    let need = need + if tmpfs { disk } else { 0 } + SLACK;
+    if avail < need {
+        return Err(format!(
+            "{what} needs about {} MiB of memory (processes, restored copies{}), {} MiB is available; use smaller sizes",
+            need >> 20,
+            if tmpfs { ", images on tmpfs" } else { "" },
+            avail >> 20
+        ));
+    }
+    let space = fs_available(dir).unwrap_or(0);
+    if space < disk + SLACK {
+        return Err(format!(
+            "{what} needs about {} MiB free in {}, {} MiB is",
+            (disk + SLACK) >> 20,
+            dir.display(),
+            space >> 20
+        ));
+    }
+    Ok(())
+}
+
+/// A first round of each system on a small program, not counted in any part: the tools
+/// work, their files are in the page cache. Its one checkpoint and restart are printed as
+/// context: what each system costs when there is little memory to write.
+fn preflight(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, String> {
+    let c = cairn_spin(t, dirs, "pre-cairn", PREFLIGHT_MIB, a.changed, false, 1)
+        .map_err(|e| format!("first run under Cairn: {e}"))?;
+    let d = match &t.dmtcp {
+        Some(d) => Some(
+            dmtcp_spin(t, d, dirs, "pre-dmtcp", PREFLIGHT_MIB, a.changed, 1)
+                .map_err(|e| format!("first run under DMTCP: {e}"))?,
+        ),
+        None => None,
+    };
+    out.line(format!(
+        "   first run of each system, not counted ({PREFLIGHT_MIB} MiB process, one checkpoint and restart): Cairn {} and {}{}",
+        secs(c.ckpts[0].secs),
+        secs(c.restart_s),
+        d.as_ref().map_or(String::new(), |(ck, r)| format!(
+            ", DMTCP {} and {}",
+            secs(ck[0].0),
+            secs(*r)
+        ))
+    ));
+    Ok(json!({
+        "mib": PREFLIGHT_MIB,
+        "cairn_checkpoint_s": c.ckpts[0].secs, "cairn_restart_s": c.restart_s,
+        "dmtcp_checkpoint_s": d.as_ref().map(|x| x.0[0].0),
+        "dmtcp_restart_s": d.as_ref().map(|x| x.1),
+    }))
+}
+
+/// A row of a table: a series' median and its span.
+fn row(name: &str, v: &[f64]) -> String {
+    if v.is_empty() {
+        return format!("   {name:<58} {:>10}", "-");
+    }
+    let (l, h) = span(v);
+    format!(
+        "   {name:<58} {:>10}   {} .. {}",
+        secs(median(v)),
+        secs(l),
+        secs(h)
+    )
+}
+
+fn head() -> String {
+    format!("   {:<58} {:>10}   runs", "", "median")
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.0} MB", b as f64 / 1e6)
+}
+
+// ---- part a: Cairn against DMTCP -------------------------------------------------------------
+
+fn part_a(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, String> {
+    let mib = a.mib as u64 * MIB as u64;
+    // Cairn: the process, its staged image, the stored one, the image restored for the
+    // restart and the restored process; DMTCP needs less.
+    check_memory("part a", 3 * mib, 3 * mib, &dirs.data)?;
+    let vs = t
+        .dmtcp
+        .as_ref()
+        .map_or("alone (DMTCP not installed)".into(), |d| {
+            format!("against {}", d.version)
+        });
+    out.line(format!(
+        "\na. A {} MiB process (heap of random words, {:.1}% of its pages rewritten continually, a heartbeat each ms), images in {}: Cairn {vs}, {} repetitions",
+        a.mib,
+        a.changed as f64 / 10.0,
+        dirs.data.display(),
+        a.reps
+    ));
+    let (mut c_ck, mut c_rs, mut c_wr, mut c_st, mut c_bytes) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut c_eng, mut c_rest) = (vec![], vec![]);
+    let (mut d_ck, mut d_rs, mut d_bytes) = (vec![], vec![], vec![]);
+    for rep in 0..a.reps {
+        for k in order(2, rep) {
+            if k == 0 {
+                let r = cairn_spin(
+                    t,
+                    dirs,
+                    &format!("a{rep}-cairn"),
+                    a.mib,
+                    a.changed,
+                    false,
+                    1,
+                )
+                .map_err(|e| format!("Cairn, repetition {}: {e}", rep + 1))?;
+                let c = &r.ckpts[0];
+                c_ck.push(c.secs);
+                c_wr.extend(c.phase("WRITE", "STORE"));
+                c_st.extend(c.phase("STORE", "RESUME"));
+                c_bytes.push(c.bytes);
+                c_rs.push(r.restart_s);
+                if let Some(e) = r.engine_s {
+                    c_eng.push(e);
+                    c_rest.push(r.restart_s - e);
+                }
+            } else if let Some(d) = &t.dmtcp {
+                let (ck, r) = dmtcp_spin(t, d, dirs, &format!("a{rep}-dmtcp"), a.mib, a.changed, 1)
+                    .map_err(|e| format!("DMTCP, repetition {}: {e}", rep + 1))?;
+                d_ck.push(ck[0].0);
+                d_bytes.push(ck[0].1);
+                d_rs.push(r);
+            }
+        }
+    }
+    out.line(head());
+    out.line(row("Cairn: cairn checkpoint (wall time)", &c_ck));
+    out.line(row(
+        "   of which WRITE: the process writes its image",
+        &c_wr,
+    ));
+    out.line(row("   of which STORE: the engine stores it", &c_st));
+    out.line(row("DMTCP: dmtcp_command --bcheckpoint (wall time)", &d_ck));
+    out.line(row(
+        "Cairn: exec of cairn restart to the first heartbeat",
+        &c_rs,
+    ));
+    out.line(row("   of which the engine restores the image", &c_eng));
+    out.line(row(
+        "   then restorer, processes, program (to the heartbeat)",
+        &c_rest,
+    ));
+    out.line(row(
+        "DMTCP: coordinator + dmtcp_restart to the first heartbeat",
+        &d_rs,
+    ));
+    out.line(format!(
+        "   image: Cairn {}, DMTCP {}",
+        c_bytes.first().map_or("-".into(), |b| mb(*b)),
+        d_bytes.first().map_or("-".into(), |b| mb(*b))
+    ));
+    let rc = ratio(&c_ck, &d_ck);
+    let rr = ratio(&c_rs, &d_rs);
+    out.line(format!(
+        "   checkpoint Cairn / DMTCP: {}, target <= {TARGET_CKPT}: {}",
+        x(rc),
+        verdict(rc, TARGET_CKPT)
+    ));
+    out.line(format!(
+        "   restart Cairn / DMTCP: {}, target <= {TARGET_RESTART}: {}",
+        x(rr),
+        verdict(rr, TARGET_RESTART)
+    ));
+    Ok(json!({
+        "mib": a.mib, "changed_permille": a.changed,
+        "cairn": {
+            "checkpoint": series(&c_ck), "write_phase": series(&c_wr),
+            "store_phase": series(&c_st), "restart": series(&c_rs), "image_bytes": c_bytes,
+            "restart_engine": series(&c_eng), "restart_after_engine": series(&c_rest),
+        },
+        "dmtcp": t.dmtcp.as_ref().map(|d| json!({
+            "version": d.version, "checkpoint": series(&d_ck), "restart": series(&d_rs),
+            "image_bytes": d_bytes,
+        })),
+        "checkpoint_vs_dmtcp": rc, "restart_vs_dmtcp": rr,
+        "target_checkpoint": TARGET_CKPT, "target_restart": TARGET_RESTART,
+        "meets_checkpoint": rc <= TARGET_CKPT, "meets_restart": rr <= TARGET_RESTART,
+    }))
+}
+
+// ---- part b: incremental ---------------------------------------------------------------------
+
+fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, String> {
+    let mib = a.mib as u64 * MIB as u64;
+    // The process, a staged image, two full checkpoints kept (incremental off), the image
+    // restored and the restored process.
+    check_memory("part b", 3 * mib, 4 * mib, &dirs.data)?;
+    out.line(format!(
+        "\nb. The same {} MiB process under Cairn with [reduction] incremental on and off: {} checkpoints {} ms apart ({:.1}% of the pages changed between them), then a restart from the newest; {} repetitions",
+        a.mib,
+        a.ckpts,
+        SETTLE.as_millis(),
+        a.changed as f64 / 10.0,
+        a.reps
+    ));
+    // [on, off]: first checkpoints, later ones, restarts, stored / image bytes of later ones.
+    let mut first = [vec![], vec![]];
+    let mut later = [vec![], vec![]];
+    let mut restart = [vec![], vec![]];
+    let mut share = [vec![], vec![]];
+    let mut engine = [vec![], vec![]];
+    for rep in 0..a.reps {
+        for k in order(2, rep) {
+            let tag = format!("b{rep}-{}", ["on", "off"][k]);
+            let r = cairn_spin(t, dirs, &tag, a.mib, a.changed, k == 0, a.ckpts).map_err(|e| {
+                format!(
+                    "incremental {}, repetition {}: {e}",
+                    ["on", "off"][k],
+                    rep + 1
+                )
+            })?;
+            first[k].push(r.ckpts[0].secs);
+            for c in &r.ckpts[1..] {
+                later[k].push(c.secs);
+                share[k].push(c.stored as f64 / c.bytes.max(1) as f64);
+            }
+            restart[k].push(r.restart_s);
+            engine[k].extend(r.engine_s);
+        }
+    }
+    out.line(head());
+    out.line(row("first checkpoint, incremental on", &first[0]));
+    out.line(row("first checkpoint, incremental off", &first[1]));
+    out.line(row("later checkpoints, incremental on", &later[0]));
+    out.line(row("later checkpoints, incremental off", &later[1]));
+    out.line(row(
+        &format!("restart from the chain of {} (incremental on)", a.ckpts),
+        &restart[0],
+    ));
+    out.line(row("   of which the engine restores the image", &engine[0]));
+    out.line(row(
+        "restart from a full image (incremental off)",
+        &restart[1],
+    ));
+    out.line(row("   of which the engine restores the image", &engine[1]));
+    out.line(format!(
+        "   stored / image bytes of the later checkpoints (median): on {:.1}%, off {:.1}%",
+        median(&share[0]) * 100.0,
+        median(&share[1]) * 100.0
+    ));
+    let rf = ratio(&first[0], &first[1]);
+    let rr = ratio(&restart[0], &restart[1]);
+    out.line(format!(
+        "   first checkpoint on / off: {}, target <= {TARGET_INC_FIRST}: {}",
+        x(rf),
+        verdict(rf, TARGET_INC_FIRST)
+    ));
+    out.line(format!(
+        "   restart chain / full: {}, target <= {TARGET_INC_RESTART}: {}",
+        x(rr),
+        verdict(rr, TARGET_INC_RESTART)
+    ));
+    let side = |k: usize| {
+        json!({
+            "first": series(&first[k]), "later": series(&later[k]),
+            "restart": series(&restart[k]), "restart_engine": series(&engine[k]),
+            "stored_share": share[k],
+        })
+    };
+    Ok(json!({
+        "mib": a.mib, "ckpts": a.ckpts, "changed_permille": a.changed,
+        "gap_s": SETTLE.as_secs_f64(), "on": side(0), "off": side(1),
+        "first_on_vs_off": rf, "restart_chain_vs_full": rr,
+        "target_first": TARGET_INC_FIRST, "target_restart": TARGET_INC_RESTART,
+        "meets_first": rf <= TARGET_INC_FIRST, "meets_restart": rr <= TARGET_INC_RESTART,
+    }))
+}
+
+// ---- part c: a pipeline ----------------------------------------------------------------------
+
+/// What the consumer says in the heartbeat file.
+#[derive(Debug, Default)]
+struct Consumer {
+    /// `ready ROLE` lines seen.
+    ready: usize,
+    /// The last `hb` line: stamp and records checked.
+    last: Option<(i64, u64)>,
+    bad: Option<String>,
+}
+
+impl Consumer {
+    fn take(&mut self, l: &str) {
+        if l.starts_with("ready ") {
+            self.ready += 1;
+        } else if l.starts_with("BAD") {
+            self.bad.get_or_insert_with(|| l.to_string());
+        } else if let Some(h) = parse_hb(l) {
+            self.last = Some(h);
+        }
+    }
+}
+
+/// Wait until the pipeline's three processes have filled their memory and, streaming, the
+/// consumer has checked SETTLE's worth of records.
+fn pipeline_ready(hb: &mut Hb, job: &mut Proc, streaming: bool) -> Result<Consumer, String> {
+    let mut c = Consumer::default();
+    hb.wait("the three ready lines", job, |l| {
+        c.take(l);
+        (c.ready == 3).then_some(())
+    })?;
+    std::thread::sleep(SETTLE);
+    for l in hb.poll() {
+        c.take(l.as_str());
+    }
+    if let Some(b) = &c.bad {
+        return Err(format!("the consumer found a wrong record: {b}"));
+    }
+    let streamed = matches!(c.last, Some((_, n)) if n > 0);
+    if streaming && !streamed {
+        return Err(format!(
+            "the pipeline did not stream: no record checked {} ms after it started",
+            SETTLE.as_millis()
+        ));
+    }
+    Ok(c)
+}
+
+/// After a restart of a streaming pipeline: the consumer's first heartbeat after `t0`, which
+/// must count more records than it had checked before the checkpoint started, then
+/// STREAM_AFTER of records checked without a wrong one. Returns the restart's seconds and
+/// the records checked after it.
+fn pipeline_restarted(
+    hb: &mut Hb,
+    job: &mut Proc,
+    t0: i64,
+    before: u64,
+) -> Result<(f64, u64), String> {
+    let mut bad = None;
+    let (ns, n0) = hb.wait("a heartbeat of the restored consumer", job, |l| {
+        if l.starts_with("BAD") {
+            bad.get_or_insert_with(|| l.to_string());
+            return Some((0, 0));
+        }
+        parse_hb(l).filter(|h| h.0 > t0)
+    })?;
+    if let Some(b) = bad {
+        return Err(format!(
+            "after the restart the consumer found a wrong record: {b}"
+        ));
+    }
+    if n0 <= before {
+        return Err(format!(
+            "after the restart the consumer had checked {n0} records, not more than the {before} it had before the checkpoint: it did not come back from the checkpoint"
+        ));
+    }
+    let until = ns + STREAM_AFTER.as_nanos() as i64;
+    let mut err = None;
+    let n1 = hb.wait("the restored pipeline streaming on", job, |l| {
+        if l.starts_with("BAD") {
+            err = Some(l.to_string());
+            return Some(0);
+        }
+        parse_hb(l).and_then(|(s, n)| (s >= until).then_some(n))
+    })?;
+    if let Some(b) = err {
+        return Err(format!(
+            "after the restart the consumer found a wrong record: {b}"
+        ));
+    }
+    if n1 <= n0 {
+        return Err("the restored pipeline did not stream".into());
+    }
+    Ok(((ns - t0) as f64 * 1e-9, n1 - n0))
+}
+
+fn pipe_args(t: &Tools, mib: usize, rate: usize, hb: &Path) -> Vec<OsString> {
+    vec![
+        t.pipeline.clone().into(),
+        mib.to_string().into(),
+        rate.to_string().into(),
+        hb.into(),
+    ]
+}
+
+/// The last records count the consumer reported before `t` (CLOCK_MONOTONIC).
+fn count_before(c: &Consumer, lines: &[String], t: i64) -> u64 {
+    let mut n = c.last.filter(|h| h.0 < t).map_or(0, |h| h.1);
+    for l in lines {
+        if let Some((s, k)) = parse_hb(l) {
+            if s < t {
+                n = n.max(k);
+            }
+        }
+    }
+    n
+}
+
+/// Write files of `sizes` bytes from `buf` into `dir` in PIECE-sized write()s, each fsynced
+/// and renamed into place; the time from the first open to the last rename. The files are
+/// removed afterwards (not timed).
+fn raw_write(dir: &Path, sizes: &[u64], buf: &[u8]) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let mut done = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let tmp = dir.join(format!("raw{i}.tmp"));
+        let dst = dir.join(format!("raw{i}.img"));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        for p in buf[..n as usize].chunks(PIECE) {
+            f.write_all(p)
+                .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        }
+        f.sync_all()
+            .map_err(|e| format!("cannot fsync {}: {e}", tmp.display()))?;
+        drop(f);
+        fs::rename(&tmp, &dst).map_err(|e| format!("cannot rename {}: {e}", tmp.display()))?;
+        done.push(dst);
+    }
+    let s = t0.elapsed().as_secs_f64();
+    for d in done {
+        fs::remove_file(&d).map_err(|e| format!("cannot remove {}: {e}", d.display()))?;
+    }
+    Ok(s)
+}
+
+/// One pipeline under Cairn: checkpoint (streaming or idle); streaming, also kill, restart
+/// and check. Returns the checkpoint and, streaming, the restart's seconds and the records
+/// checked after it.
+fn cairn_pipe(
+    a: &Args,
+    t: &Tools,
+    dirs: &RunDirs,
+    tag: &str,
+    streaming: bool,
+) -> Result<(CairnCkpt, Option<(f64, u64)>), String> {
+    let mut job = CairnJob::new(t, dirs, tag, false)?;
+    let mut hb = Hb::new(job.hb());
+    let rate = if streaming { a.rate } else { 0 };
+    job.launch(&pipe_args(t, a.pipe_mib, rate, &job.hb()))?;
+    let c = pipeline_ready(&mut hb, job.fg(), streaming)?;
+    let start = mono_ns();
+    let ck = job.checkpoint()?;
+    if ck.images.len() != 3 {
+        return Err(format!(
+            "the checkpoint holds {} images, 3 expected",
+            ck.images.len()
+        ));
+    }
+    if !streaming {
+        job.kill()?;
+        return Ok((ck, None));
+    }
+    let lines = hb.poll();
+    let before = count_before(&c, &lines, start);
+    job.kill()?;
+    hb.poll();
+    let t0 = job.restart()?;
+    let r = pipeline_restarted(&mut hb, job.fg(), t0, before)?;
+    job.kill()?;
+    Ok((ck, Some(r)))
+}
+
+/// The streaming pipeline under DMTCP, as `cairn_pipe` does it: the checkpoint's seconds
+/// and images' bytes, the restart's seconds and the records checked after it.
+fn dmtcp_pipe(
+    a: &Args,
+    t: &Tools,
+    d: &Dmtcp,
+    dirs: &RunDirs,
+    tag: &str,
+) -> Result<(f64, u64, f64, u64), String> {
+    let mut job = DmtcpJob::new(d, dirs, tag)?;
+    let mut hb = Hb::new(job.hb());
+    job.launch(&pipe_args(t, a.pipe_mib, a.rate, &job.hb()))?;
+    let fg = job.fg.as_mut().expect("launched");
+    let c = pipeline_ready(&mut hb, fg, true)?;
+    let start = mono_ns();
+    let (s, sizes) = job.checkpoint()?;
+    if sizes.len() != 3 {
+        return Err(format!("DMTCP wrote {} images, 3 expected", sizes.len()));
+    }
+    let lines = hb.poll();
+    let before = count_before(&c, &lines, start);
+    job.kill();
+    hb.poll();
+    let t0 = job.restart()?;
+    let fg = job.fg.as_mut().expect("restarted");
+    let (r, n) = pipeline_restarted(&mut hb, fg, t0, before)?;
+    job.kill();
+    Ok((s, sizes.iter().sum(), r, n))
+}
+
+fn part_c(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, String> {
+    let pm = 3 * a.pipe_mib as u64 * MIB as u64;
+    // The processes and the restored ones; staged, stored and restored images, the raw files.
+    check_memory("part c", 2 * pm, 5 * pm, &dirs.data)?;
+    out.line(format!(
+        "\nc. A pipeline of 3 processes (producer | filter | consumer over pipes, {} MiB each, {} MB/s of 4 KiB records) under Cairn, {} repetitions",
+        a.pipe_mib, a.rate, a.reps
+    ));
+    let kinds = if t.dmtcp.is_some() { 3 } else { 2 };
+    let (mut s_ck, mut i_ck, mut raw, mut s_rs, mut after) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut s_wr, mut s_st, mut i_wr, mut i_st) = (vec![], vec![], vec![], vec![]);
+    let (mut d_ck, mut d_rs, mut d_bytes, mut d_after) = (vec![], vec![], vec![], vec![]);
+    let mut bytes = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    for rep in 0..a.reps {
+        for k in order(kinds, rep) {
+            match k {
+                0 => {
+                    let (ck, r) = cairn_pipe(a, t, dirs, &format!("c{rep}-stream"), true)
+                        .map_err(|e| format!("Cairn, streaming, repetition {}: {e}", rep + 1))?;
+                    s_ck.push(ck.secs);
+                    s_wr.extend(ck.phase("WRITE", "STORE"));
+                    s_st.extend(ck.phase("STORE", "RESUME"));
+                    let (rs, n) = r.expect("streaming restarts");
+                    s_rs.push(rs);
+                    after.push(n);
+                    bytes.push(ck.bytes);
+                    // The baseline right after: the same images' bytes, written raw.
+                    let big = ck.images.iter().copied().max().unwrap_or(0) as usize;
+                    if buf.len() < big {
+                        drop(std::mem::take(&mut buf));
+                        buf = cairn_bench::filled(big, 11);
+                    }
+                    raw.push(raw_write(&dirs.data, &ck.images, &buf)?);
+                }
+                1 => {
+                    let (ck, _) = cairn_pipe(a, t, dirs, &format!("c{rep}-idle"), false)
+                        .map_err(|e| format!("Cairn, idle, repetition {}: {e}", rep + 1))?;
+                    i_ck.push(ck.secs);
+                    i_wr.extend(ck.phase("WRITE", "STORE"));
+                    i_st.extend(ck.phase("STORE", "RESUME"));
+                }
+                _ => {
+                    let d = t.dmtcp.as_ref().expect("kinds");
+                    let (s, b, r, n) = dmtcp_pipe(a, t, d, dirs, &format!("c{rep}-dmtcp"))
+                        .map_err(|e| format!("DMTCP, streaming, repetition {}: {e}", rep + 1))?;
+                    d_ck.push(s);
+                    d_bytes.push(b);
+                    d_rs.push(r);
+                    d_after.push(n);
+                }
+            }
+        }
+    }
+    drop(buf);
+    out.line(head());
+    out.line(row("Cairn checkpoint, streaming (wall time)", &s_ck));
+    out.line(row("   of which WRITE", &s_wr));
+    out.line(row("   of which STORE", &s_st));
+    out.line(row("Cairn checkpoint, idle (the baseline)", &i_ck));
+    out.line(row("   of which WRITE", &i_wr));
+    out.line(row("   of which STORE", &i_st));
+    out.line(row(
+        "raw write of the 3 images' bytes (write, fsync, rename)",
+        &raw,
+    ));
+    out.line(row(
+        "Cairn restart, exec to the consumer's first record",
+        &s_rs,
+    ));
+    if t.dmtcp.is_some() {
+        out.line(row("DMTCP checkpoint, streaming (context)", &d_ck));
+        out.line(row("DMTCP restart, to the consumer's first record", &d_rs));
+    }
+    out.line(format!(
+        "   images: Cairn {}{}; after each restart the consumer checked {} records ({}) in order, none wrong",
+        bytes.first().map_or("-".into(), |b| mb(*b)),
+        d_bytes
+            .first()
+            .map_or(String::new(), |b| format!(", DMTCP {}", mb(*b))),
+        after
+            .iter()
+            .chain(&d_after)
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        mb(after.iter().chain(&d_after).copied().min().unwrap_or(0) * 4096) + " or more"
+    ));
+    let r_idle = ratio(&s_ck, &i_ck);
+    let r_raw = ratio(&s_ck, &raw);
+    let r_d = ratio(&s_ck, &d_ck);
+    out.line(format!(
+        "   checkpoint streaming / idle: {}, target <= {TARGET_PIPE}: {}",
+        x(r_idle),
+        verdict(r_idle, TARGET_PIPE)
+    ));
+    out.line(format!(
+        "   checkpoint streaming / raw write of the images (context): {}",
+        x(r_raw)
+    ));
+    if t.dmtcp.is_some() {
+        out.line(format!(
+            "   checkpoint streaming, Cairn / DMTCP (context): {}; restart {}",
+            x(r_d),
+            x(ratio(&s_rs, &d_rs))
+        ));
+    }
+    Ok(json!({
+        "pipe_mib": a.pipe_mib, "rate_mb_s": a.rate,
+        "streaming": {
+            "checkpoint": series(&s_ck), "write_phase": series(&s_wr),
+            "store_phase": series(&s_st), "restart": series(&s_rs), "image_bytes": bytes,
+            "records_checked_after_restart": after,
+        },
+        "idle": {
+            "checkpoint": series(&i_ck), "write_phase": series(&i_wr),
+            "store_phase": series(&i_st),
+        },
+        "raw_write": series(&raw),
+        "dmtcp": t.dmtcp.as_ref().map(|d| json!({
+            "version": d.version, "checkpoint": series(&d_ck), "restart": series(&d_rs),
+            "image_bytes": d_bytes, "records_checked_after_restart": d_after,
+        })),
+        "streaming_vs_idle": r_idle, "streaming_vs_raw": r_raw, "cairn_vs_dmtcp": r_d,
+        "target": TARGET_PIPE, "meets_target": r_idle <= TARGET_PIPE,
+    }))
+}
+
+// ---- main ------------------------------------------------------------------------------------
+
+fn run(a: &Args) -> Result<Value, String> {
+    let out = Out { json: a.json };
+    let dirs = RunDirs::create(&a.dir)?;
+    let t = Tools::build(&dirs.bin, &a.dmtcp)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    out.line(format!(
+        "{PROG}: {cores} cores, Linux {}, MemAvailable {} MiB; jobs in {} ({}); {} repetitions; medians",
+        kernel(),
+        meminfo("MemAvailable").unwrap_or(0) >> 20,
+        dirs.data.display(),
+        if on_tmpfs(&dirs.data) { "tmpfs" } else { "not tmpfs" },
+        a.reps
+    ));
+    out.line(format!(
+        "   Cairn: cairn, cairn-restore, libcairn-ckpt.so built {} (copied into {}); DMTCP: {}",
+        t.cairn_built,
+        dirs.bin.display(),
+        t.dmtcp.as_ref().map_or("not installed".into(), |d| format!(
+            "{} in {} ({})",
+            d.version,
+            d.bin.display(),
+            d.build
+                .as_deref()
+                .unwrap_or("not built by bench/peers/build.sh")
+        ))
+    ));
+    out.line(
+        "   Cairn's configuration: node-local tier in the job's directory, compress none, redundancy single, no flush, finalize false; DMTCP: --no-gzip, images in the job's directory",
+    );
+    let mut res = serde_json::Map::new();
+    res.insert("program".into(), json!(PROG));
+    res.insert(
+        "settings".into(),
+        json!({
+            "mib": a.mib, "reps": a.reps, "ckpts": a.ckpts, "changed_permille": a.changed,
+            "pipe_mib": a.pipe_mib, "rate_mb_s": a.rate, "quick": a.quick,
+            "dir": dirs.data, "tmpfs": on_tmpfs(&dirs.data), "cores": cores,
+            "kernel": kernel(), "cairn_built": t.cairn_built,
+            "dmtcp": t.dmtcp.as_ref().map(|d| json!({
+                "bin": d.bin, "version": d.version, "build": d.build,
+            })),
+        }),
+    );
+    let small = preflight(a, &t, &dirs, &out)?;
+    res.insert("small".into(), small);
+    if a.parts.contains(&Part::A) {
+        let v = part_a(a, &t, &dirs, &out).map_err(|e| format!("part a: {e}"))?;
+        res.insert("vs_dmtcp".into(), v);
+    }
+    if a.parts.contains(&Part::B) {
+        let v = part_b(a, &t, &dirs, &out).map_err(|e| format!("part b: {e}"))?;
+        res.insert("incremental".into(), v);
+    }
+    if a.parts.contains(&Part::C) {
+        let v = part_c(a, &t, &dirs, &out).map_err(|e| format!("part c: {e}"))?;
+        res.insert("pipeline".into(), v);
+    }
+    Ok(Value::Object(res))
+}
+
+fn main() {
+    let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(std::env::args().skip(1).collect()));
+    if let Some(p) = &a.json_out {
+        if let Err(e) = cairn_bench::json_out_ready(p) {
+            eprintln!("{PROG}: {e}");
+            std::process::exit(1);
+        }
+    }
+    let t = Instant::now();
+    match run(&a) {
+        Ok(v) => {
+            if a.json {
+                println!("{v}");
+            }
+            if let Some(p) = &a.json_out {
+                if let Err(e) = cairn_bench::write_json(p, &v) {
+                    eprintln!("{PROG}: {e}");
+                    std::process::exit(1);
+                }
+            }
+            eprintln!("{PROG}: done in {:.0} s", t.elapsed().as_secs_f64());
+        }
+        Err(e) => {
+            eprintln!("{PROG}: FAILED: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_bench::strings;
+
+    #[test]
+    fn arguments_parse() {
+        let a = parse_args(strings(&["--mib=8", "--only", "a,c", "--json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (a.mib, a.reps, a.parts, a.json, a.pipe_mib),
+            (8, 3, vec![Part::A, Part::C], true, 96)
+        );
+        let q = parse_args(strings(&["--quick", "--reps", "4"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((q.mib, q.reps, q.pipe_mib), (64, 4, 16));
+        assert!(parse_args(strings(&["--help"])).unwrap().is_none());
+        assert!(parse_args(strings(&["--only", "d"])).is_err());
+        assert!(parse_args(strings(&["--ckpts", "1"])).is_err());
+        assert!(parse_args(strings(&["--changed", "1001"])).is_err());
+        let d = parse_args(strings(&["--dmtcp", "/x"])).unwrap().unwrap();
+        assert_eq!(d.dmtcp, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn lines_parse() {
+        assert_eq!(parse_hb("hb 123 45"), Some((123, 45)));
+        assert_eq!(parse_hb("ready 1 2"), None);
+        assert_eq!(
+            parse_phase("cairn: checkpoint 3: STORE (0.407 s)"),
+            Some(("STORE".to_string(), 0.407))
+        );
+        assert_eq!(
+            parse_done(
+                "checkpoint 12 of job j complete: 1 bytes of images (2 stored) in 0.01 s, /x/v12"
+            ),
+            Some(12)
+        );
+        assert_eq!(parse_done("checkpoint of nothing"), None);
+        let c = CairnCkpt {
+            phases: vec![("WRITE".into(), 0.1), ("STORE".into(), 0.4)],
+            ..CairnCkpt::default()
+        };
+        assert!((c.phase("WRITE", "STORE").unwrap() - 0.3).abs() < 1e-12);
+        assert_eq!(c.phase("STORE", "RESUME"), None);
+    }
+
+    #[test]
+    fn heartbeat_file_is_read_in_whole_lines_and_again_when_cut() {
+        let d = std::env::temp_dir().join(format!("{PROG}-test-{}", std::process::id()));
+        mkdir(&d).unwrap();
+        let p = d.join("hb");
+        let mut hb = Hb::new(p.clone());
+        assert!(hb.poll().is_empty());
+        fs::write(&p, "hb 1 1\nhb 2").unwrap();
+        assert_eq!(hb.poll(), vec!["hb 1 1".to_string()]);
+        fs::write(&p, "hb 1 1\nhb 2 2\n").unwrap();
+        assert_eq!(hb.poll(), vec!["hb 2 2".to_string()]);
+        fs::write(&p, "hb 9 9\n").unwrap();
+        assert_eq!(hb.poll(), vec!["hb 9 9".to_string()]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn dates_read() {
+        let d = std::env::temp_dir().join(format!("{PROG}-date-{}", std::process::id()));
+        fs::write(&d, "").unwrap();
+        let s = mtime_utc(&d);
+        fs::remove_file(&d).unwrap();
+        assert!(s.ends_with(" UTC") && s.len() == 20, "{s}");
+    }
+}
