@@ -72,6 +72,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
@@ -1366,6 +1367,7 @@ static int in_tree(void) { return S.coord[0] && S.nslevels >= 2; }
 
 static int tree_listener(int fd, const char *target);
 static int tcp_end(int fd, const char *target);
+static int tree_tty(int fd, const struct stat *st, const char *target);
 
 static void census_fd(int fd, void *dirfd)
 {
@@ -1399,6 +1401,8 @@ static void census_fd(int fd, void *dirfd)
     if (fd <= 2) {
         if (in_tree() && S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0)
             note_pipe_end(fd, target);
+        else if (in_tree() && S_ISCHR(st.st_mode))
+            tree_tty(fd, &st, target);
         else if (in_tree() && S_ISSOCK(st.st_mode))
             unix_stream_end(fd, target);
         return;
@@ -1408,6 +1412,8 @@ static void census_fd(int fd, void *dirfd)
             unrestorable("fd %d is %s", fd, target);
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
         unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
+    } else if (S_ISCHR(st.st_mode) && in_tree() && tree_tty(fd, &st, target)) {
+        /* made again once for the tree */
     } else if (S_ISCHR(st.st_mode)) {
         unrestorable("fd %d is the device %s", fd, target);
     } else if (S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0 && npipe_ends < MAX_FDS) {
@@ -1512,6 +1518,18 @@ static ssize_t copy_pipe(int rfd, const char *target)
  * one with an end elsewhere leaves the job (refused, or closed under CAIRN_CKPT_EXTERNAL). */
 /* A pipe end or Unix stream socket as an xfd record (image.h), its bytes in flight copied
  * by `copy` (into inflight[], without taking them) when `copy` is given. */
+/* The standard stream (0 to 2) of this process or of the tree's init (which has the launch's
+ * own) whose open file description fd > 2 shares, or -1: a shell keeps a copy of its output at
+ * a higher number while a command's output is redirected. */
+static int stdio_twin(int fd)
+{
+    for (int k = 0; k < 3 && fd > 2; k++)
+        if (syscall(SYS_kcmp, getpid(), getpid(), 0 /* KCMP_FILE */, fd, k) == 0 ||
+            (in_tree() && syscall(SYS_kcmp, getpid(), 1, 0 /* KCMP_FILE */, fd, k) == 0))
+            return k;
+    return -1;
+}
+
 static void add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const char *target,
                     ssize_t (*copy)(int, const char *))
 {
@@ -1521,6 +1539,13 @@ static void add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const ch
     int size = kind == CAIRN_XFD_STREAM ? 0 : fcntl(fd, F_GETPIPE_SZ);
     x->pipe_size = size > 0 ? (uint32_t)size : 0;
     x->how = (S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0) | (fd <= 2 ? CAIRN_XFD_STDIO : 0);
+    /* A copy of a standard stream: with its other end outside the tree, it comes back as a
+     * copy of the restart's stream, as the stream itself does. */
+    int twin = stdio_twin(fd);
+    if (twin >= 0) {
+        x->how |= CAIRN_XFD_STDIO;
+        x->offset = twin;
+    }
     if (copy) {
         size_t at = inflight_used;
         ssize_t got = copy(fd, target);
@@ -1894,6 +1919,106 @@ static int peek_send_queue(int fd, size_t n, const char *what)
     return 0;
 }
 
+/* ---- pseudo-terminals of a tree --------------------------------------------------------- */
+
+#define PTS_MAJOR_FIRST 136 /* Unix98 pty slaves: majors 136 to 143 */
+#define PTS_MAJOR_LAST 143
+
+/* The index of the pseudo-terminal whose slave is device `dev`, or -1. */
+static int pts_index(dev_t dev)
+{
+    unsigned maj = major(dev);
+    return maj >= PTS_MAJOR_FIRST && maj <= PTS_MAJOR_LAST ? (int)((maj - PTS_MAJOR_FIRST) * 256 + minor(dev)) : -1;
+}
+
+/* In a tree: a pseudo-terminal's master or slave, recorded with its settings to be made
+ * again once for the tree (a new pair, with another index). The bytes the slave's side wrote
+ * that the master has not read are taken and written back at once through the slave with
+ * output processing off, so they wait again as they were; input typed at the master that the
+ * slave's side has not read cannot be put back, and is refused. Returns 0 for another
+ * device. */
+static int tree_tty(int fd, const struct stat *st, const char *target)
+{
+    unsigned n = 0;
+    int master = ioctl(fd, TIOCGPTN, &n) == 0, index = master ? (int)n : pts_index(st->st_rdev);
+    if (index < 0)
+        return 0;
+    struct cairn_img_tty t;
+    memset(&t, 0, sizeof t);
+    ioctl(fd, TCGETS, t.termios);
+    ioctl(fd, TIOCGWINSZ, t.winsize);
+    int waiting = 0;
+    if (ioctl(fd, FIONREAD, &waiting) != 0)
+        waiting = 0;
+    if (!master && waiting > 0) {
+        unrestorable("fd %d is a terminal (%s) with %d bytes of input its program has not read yet", fd, target,
+                     waiting);
+        return 1;
+    }
+    struct cairn_img_xfd *x = new_xfd(fd, master ? CAIRN_XFD_PTM : CAIRN_XFD_PTS, (uint64_t)index + 1, 0);
+    if (!x)
+        return 1;
+    x->how = (S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0) | (fd <= 2 ? CAIRN_XFD_STDIO : 0);
+    x->data_off = inflight_used;
+    if (keep_inflight(&t, sizeof t) != 0)
+        return 1;
+    if (master && waiting > 0) {
+        int slave = ioctl(fd, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        uint8_t raw[64], cooked[64];
+        if (slave < 0 || (size_t)waiting > MAX_INFLIGHT - inflight_used || ioctl(slave, TCGETS, cooked) != 0) {
+            unrestorable("cannot copy the %d bytes waiting at the terminal master fd %d (%s)", waiting, fd, target);
+            if (slave >= 0)
+                close(slave);
+            return 1;
+        }
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        ssize_t got = read(fd, inflight + inflight_used, (size_t)waiting);
+        fcntl(fd, F_SETFL, fl);
+        memcpy(raw, cooked, sizeof raw);
+        raw[4] &= (uint8_t)~1u; /* c_oflag: OPOST off */
+        ioctl(slave, TCSETS, raw);
+        if (got > 0 && write(slave, inflight + inflight_used, (size_t)got) != got)
+            say("checkpoint: the terminal master fd %d lost bytes it had waiting", fd);
+        ioctl(slave, TCSETS, cooked);
+        close(slave);
+        if (got > 0) {
+            inflight_used += (size_t)got;
+            uint64_t len = (uint64_t)got;
+            memcpy(inflight + x->data_off + offsetof(struct cairn_img_tty, pending_len), &len, sizeof len);
+        }
+    }
+    x->data_len = inflight_used - x->data_off;
+    nxfds++;
+    return 1;
+}
+
+/* The process's controlling terminal, if it is a pseudo-terminal (index + 1), and its
+ * foreground process group, for the image header. */
+static void controlling_tty(int32_t *ctty, int32_t *pgrp)
+{
+    *ctty = *pgrp = 0;
+    char st[1024];
+    if (!in_tree() || read_file("/proc/self/stat", st, sizeof st) <= 0)
+        return;
+    const char *p = strrchr(st, ')');
+    long tty = 0;
+    /* ") state ppid pgrp session tty_nr" */
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %ld", &tty) != 1 || tty == 0)
+        return;
+    dev_t dev = makedev(((unsigned long)tty >> 8) & 0xfff, ((unsigned long)tty & 0xff) | (((unsigned long)tty >> 12) & 0xfff00));
+    int index = pts_index(dev);
+    if (index < 0)
+        return;
+    *ctty = index + 1;
+    int fd = open("/dev/tty", O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    pid_t fg = -1;
+    if (fd >= 0 && ioctl(fd, TIOCGPGRP, &fg) == 0)
+        *pgrp = fg;
+    if (fd >= 0)
+        close(fd);
+}
+
 /* Before a process of a tree says it is stopped: each TCP socket's bytes sent are
  * acknowledged, so they are in the peer's receive queue when the peer takes stock of it after
  * every process stopped; what is left is not sent (the peer's buffer is full) and stays so.
@@ -2132,6 +2257,7 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     h.sid = getsid(0);
     h.ids = S.nslevels >= 2 ? CAIRN_IDS_NAMESPACE : 0;
     h.nzombies = nzombies;
+    controlling_tty(&h.ctty, &h.tty_pgrp);
     memcpy(h.zombies, zombies, sizeof zombies);
     h.hole_start = CAIRN_IMG_HOLE_START;
     h.hole_len = CAIRN_IMG_HOLE_LEN;
@@ -3057,4 +3183,139 @@ EXPORT sighandler_t signal(int sig, sighandler_t h)
     if (sigaction(sig, &sa, &old) != 0)
         return SIG_ERR;
     return old.sa_handler;
+}
+
+/* ---- waits the checkpoint interrupts are waited again ----------------------------------- */
+
+/* The checkpoint signal's handler interrupts a thread blocked in poll, select or epoll_wait,
+ * which then fail with EINTR whatever SA_RESTART says. A program that blocks all its own
+ * signals (and reads them from a signalfd, as `script` does) never expects EINTR from them,
+ * and would fail. So these calls are wrapped: when one fails with EINTR and a checkpoint
+ * stopped the process meanwhile (S.release moved), it waits again for what is left of its
+ * timeout. Another signal arriving in the same moment is then not reported by EINTR; its
+ * handler has run. */
+
+/* Milliseconds left of a timeout of `ms` (negative: none) started at `t0`. */
+static int ms_left(int ms, int64_t t0)
+{
+    if (ms < 0)
+        return ms;
+    int64_t left = (int64_t)ms - (mono_ns() - t0) / 1000000;
+    return left > 0 ? (int)left : 0;
+}
+
+/* What is left of timeout `ts` (NULL: none) started at t0, in `out`; returns ts or out. */
+static const struct timespec *ts_left(const struct timespec *ts, int64_t t0, struct timespec *out)
+{
+    if (!ts)
+        return NULL;
+    int64_t left = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec - (mono_ns() - t0);
+    if (left < 0)
+        left = 0;
+    out->tv_sec = left / 1000000000;
+    out->tv_nsec = left % 1000000000;
+    return out;
+}
+
+static int stopped_since(unsigned gen, int r) { return r < 0 && errno == EINTR && atomic_load(&S.release) != gen; }
+
+EXPORT int poll(struct pollfd *fds, nfds_t n, int ms)
+{
+    static int (*real)(struct pollfd *, nfds_t, int);
+    if (!real)
+        real = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT, "poll");
+    int64_t t0 = mono_ns();
+    for (;;) {
+        unsigned gen = atomic_load(&S.release);
+        int r = real(fds, n, ms_left(ms, t0));
+        if (!stopped_since(gen, r))
+            return r;
+    }
+}
+
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int ms, size_t fdslen)
+{
+    (void)fdslen; /* glibc's check is its own business; the call is poll's */
+    return poll(fds, n, ms);
+}
+
+EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+    static int (*real)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+    if (!real)
+        real = (int (*)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *))dlsym(RTLD_NEXT, "ppoll");
+    sigset_t m;
+    if (mask)
+        m = without_ours(mask);
+    int64_t t0 = mono_ns();
+    for (;;) {
+        unsigned gen = atomic_load(&S.release);
+        struct timespec left;
+        int r = real(fds, n, ts_left(ts, t0, &left), mask ? &m : NULL);
+        if (!stopped_since(gen, r))
+            return r;
+    }
+}
+
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen)
+{
+    (void)fdslen;
+    return ppoll(fds, n, ts, mask);
+}
+
+EXPORT int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+{
+    static int (*real)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+    if (!real)
+        real = (int (*)(int, fd_set *, fd_set *, fd_set *, struct timeval *))dlsym(RTLD_NEXT, "select");
+    fd_set sr, sw, se;
+    if (r)
+        sr = *r;
+    if (w)
+        sw = *w;
+    if (e)
+        se = *e;
+    for (;;) {
+        unsigned gen = atomic_load(&S.release);
+        int got = real(n, r, w, e, tv); /* Linux leaves in tv what is left */
+        if (!stopped_since(gen, got))
+            return got;
+        if (r)
+            *r = sr;
+        if (w)
+            *w = sw;
+        if (e)
+            *e = se;
+    }
+}
+
+EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int ms)
+{
+    static int (*real)(int, struct epoll_event *, int, int);
+    if (!real)
+        real = (int (*)(int, struct epoll_event *, int, int))dlsym(RTLD_NEXT, "epoll_wait");
+    int64_t t0 = mono_ns();
+    for (;;) {
+        unsigned gen = atomic_load(&S.release);
+        int r = real(epfd, ev, max, ms_left(ms, t0));
+        if (!stopped_since(gen, r))
+            return r;
+    }
+}
+
+EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int ms, const sigset_t *mask)
+{
+    static int (*real)(int, struct epoll_event *, int, int, const sigset_t *);
+    if (!real)
+        real = (int (*)(int, struct epoll_event *, int, int, const sigset_t *))dlsym(RTLD_NEXT, "epoll_pwait");
+    sigset_t m;
+    if (mask)
+        m = without_ours(mask);
+    int64_t t0 = mono_ns();
+    for (;;) {
+        unsigned gen = atomic_load(&S.release);
+        int r = real(epfd, ev, max, ms_left(ms, t0), mask ? &m : NULL);
+        if (!stopped_since(gen, r))
+            return r;
+    }
 }

@@ -135,7 +135,10 @@ struct cairn_img_header {
      * pid, ending with their status (as waitpid reports it), for the process to collect. */
     uint32_t nzombies;
     int32_t zombies[CAIRN_IMG_ZOMBIES][2];
-    uint8_t reserved[84];
+    /* The controlling terminal, if it is a pseudo-terminal of the tree: its index + 1 (0:
+     * none, or another terminal), and its foreground process group. */
+    int32_t ctty, tty_pgrp;
+    uint8_t reserved[76];
 };
 
 /* A pipe end, a connected Unix stream or TCP socket, a listening socket or a file of a process
@@ -152,11 +155,16 @@ struct cairn_img_header {
                                 * the bytes it sent that its peer had not received yet */
 #define CAIRN_XFD_LISTEN 6u    /* a listening socket (Unix with a name, IPv4, IPv6): its data is
                                 * a struct cairn_img_sock */
+#define CAIRN_XFD_PTM 7u       /* a pseudo-terminal's master; `ino` is its index + 1; its data a
+                                * struct cairn_img_tty, then the bytes waiting to be read at it */
+#define CAIRN_XFD_PTS 8u       /* a pseudo-terminal's slave (/dev/pts/N): `ino` as the master's;
+                                * its data a struct cairn_img_tty */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */
-#define CAIRN_XFD_STDIO 0x2u           /* fd 0-2: if its other end is not in the tree, the
-                                        * restart's own stream takes its place */
+#define CAIRN_XFD_STDIO 0x2u           /* fd 0-2, or a copy of one (which, in `offset`): if its
+                                        * other end is not in the tree, the restart's own
+                                        * stream takes its place */
 
 struct cairn_img_xfd {
     int32_t fd;
@@ -189,6 +197,14 @@ struct cairn_img_sock {
     uint8_t peer[112];       /* getpeername (TCP) */
     uint64_t recv_len;       /* bytes waiting to be read at this end, after the struct */
     uint64_t send_len;       /* bytes this end sent that its peer had not received, after those */
+};
+
+/* The data of a pseudo-terminal record: its settings, as the kernel's TCGETS and TIOCGWINSZ
+ * give them. */
+struct cairn_img_tty {
+    uint8_t termios[64];     /* struct termios of the kernel (36 bytes on x86-64) */
+    uint16_t winsize[4];
+    uint64_t pending_len;    /* master: bytes the slave's side wrote, not read yet, after it */
 };
 
 /* Filled in by the restorer before it starts the threads; read by the library when it

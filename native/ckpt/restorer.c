@@ -96,6 +96,16 @@ typedef unsigned long u64;
 #define SYS_unlink 87
 #define SYS_ppoll 271
 #define SYS_accept4 288
+#define SYS_ioctl 16
+#define O_NOCTTY 0400
+#define TCGETS 0x5401
+#define TCSETS 0x5402
+#define TIOCSCTTY 0x540E
+#define TIOCSPGRP 0x5410
+#define TIOCSWINSZ 0x5414
+#define TIOCSPTLCK 0x40045431
+#define TIOCGPTPEER 0x5441
+#define SIGTTOU 22
 
 #define PROT_NONE 0
 #define PROT_READ 1
@@ -929,6 +939,7 @@ static char **exec_argv; /* --exec PROGRAM ARGS... (launch): the program's path,
 static struct member {
     char path[CAIRN_IMG_PATH_MAX];
     int32_t pid, ppid, pgid, sid;
+    int32_t ctty, tty_pgrp; /* controlling pseudo-terminal (index + 1) and its foreground group */
     int fd; /* open before the tree is made: a member restores even if its file is gone */
     u64 xdata; /* where its shared descriptors' bytes in flight start in its image */
     u64 regions_off, nregions, size;
@@ -1175,7 +1186,8 @@ static i64 object_fd(const struct xrec *r)
     const struct object *o = &O[r->object];
     int second = o->kind == CAIRN_XFD_STREAM || o->kind == CAIRN_XFD_TCP ? r->x.ino != o->a
                  : o->kind == CAIRN_XFD_FILE || o->kind == CAIRN_XFD_LISTEN ? 0
-                                                                           : r->x.kind == CAIRN_XFD_PIPE_WRITE;
+                 : o->kind == CAIRN_XFD_PTM                                 ? r->x.kind == CAIRN_XFD_PTS
+                                                                            : r->x.kind == CAIRN_XFD_PIPE_WRITE;
     return xbase + 2 * r->object + second;
 }
 
@@ -1529,6 +1541,86 @@ static void make_tcp(int k)
         refill_bytes(ra, sizeof sa + sa.recv_len, sa.send_len, xbase + 2 * k, 1);
 }
 
+/* Pseudo-terminal k of the tree: a new pair (another index), with the settings its master and
+ * slave had, and the bytes that waited at the master written again through the slave with
+ * output processing off. An end no process held is closed, as it was. */
+static void make_pty(int k)
+{
+    struct object *o = &O[k];
+    i64 m = sys3(SYS_open, "/dev/ptmx", O_RDWR | O_NOCTTY, 0);
+    int unlock = 0;
+    i64 sl = m < 0 || sys3(SYS_ioctl, m, TIOCSPTLCK, &unlock) != 0 ? -1 : sys3(SYS_ioctl, m, TIOCGPTPEER, O_RDWR | O_NOCTTY);
+    i64 ends[2] = {m, sl};
+    if (sl < 0 || put_pair_at(ends, xbase + 2 * k, xbase + 2 * k + 1) != 0)
+        fail(5, "cairn-restore: cannot make a pseudo-terminal of the tree again (/dev/ptmx)");
+    i64 master = xbase + 2 * k, slave = master + 1;
+    static struct cairn_img_tty t;
+    const struct xrec *waiting = 0;
+    for (int end = 0; end < 2; end++)
+        for (int i = 0; i < nx; i++) {
+            const struct xrec *r = &X[i];
+            if (r->object != k || (r->x.kind == CAIRN_XFD_PTS) != end)
+                continue;
+            if (r->x.data_len < sizeof t ||
+                sys4(SYS_pread64, M[r->member].fd, &t, sizeof t, M[r->member].xdata + r->x.data_off) != (i64)sizeof t ||
+                t.pending_len > r->x.data_len - sizeof t) {
+                put("cairn-restore: damaged terminal record in ");
+                put(M[r->member].path);
+                fail(4, "");
+            }
+            sys3(SYS_ioctl, end ? slave : master, TCSETS, t.termios);
+            if (!end) {
+                sys3(SYS_ioctl, master, TIOCSWINSZ, t.winsize);
+                if (t.pending_len && !waiting)
+                    waiting = r;
+            }
+            break;
+        }
+    if (waiting) {
+        sys4(SYS_pread64, M[waiting->member].fd, &t, sizeof t, M[waiting->member].xdata + waiting->x.data_off);
+        uint8_t cooked[64], raw[64];
+        sys3(SYS_ioctl, slave, TCGETS, cooked);
+        for (int i = 0; i < 64; i++)
+            raw[i] = cooked[i];
+        raw[4] &= (uint8_t)~1u; /* c_oflag: OPOST off */
+        sys3(SYS_ioctl, slave, TCSETS, raw);
+        refill_bytes(waiting, sizeof t, t.pending_len, slave, 0);
+        sys3(SYS_ioctl, slave, TCSETS, cooked);
+    }
+    if (!o->has[0])
+        sys1(SYS_close, master);
+    if (!o->has[1])
+        sys1(SYS_close, slave);
+}
+
+/* The slave of the tree's pseudo-terminal whose index + 1 is `ctty`, or -1. */
+static i64 tty_slave(int32_t ctty)
+{
+    for (int k = 0; ctty > 0 && k < no; k++)
+        if (O[k].kind == CAIRN_XFD_PTM && O[k].a == (u64)ctty && O[k].has[1])
+            return xbase + 2 * k + 1;
+    return -1;
+}
+
+/* A session leader whose controlling terminal was a pseudo-terminal of the tree makes it its
+ * controlling terminal again; the leader of the terminal's foreground group makes its group
+ * the foreground again (SIGTTOU blocked meanwhile, as a background group may not). */
+static void terminal_again(const struct member *m)
+{
+    i64 slave = tty_slave(m->ctty);
+    if (slave < 0)
+        return;
+    if (m->sid == m->pid)
+        sys3(SYS_ioctl, slave, TIOCSCTTY, 0);
+    if (m->tty_pgrp == m->pid && m->pgid == m->pid) {
+        u64 ttou = 1ull << (SIGTTOU - 1), old = 0;
+        sys4(SYS_rt_sigprocmask, 0, &ttou, &old, 8);
+        int32_t g = m->pid;
+        sys3(SYS_ioctl, slave, TIOCSPGRP, &g);
+        sys4(SYS_rt_sigprocmask, 2, &old, 0, 8);
+    }
+}
+
 /* Makes every object of the tree at its number, with its bytes in flight. */
 static void make_objects(void)
 {
@@ -1538,7 +1630,8 @@ static void make_objects(void)
             continue;
         int pipe = x->kind == CAIRN_XFD_PIPE_READ || x->kind == CAIRN_XFD_PIPE_WRITE;
         int pair = x->kind == CAIRN_XFD_STREAM || x->kind == CAIRN_XFD_TCP;
-        uint32_t kind = pipe ? CAIRN_XFD_PIPE_READ : x->kind;
+        int tty = x->kind == CAIRN_XFD_PTM || x->kind == CAIRN_XFD_PTS;
+        uint32_t kind = pipe ? CAIRN_XFD_PIPE_READ : tty ? CAIRN_XFD_PTM : x->kind;
         int o = find_object(kind, x->ino, pair ? x->peer : 0);
         if (o < 0) {
             o = no++;
@@ -1547,6 +1640,8 @@ static void make_objects(void)
         X[i].object = o;
         if (pipe)
             O[o].has[x->kind == CAIRN_XFD_PIPE_WRITE] = 1;
+        else if (tty)
+            O[o].has[x->kind == CAIRN_XFD_PTS] = 1;
         else if (pair)
             O[o].has[x->ino != O[o].a] = 1;
         else
@@ -1580,6 +1675,10 @@ static void make_objects(void)
             continue;
         if (o->kind == CAIRN_XFD_TCP && o->has[0] && o->has[1]) {
             make_tcp(k);
+            continue;
+        }
+        if (o->kind == CAIRN_XFD_PTM) {
+            make_pty(k);
             continue;
         }
         /* A connection with one end in the tree (CAIRN_CKPT_EXTERNAL=close) is a socket pair
@@ -1715,6 +1814,14 @@ static void make_shm_objects(void)
  * none of the others. */
 static void place_objects(int me)
 {
+    /* Copies of standard streams that led outside the tree: copies of the restart's own, which
+     * the process still has at 0 to 2 (inherited from init) until its objects are placed. */
+    for (int i = 0; i < nx; i++) {
+        const struct xrec *r = &X[i];
+        if (r->member == me && r->object < 0 && (r->x.how & CAIRN_XFD_STDIO) && r->x.fd > 2 && r->x.offset >= 0 &&
+            r->x.offset <= 2)
+            sys3(SYS_dup3, r->x.offset, r->x.fd, r->x.cloexec ? O_CLOEXEC : 0);
+    }
     for (int i = 0; i < nx; i++) {
         struct xrec *r = &X[i];
         if (r->member != me || r->object < 0)
@@ -1756,6 +1863,8 @@ static void read_members(void)
         M[k].ppid = h.ppid;
         M[k].pgid = h.pgid;
         M[k].sid = h.sid;
+        M[k].ctty = h.ctty;
+        M[k].tty_pgrp = h.tty_pgrp;
         M[k].regions_off = h.regions_off;
         M[k].nregions = h.nregions;
         M[k].size = h.file_size;
@@ -1827,6 +1936,7 @@ static int spawn_tree(int32_t parent)
                 sys1(SYS_setsid, 0);
             else if (M[k].pgid == M[k].pid)
                 sys2(SYS_setpgid, 0, 0);
+            terminal_again(&M[k]);
             int sub = spawn_tree(M[k].pid);
             if (sub >= 0)
                 return sub;

@@ -68,7 +68,9 @@ pub struct ImageHeader {
     pub xdata_len: u64,
     pub nzombies: u32,
     pub zombies: [[i32; 2]; 16],
-    pub reserved: [u8; 84],
+    pub ctty: i32,
+    pub tty_pgrp: i32,
+    pub reserved: [u8; 76],
 }
 
 fn c_str(b: &[u8]) -> String {
@@ -253,6 +255,10 @@ pub const XFD_FILE: u32 = 4;
 pub const XFD_TCP: u32 = 5;
 /// A listening socket (bound and listening again, shared by the processes that shared it).
 pub const XFD_LISTEN: u32 = 6;
+/// A pseudo-terminal's master (`ino`: its index + 1).
+pub const XFD_PTM: u32 = 7;
+/// A pseudo-terminal's slave (`ino`: its master's).
+pub const XFD_PTS: u32 = 8;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;

@@ -1435,6 +1435,47 @@ fn real_library_a_forking_tcp_server_and_its_clients_come_back_connected() {
     assert_eq!(server, "server: done 6 OK\n");
 }
 
+/// A program on a pseudo-terminal, under `script` (native/ckpt/tests/ttyprog.c): `script`
+/// holds the master and copies what the program writes into a file, the program has the
+/// slave as its controlling terminal, in its foreground group, with its own settings. After
+/// each of three checkpoint/kill/restart cycles all of that holds again, and the file has
+/// every line once, in order.
+#[test]
+fn real_library_a_program_on_a_pseudo_terminal_comes_back_with_its_terminal() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux)");
+        return;
+    }
+    let prog = build_test_program(t.path(), "ttyprog");
+    let steps = 3000u64;
+    let dir = t.path().display();
+    let script = format!(
+        "script -qfec '{} {dir} {steps}' /dev/null > {dir}/typescript",
+        prog.display()
+    );
+    let launched = launch_one(t.path(), &config, "tty", &["sh", "-c", &script]);
+    let out = t.path().join("out.tty");
+    let mut job = three_cycles(t.path(), &config, "tty", launched, 2, &|| last_step(&out));
+    assert!(wait_child(&mut job, 300).success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains("BAD"), "{text}");
+    assert!(text.ends_with(&format!("tty: done {steps} OK\n")), "{text}");
+    let typescript = std::fs::read_to_string(t.path().join("typescript")).unwrap();
+    let want: String = (1..=steps).map(|i| format!("line {i}\r\n")).collect();
+    assert!(
+        typescript == want,
+        "typescript: {} bytes, first difference at {:?}",
+        typescript.len(),
+        typescript
+            .bytes()
+            .zip(want.bytes())
+            .position(|(a, b)| a != b)
+    );
+}
+
 /// A shell script that sends its output to a log (`exec > log`) and runs a pipeline in each
 /// of its rounds: the shell and every command it runs share the log's one open file
 /// description, so after each restart the log must go on from where it was at the

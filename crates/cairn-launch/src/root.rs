@@ -306,8 +306,8 @@ struct RootLoop {
 /// a standard stream (the restart gives its own).
 fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
     use cairn_ckpt::{
-        Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_STDIO,
-        XFD_STREAM, XFD_TCP,
+        Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_PTM,
+        XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     for f in p.files() {
@@ -323,15 +323,20 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
     for (who, x) in &all {
-        // Files are reopened by path and listeners bound again; the ends of pipes and
-        // connections need their other end.
-        if x.kind == XFD_FILE
-            || x.kind == XFD_LISTEN
+        // Files are reopened by path, listeners bound again and terminal masters made with a
+        // new slave; the ends of pipes and connections, and terminal slaves, need their other
+        // end.
+        if matches!(x.kind, XFD_FILE | XFD_LISTEN | XFD_PTM)
             || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0
         {
             continue;
         }
-        let (what, matched) = if x.kind == XFD_STREAM || x.kind == XFD_TCP {
+        let (what, matched) = if x.kind == XFD_PTS {
+            (
+                format!("a pseudo-terminal (/dev/pts/{})", x.ino.saturating_sub(1)),
+                has(&|y: &Xfd| y.kind == XFD_PTM && y.ino == x.ino),
+            )
+        } else if x.kind == XFD_STREAM || x.kind == XFD_TCP {
             let kind = x.kind;
             (
                 format!(
