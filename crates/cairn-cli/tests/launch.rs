@@ -1476,6 +1476,43 @@ fn real_library_a_program_on_a_pseudo_terminal_comes_back_with_its_terminal() {
     );
 }
 
+/// A job ends with its launcher: after `cairn launch` is killed with SIGKILL, its program
+/// (and the child it forked) are gone within seconds, so a later `cairn restart` cannot run
+/// the job twice.
+#[test]
+fn real_library_the_job_ends_when_its_launcher_is_killed() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let tree = build_test_program(t.path(), "tree");
+    let args = [
+        tree.to_str().unwrap(),
+        "fork",
+        "100000",
+        t.path().to_str().unwrap(),
+    ];
+    let (mut job, pid) = launch_one(t.path(), &config, "orphan", &args);
+    wait_role(t.path(), "child", 20);
+    // Running: its /proc entry is there and not a zombie's.
+    let alive = |p: &str| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+            st.rsplit_once(") ")
+                .is_some_and(|(_, r)| !r.starts_with('Z'))
+        })
+    };
+    assert!(alive(&pid));
+    job.kill().unwrap();
+    job.wait().unwrap();
+    wait_for("the program to end with its launcher", 20, || {
+        (!alive(&pid)).then_some(())
+    });
+    // The forked child went with it: its output stops.
+    let out = t.path().join("out.child");
+    let at = last_step(&out);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(last_step(&out), at, "the child still runs");
+}
+
 /// A shell script that sends its output to a log (`exec > log`) and runs a pipeline in each
 /// of its rounds: the shell and every command it runs share the log's one open file
 /// description, so after each restart the log must go on from where it was at the

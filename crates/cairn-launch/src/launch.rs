@@ -985,6 +985,7 @@ fn run(
         let addr = &addrs[node];
         let mut c = spawn(i, addr, &token);
         cairn_ckpt::standard_streams_only(&mut c);
+        sys::die_with_parent(&mut c);
         // The library writes this process's own pid there (a stale one would make the
         // process leave the job).
         c.env_remove("CAIRN_CKPT_PID");

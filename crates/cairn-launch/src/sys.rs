@@ -44,6 +44,26 @@ pub fn confine_on_exec(cmd: &mut Command, cpus: &[usize]) {
     }
 }
 
+/// Makes the process `cmd` starts end (SIGKILL) when the thread that starts it does: a job
+/// process ends with the launcher that runs it, as an MPI rank ends with its mpirun, rather
+/// than run on as an orphan that a restart would then duplicate. The launcher starts its
+/// processes from its main thread, which lives until the job ends.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe system calls (prctl, getppid), allocating nothing.
+    let parent = std::process::id() as libc::pid_t;
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            // The launcher may have died before the prctl: then no signal would come.
+            if libc::getppid() != parent {
+                return Err(io::Error::other("the launcher ended"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A file mapped read-only and shared: what the engine reads an image from without copying
 /// it into the root's memory (the pages stay in the page cache, which the kernel may reclaim).
 pub struct Mapping {
