@@ -445,6 +445,37 @@ pub fn write_json(path: &Path, v: &serde_json::Value) -> Result<(), String> {
     })
 }
 
+/// The end of a one-process benchmark's `main`: checks `--json-out` before the run, runs it,
+/// prints its JSON (`--json`) and writes it (`--json-out`), says how long it took, and exits 1
+/// naming what failed.
+pub fn json_main(
+    prog: &str,
+    json: bool,
+    json_out: Option<&Path>,
+    run: impl FnOnce() -> Result<serde_json::Value, String>,
+) {
+    let die = |e: String| -> ! {
+        eprintln!("{prog}: {e}");
+        std::process::exit(1);
+    };
+    if let Some(p) = json_out {
+        json_out_ready(p).unwrap_or_else(|e| die(e));
+    }
+    let t = std::time::Instant::now();
+    match run() {
+        Ok(v) => {
+            if json {
+                println!("{v}");
+            }
+            if let Some(p) = json_out {
+                write_json(p, &v).unwrap_or_else(|e| die(e));
+            }
+            eprintln!("{prog}: done in {:.0} s", t.elapsed().as_secs_f64());
+        }
+        Err(e) => die(format!("FAILED: {e}")),
+    }
+}
+
 // ---- repetitions -----------------------------------------------------------------------------
 
 pub fn median(v: &[f64]) -> f64 {

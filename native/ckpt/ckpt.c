@@ -1016,6 +1016,15 @@ static void unrestorable(const char *fmt, ...)
         strcpy(S.why + strlen(S.why), "...");
 }
 
+/* Whether n more bytes in flight fit in inflight[]; if not, the census says so. */
+static int inflight_room(size_t n)
+{
+    if (n <= MAX_INFLIGHT - inflight_used)
+        return 1;
+    unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+    return 0;
+}
+
 /* A socket's family and type, and its peer's address where it has one. */
 static void describe_socket(int fd, char *out, size_t len)
 {
@@ -1648,10 +1657,8 @@ static ssize_t peek_socket(int fd, const char *target)
         queued = 0;
     if (queued == 0)
         return 0;
-    if ((size_t)queued > MAX_INFLIGHT - inflight_used) {
-        unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+    if (!inflight_room((size_t)queued))
         return -1;
-    }
     union {
         struct cmsghdr h;
         char b[CMSG_SPACE(64 * sizeof(int))];
@@ -1776,10 +1783,8 @@ static int sock_record(int fd, struct cairn_img_sock *r)
 /* Appends n bytes to inflight[]; 0, or -1 when they do not fit (the census says why). */
 static int keep_inflight(const void *p, size_t n)
 {
-    if (n > MAX_INFLIGHT - inflight_used) {
-        unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+    if (!inflight_room(n))
         return -1;
-    }
     memcpy(inflight + inflight_used, p, n);
     inflight_used += n;
     return 0;
@@ -1866,32 +1871,24 @@ static uint64_t tcp_peer(const struct cairn_img_sock *r)
     return 0;
 }
 
-/* The bytes TCP socket fd was given to send that its peer has not received: once every byte
- * sent is acknowledged (loopback acknowledges at once, unless the peer delays it a few ms),
- * they are those not sent yet, held back by a full receive buffer at the peer. -1 if bytes
- * stay unacknowledged. */
+/* The bytes TCP socket fd was given to send that its peer has not received, once every byte
+ * sent is acknowledged (settle_tcp waited for that): those not sent yet, held back by a full
+ * receive buffer at the peer. -1 while bytes sent are still unacknowledged, -2 for a socket
+ * without a send queue (a listener). */
 static int tcp_unsent(int fd)
 {
-    for (int i = 0; i < 500; i++) {
-        int outq = 0, unsent = 0;
-        if (ioctl(fd, SIOCOUTQ, &outq) != 0 || ioctl(fd, SIOCOUTQNSD, &unsent) != 0)
-            return -1;
-        if (outq == unsent)
-            return unsent;
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
-    return -1;
+    int outq = 0, unsent = 0;
+    if (ioctl(fd, SIOCOUTQ, &outq) != 0 || ioctl(fd, SIOCOUTQNSD, &unsent) != 0)
+        return -2;
+    return outq == unsent ? unsent : -1;
 }
 
 /* Copies the first n bytes of TCP socket fd's send queue into inflight[] without taking them
  * (repair mode, which needs CAP_NET_ADMIN). 0, or -1 (the census says why). */
 static int peek_send_queue(int fd, size_t n, const char *what)
 {
-    if (n > MAX_INFLIGHT - inflight_used) {
-        unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+    if (!inflight_room(n))
         return -1;
-    }
     int reuse = 0, on = 1, q = TCP_SEND_QUEUE;
     socklen_t sl = sizeof reuse;
     getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &sl);
@@ -1965,7 +1962,7 @@ static int tree_tty(int fd, const struct stat *st, const char *target)
     if (master && waiting > 0) {
         int slave = ioctl(fd, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
         uint8_t raw[64], cooked[64];
-        if (slave < 0 || (size_t)waiting > MAX_INFLIGHT - inflight_used || ioctl(slave, TCGETS, cooked) != 0) {
+        if (slave < 0 || !inflight_room((size_t)waiting) || ioctl(slave, TCGETS, cooked) != 0) {
             unrestorable("cannot copy the %d bytes waiting at the terminal master fd %d (%s)", waiting, fd, target);
             if (slave >= 0)
                 close(slave);
@@ -1976,7 +1973,7 @@ static int tree_tty(int fd, const struct stat *st, const char *target)
         ssize_t got = read(fd, inflight + inflight_used, (size_t)waiting);
         fcntl(fd, F_SETFL, fl);
         memcpy(raw, cooked, sizeof raw);
-        raw[4] &= (uint8_t)~1u; /* c_oflag: OPOST off */
+        raw[CAIRN_TTY_OFLAG] &= (uint8_t)~CAIRN_TTY_OPOST;
         ioctl(slave, TCSETS, raw);
         if (got > 0 && write(slave, inflight + inflight_used, (size_t)got) != got)
             say("checkpoint: the terminal master fd %d lost bytes it had waiting", fd);
@@ -2027,12 +2024,12 @@ static void controlling_tty(int32_t *ctty, int32_t *pgrp)
 static void settle_tcp(int fd, void *arg)
 {
     int64_t deadline = *(int64_t *)arg; /* one for all the process's sockets */
-    int proto = 0, outq = 0, unsent = 0;
+    int proto = 0;
     socklen_t sl = sizeof proto;
     if (fd == S.sock || getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &sl) != 0 || proto != IPPROTO_TCP)
         return;
     while (mono_ns() < deadline) {
-        if (ioctl(fd, SIOCOUTQ, &outq) != 0 || ioctl(fd, SIOCOUTQNSD, &unsent) != 0 || outq == unsent)
+        if (tcp_unsent(fd) != -1)
             return;
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
@@ -2085,10 +2082,8 @@ static void census_tcp(void)
             int queued = 0;
             if (ioctl(e->fd, FIONREAD, &queued) != 0 || queued < 0)
                 queued = 0;
-            if ((size_t)queued > MAX_INFLIGHT - inflight_used) {
-                unrestorable("more than %u bytes are in flight in pipes and sockets inside the process", MAX_INFLIGHT);
+            if (!inflight_room((size_t)queued))
                 return;
-            }
             ssize_t got = queued ? recv(e->fd, inflight + inflight_used, (size_t)queued, MSG_PEEK | MSG_DONTWAIT) : 0;
             if (got != queued) {
                 unrestorable("cannot copy the %d bytes waiting at fd %d (%s)", queued, e->fd, what);

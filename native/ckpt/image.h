@@ -201,6 +201,9 @@ struct cairn_img_sock {
 
 /* The data of a pseudo-terminal record: its settings, as the kernel's TCGETS and TIOCGWINSZ
  * give them. */
+#define CAIRN_TTY_OFLAG 4   /* the low byte of c_oflag in the kernel's struct termios */
+#define CAIRN_TTY_OPOST 0x1 /* in it: output processing, turned off to put waiting bytes back */
+
 struct cairn_img_tty {
     uint8_t termios[64];     /* struct termios of the kernel (36 bytes on x86-64) */
     uint16_t winsize[4];

@@ -1421,6 +1421,20 @@ static void room_for(i64 fd, int rcv, u64 need)
         sys5(SYS_setsockopt, fd, SOL_SOCKET, rcv ? SO_RCVBUF : SO_SNDBUF, (i64)&size, sizeof size);
 }
 
+/* Binds TCP socket fd to the local address of record s, or, if that port is taken (the killed
+ * connection lingers on it), to the same address with a port the kernel picks. */
+static void bind_again(i64 fd, const struct cairn_img_sock *s)
+{
+    set_opt(fd, SOL_SOCKET, SO_REUSEADDR, 1);
+    if (sys3(SYS_bind, fd, s->local, s->local_len) == 0)
+        return;
+    uint8_t any[sizeof s->local];
+    for (u64 i = 0; i < sizeof any; i++)
+        any[i] = s->local[i];
+    any[2] = any[3] = 0; /* sin_port / sin6_port */
+    sys3(SYS_bind, fd, any, s->local_len);
+}
+
 /* TCP connection k of the tree, connected again between its two ends' addresses: through the
  * tree's listener for the server end's address if it has one, else a listener of its own for
  * the moment. A client port that cannot be bound again (the killed process's connection
@@ -1454,14 +1468,7 @@ static void make_tcp(int k)
     i64 tmp = -1;
     if (lfd < 0) {
         tmp = sys3(SYS_socket, ss->family, SOCK_STREAM, 0);
-        set_opt(tmp, SOL_SOCKET, SO_REUSEADDR, 1);
-        if (sys3(SYS_bind, tmp, ss->local, ss->local_len) != 0) {
-            uint8_t any[112];
-            for (u64 i = 0; i < sizeof any; i++)
-                any[i] = ss->local[i];
-            any[2] = any[3] = 0; /* the same address, another port */
-            sys3(SYS_bind, tmp, any, ss->local_len);
-        }
+        bind_again(tmp, ss);
         i64 e = sys2(SYS_listen, tmp, 1);
         if (e != 0) {
             say_sock("cannot make a TCP connection of the tree again", rs, e);
@@ -1473,14 +1480,7 @@ static void make_tcp(int k)
     u64 tolen = sizeof to;
     sys3(SYS_getsockname, lfd, to, (i64)&tolen);
     i64 c = sys3(SYS_socket, cs->family, SOCK_STREAM | O_NONBLOCK, 0);
-    set_opt(c, SOL_SOCKET, SO_REUSEADDR, 1);
-    if (sys3(SYS_bind, c, cs->local, cs->local_len) != 0) {
-        uint8_t any[112];
-        for (u64 i = 0; i < sizeof any; i++)
-            any[i] = cs->local[i];
-        any[2] = any[3] = 0;
-        sys3(SYS_bind, c, any, cs->local_len);
-    }
+    bind_again(c, cs);
     i64 e = sys3(SYS_connect, c, to, tolen);
     if (e == -EINPROGRESS) {
         struct {
@@ -1582,7 +1582,7 @@ static void make_pty(int k)
         sys3(SYS_ioctl, slave, TCGETS, cooked);
         for (int i = 0; i < 64; i++)
             raw[i] = cooked[i];
-        raw[4] &= (uint8_t)~1u; /* c_oflag: OPOST off */
+        raw[CAIRN_TTY_OFLAG] &= (uint8_t)~CAIRN_TTY_OPOST;
         sys3(SYS_ioctl, slave, TCSETS, raw);
         refill_bytes(waiting, sizeof t, t.pending_len, slave, 0);
         sys3(SYS_ioctl, slave, TCSETS, cooked);

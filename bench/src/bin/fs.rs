@@ -1457,31 +1457,7 @@ fn main() {
         return;
     }
     let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(argv));
-    if let Some(p) = &a.json_out {
-        if let Err(e) = cairn_bench::json_out_ready(p) {
-            eprintln!("{PROG}: {e}");
-            std::process::exit(1);
-        }
-    }
-    let t = Instant::now();
-    match run(&a) {
-        Ok(v) => {
-            if a.json {
-                println!("{v}");
-            }
-            if let Some(p) = &a.json_out {
-                if let Err(e) = cairn_bench::write_json(p, &v) {
-                    eprintln!("{PROG}: {e}");
-                    std::process::exit(1);
-                }
-            }
-            eprintln!("{PROG}: done in {:.0} s", secs(t));
-        }
-        Err(e) => {
-            eprintln!("{PROG}: FAILED: {e}");
-            std::process::exit(1);
-        }
-    }
+    cairn_bench::json_main(PROG, a.json, a.json_out.as_deref(), || run(&a));
 }
 
 #[cfg(test)]

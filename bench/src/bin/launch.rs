@@ -646,23 +646,8 @@ fn mtime_utc(p: &Path) -> String {
     let s = t
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let days = s.div_euclid(86400);
-    let rem = s.rem_euclid(86400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
+    let (y, m, d, h, mi, _) = cairn_core::clock::utc_parts(s);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02} UTC")
 }
 
 impl Tools {
@@ -1948,31 +1933,7 @@ fn run(a: &Args) -> Result<Value, String> {
 
 fn main() {
     let a = cairn_bench::args_or_exit(PROG, USAGE, parse_args(std::env::args().skip(1).collect()));
-    if let Some(p) = &a.json_out {
-        if let Err(e) = cairn_bench::json_out_ready(p) {
-            eprintln!("{PROG}: {e}");
-            std::process::exit(1);
-        }
-    }
-    let t = Instant::now();
-    match run(&a) {
-        Ok(v) => {
-            if a.json {
-                println!("{v}");
-            }
-            if let Some(p) = &a.json_out {
-                if let Err(e) = cairn_bench::write_json(p, &v) {
-                    eprintln!("{PROG}: {e}");
-                    std::process::exit(1);
-                }
-            }
-            eprintln!("{PROG}: done in {:.0} s", t.elapsed().as_secs_f64());
-        }
-        Err(e) => {
-            eprintln!("{PROG}: FAILED: {e}");
-            std::process::exit(1);
-        }
-    }
+    cairn_bench::json_main(PROG, a.json, a.json_out.as_deref(), || run(&a));
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 //! ```
 
 pub mod catalog;
+pub mod clock;
 pub mod config;
 mod engine;
 mod error;

@@ -92,29 +92,9 @@ pub fn new_job_id() -> Result<String> {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let (y, m, d) = civil_from_days((now / 86400) as i64);
-    let s = now % 86400;
+    let (y, m, d, h, mi, s) = cairn_core::clock::utc_parts(now as i64);
     let rnd = &Token::random()?.hex()[..4];
-    Ok(format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{rnd}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    ))
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    Ok(format!("{y:04}{m:02}{d:02}-{h:02}{mi:02}{s:02}-{rnd}"))
 }
 
 /// Creates `path` (and missing parents) as a private directory (0700). An existing one must
@@ -329,9 +309,6 @@ mod tests {
         for bad in ["", ".x", "-x", "a/b", "a b", &"x".repeat(65)] {
             assert!(check_job_id(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_000), (2024, 10, 4));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 
     #[test]
