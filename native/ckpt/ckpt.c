@@ -1417,8 +1417,21 @@ static void census_fd(int fd, void *dirfd)
         return;
     }
     if (strncmp(target, "anon_inode:", 11) == 0) {
-        if (!save_anon(fd, target))
+        /* Each process makes its event descriptors again for itself: one it shares with its
+         * parent comes back as two. An eventfd is how processes signal each other, so that is
+         * refused; an epoll, timer or signal descriptor inherited alongside is said. */
+        uint64_t twin = in_tree() ? shared_with_parent(fd, &st) : 0;
+        int with = (int)(twin & 0xffffffffu) - 1, parent = (int)(twin >> 32);
+        if (twin && strcmp(target, "anon_inode:[eventfd]") == 0)
+            unrestorable("fd %d (%s) is shared with fd %d of its parent process %d; a restart would give each "
+                         "its own, so an eventfd shared between processes is not supported",
+                         fd, target, with, parent);
+        else if (!save_anon(fd, target))
             unrestorable("fd %d is %s", fd, target);
+        else if (twin)
+            say("checkpoint: fd %d (%s), shared with fd %d of the parent process %d, comes back as a copy of its "
+                "own after a restart",
+                fd, target, with, parent);
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
         unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
     } else if (S_ISCHR(st.st_mode) && in_tree() && tree_tty(fd, &st, target)) {

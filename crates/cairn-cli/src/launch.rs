@@ -25,8 +25,10 @@ libcairn-ckpt.so preloaded (found beside the cairn binary, in ../lib, or named b
 CAIRN_CKPT_PRELOAD), under a root coordinator (in this process, which stays in the
 foreground) and one sub-coordinator per simulated node. Process i runs on node i*K/N.
 Checkpoints are taken every --interval, on `cairn checkpoint`, or when a process asks (the
-checkpoint signal). The processes write their images into <dir>/<job>/stage/; Cairn's engine
-then stores them as checkpoint <job>, version N, one part per process, with the
+checkpoint signal). The processes write their images beside their node's data on the
+node-local tier (<local>/node<k>/.launch/<job>/; <dir>/<job>/stage/ with the mem or no
+node-local tier); Cairn's engine then stores them as checkpoint <job>, version N, one part
+per process, taking each file over where it lies when it can, with the
 configuration of --config / CAIRN_CONFIG and CAIRN_* variables (node-local tier, redundancy
 across the simulated nodes, flush to the global tier, compression, incremental), and
 <dir>/<job>/v<N>/manifest.json makes the version complete. `cairn list` and `cairn inspect`
@@ -46,8 +48,9 @@ Restarts the job (--job, else the one in DIR with the newest complete checkpoint
 VERSION, else from its newest complete version the engine can restore on every process: a
 version is complete only with its manifest.json. The engine (configured as for launch: give
 the same --config / CAIRN_* settings) rebuilds lost nodes' images from redundancy, checks
-every block and falls back to an older version when one is damaged; the images it restores
-go to <dir>/<job>/stage/restart/. The same number of processes and simulated nodes as
+every block and falls back to an older version when one is damaged; an image it kept where
+its process wrote it is read there, others are copied into the staging's restart/
+directory. The same number of processes and simulated nodes as
 launched, each started as `cairn-restore IMAGE --coord ADDR --token HEX --proc I --affinity
 on|off [--cpus LIST]` (found beside the cairn binary, in ../lib, or named by CAIRN_RESTORE),
 under a new root coordinator and sub-coordinators; then as launch: foreground, interval,

@@ -263,11 +263,12 @@ pub struct FileRegion<'a> {
 }
 
 /// [`write_part`] with files as regions too (after `regions` in the index). Where the tier
-/// can take them over (a directory tier on the files' file system) and nothing is compressed,
-/// the files become the head of the part as they are: their bytes are read once, to hash
-/// them, and never copied. Files it cannot take are read and written like memory. The files
-/// are gone from their paths afterwards when they were adopted, even if the write fails;
-/// otherwise they stay.
+/// can take them over (a directory tier on the files' file system), nothing is compressed
+/// and the part is full (not incremental), the files become the head of the part as they
+/// are: their bytes are read once, to hash them, and never copied. Files it cannot take, and
+/// every file of an incremental part, are read and written like memory, so only the blocks
+/// that changed are stored. The files are gone from their paths afterwards when they were
+/// adopted, even if the write fails; otherwise they stay.
 pub fn write_part_files(
     tier: &dyn Tier,
     key: &str,
@@ -278,7 +279,7 @@ pub fn write_part_files(
 ) -> Result<RankIndex> {
     let mut w = tier.create(key)?;
     let mut adopted = Vec::with_capacity(files.len());
-    if red.codecs.codec == Codec::None {
+    if red.codecs.codec == Codec::None && red.base.is_none() {
         for f in files {
             match w.adopt(f.path)? {
                 Some(file) => adopted.push((f.id, Mapped::read_file(file, f.path)?)),

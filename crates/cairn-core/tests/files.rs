@@ -372,6 +372,9 @@ fn uncompressed_files_are_kept_where_they_were_written_and_restart_under_every_s
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(dir.path(), scheme);
         cfg.compress = "none".to_string();
+        // Full checkpoints: an incremental one reads the files and stores the blocks that
+        // changed instead (checked below).
+        cfg.incremental = false;
         write_job(&cfg, 2);
         for rank in 0..RANKS {
             // Ranks 0, 1 are on node 0 and 2, 3 on node 1; each routed two files.
@@ -416,6 +419,7 @@ fn uncompressed_files_are_kept_where_they_were_written_and_restart_under_every_s
             let dir = tempfile::tempdir().unwrap();
             let mut cfg = config(dir.path(), scheme);
             cfg.compress = "none".to_string();
+            cfg.incremental = false;
             cfg.flush_every = 1;
             write_job(&cfg, 2);
             std::fs::remove_dir_all(dir.path().join("local")).unwrap();
@@ -427,4 +431,28 @@ fn uncompressed_files_are_kept_where_they_were_written_and_restart_under_every_s
         // Node 1 is lost: its adopted files go with it and are rebuilt from redundancy.
         lose_node_1_and_go_on(dir.path(), &cfg);
     }
+}
+
+#[test]
+fn incremental_checkpoints_read_the_files_instead_of_keeping_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "single");
+    cfg.compress = "none".to_string();
+    write_job(&cfg, 2);
+    for rank in 0..RANKS {
+        // Version 1 is full: its files are kept where they were written. Version 2 is
+        // incremental: its part stores the blocks that changed, and holds no file.
+        assert_eq!(
+            adopted(dir.path(), rank / 2, rank, 1).len(),
+            2,
+            "rank {rank}"
+        );
+        assert!(
+            adopted(dir.path(), rank / 2, rank, 2).is_empty(),
+            "rank {rank}"
+        );
+    }
+    job(RANKS, &cfg, |rank, e| {
+        read_back(&mut Files::new(e), e, rank, 2)
+    });
 }

@@ -12,19 +12,22 @@
 //! and end in an agreement, so the ranks always reply alike (all done, or all failed with
 //! the failing rank's reason).
 //!
-//! An image's region is the image padded with zeros to a length that stays the same from one
-//! checkpoint to the next while the image stays within it ([`region_len`]). The padding was
-//! needed while the engine compared a region's block hashes with the previous checkpoint's
-//! only at the same length; it now compares block by block across a change of length, and the
-//! padding stays because it costs nothing stored (zero blocks are a marker) and keeps the
-//! restore buffers' sizes stable. Restore cuts it off again.
+//! The images are given to the engine as files (`Engine::checkpoint_files`), each a region of
+//! its own. When they are staged on the node-local tier's file system (`crate::stage`) and
+//! the checkpoint is full and not compressed, the tier takes each file over where the
+//! process wrote it: the engine reads it once, to hash its blocks, and writes nothing of it.
+//! An incremental or compressed checkpoint reads the file and stores what its reduction
+//! leaves. A restore hands back such a file in place, after checking every block of it,
+//! and the restorer reads the image there; other images are copied out into the restart's
+//! staging directory.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::manifest::EngineRecord;
-use crate::sys::{Mapping, MappingMut};
+use crate::manifest::{self, EngineRecord};
+use crate::sys::MappingMut;
 use cairn_comm::Threads;
-use cairn_core::{Config, Engine, NodeLocal, RegionMut, RegionRef};
-use std::collections::{BTreeMap, BTreeSet};
+use cairn_core::part::FileRegion;
+use cairn_core::{Config, Engine, NodeLocal, OwnedRegion, Shape};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
@@ -47,7 +50,7 @@ pub struct Stored {
     /// blocks and compression were taken out).
     pub stored: Vec<u64>,
     /// Per process, the length of each of its tree's regions (in the order given): the
-    /// image padded with zeros.
+    /// image's length (checkpoints of earlier releases padded it with zeros).
     pub regions: Vec<Vec<u64>>,
     /// Whether the checkpoint stored only the blocks that changed since the previous one.
     pub incremental: bool,
@@ -57,12 +60,14 @@ pub struct Stored {
 enum Cmd {
     Checkpoint {
         version: i64,
-        images: Vec<(i32, Mapping)>,
+        images: Vec<TreeImage>,
     },
     Newest,
     Restore {
         version: i64,
-        outs: Vec<(i32, MappingMut)>,
+        /// The process the rank stores, and where its copied images go.
+        proc: usize,
+        dir: PathBuf,
     },
     Finalize,
 }
@@ -75,13 +80,14 @@ pub struct TreeImage {
     pub path: PathBuf,
 }
 
-/// Where one image of a tree is restored: `path`, cut to `len` bytes from its `region`.
-#[derive(Debug, Clone)]
-pub struct RestoreImage {
+/// Where the engine restored one image of a tree (see [`Images::restore`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredImage {
     pub id: i32,
     pub path: PathBuf,
-    pub len: u64,
-    pub region: u64,
+    /// The file is the engine's own, kept where the process wrote it: read it, never
+    /// change or remove it.
+    pub in_place: bool,
 }
 
 enum Reply {
@@ -92,7 +98,7 @@ enum Reply {
         incremental: bool,
     },
     Newest(Option<i64>),
-    Restored(i64),
+    Restored(i64, Vec<RestoredImage>),
     Finalized,
 }
 
@@ -111,8 +117,6 @@ struct Ranks {
 pub struct Images {
     name: String,
     procs: usize,
-    /// Per process, the region length of each image of its tree in the newest checkpoint.
-    regions: Mutex<Vec<BTreeMap<i32, u64>>>,
     /// The global tier's root, absolute.
     global: PathBuf,
     record: EngineRecord,
@@ -157,7 +161,6 @@ impl Images {
         let mut images = Images {
             name: job.to_string(),
             procs,
-            regions: Mutex::new(vec![BTreeMap::new(); procs]),
             global,
             record,
             ranks: Mutex::new(Ranks {
@@ -212,47 +215,30 @@ impl Images {
     pub fn checkpoint(&self, version: u64, trees: &[Vec<TreeImage>]) -> Result<Stored> {
         let t0 = Instant::now();
         let version = engine_version(version)?;
-        // Every image is padded and mapped before any rank starts: a rank that could not
-        // read its image could not take part in the collective calls.
-        let prev = self.regions.lock().expect("regions lock").clone();
-        let mut maps = Vec::with_capacity(trees.len());
-        let mut regions = Vec::with_capacity(trees.len());
+        // Every image is checked before any rank starts: a rank that could not read its
+        // image could not take part in the collective calls.
         let mut lengths = Vec::with_capacity(trees.len());
         for (i, tree) in trees.iter().enumerate() {
-            let mut tree_maps = Vec::with_capacity(tree.len());
-            let mut tree_regions = BTreeMap::new();
             let mut tree_lengths = Vec::with_capacity(tree.len());
             for img in tree {
-                let before = prev
-                    .get(i)
-                    .and_then(|r| r.get(&img.id))
-                    .copied()
-                    .unwrap_or(0);
-                let m = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&img.path)
-                    .and_then(|f| {
-                        let len = f.metadata()?.len();
-                        let region = region_len(before, len);
-                        f.set_len(region)?;
-                        tree_regions.insert(img.id, region);
-                        tree_lengths.push(region);
-                        Mapping::read(&f)
-                    })
-                    .map_err(|e| {
-                        Error::io(format_args!("proc {i}: map {}", img.path.display()), e)
-                    })?;
-                tree_maps.push((img.id, m));
+                let md = std::fs::symlink_metadata(&img.path).map_err(|e| {
+                    Error::io(format_args!("proc {i}: stat {}", img.path.display()), e)
+                })?;
+                if !md.is_file() {
+                    crate::error::bail!(
+                        Io,
+                        "proc {i}: {} is not a regular file",
+                        img.path.display()
+                    );
+                }
+                tree_lengths.push(md.len());
             }
-            maps.push(tree_maps);
-            regions.push(tree_regions);
             lengths.push(tree_lengths);
         }
-        let mut maps = maps.into_iter();
+        let mut trees = trees.iter();
         let replies = self.run(|_| Cmd::Checkpoint {
             version,
-            images: maps.next().expect("one tree per rank"),
+            images: trees.next().expect("one tree per rank").clone(),
         })?;
         let mut stored = Vec::with_capacity(self.procs);
         let mut incremental = true;
@@ -266,7 +252,6 @@ impl Images {
                 incremental &= inc;
             }
         }
-        *self.regions.lock().expect("regions lock") = regions;
         Ok(Stored {
             stored,
             regions: lengths,
@@ -285,65 +270,49 @@ impl Images {
         }
     }
 
-    /// Collective: restores version `version` into `outputs`, per process the images of its
-    /// tree, each a file created here: the engine fills its recorded region, which is then
-    /// cut to the image's length. The engine verifies every block and repairs damaged parts
-    /// from redundancy; if it can only fall back to an older version whose regions have other
-    /// lengths, the call fails with [`RestoreError::Older`].
+    /// Collective: restores version `version` (or, if it is damaged beyond repair, the
+    /// newest older one the engine can restore), and returns the version restored and, per
+    /// process, where each image of its tree is: an image the engine kept where its process
+    /// wrote it is checked block by block and left there; any other is copied into a new
+    /// private file in that process's `dirs` entry, named as in its staging directory. The
+    /// engine repairs damaged parts from redundancy.
     pub fn restore(
         &self,
         version: u64,
-        outputs: &[Vec<RestoreImage>],
-    ) -> Result<u64, RestoreError> {
+        dirs: &[PathBuf],
+    ) -> Result<(u64, Vec<Vec<RestoredImage>>), RestoreError> {
         let v = engine_version(version).map_err(RestoreError::Other)?;
-        let io = |i: usize, p: &Path, e| {
-            RestoreError::Other(Error::io(format_args!("proc {i}: {}", p.display()), e))
-        };
-        let mut maps = Vec::with_capacity(outputs.len());
-        let mut files = Vec::new();
-        for (i, tree) in outputs.iter().enumerate() {
-            let mut tree_maps = Vec::with_capacity(tree.len());
-            for img in tree {
-                let f = private_file(&img.path).map_err(|e| io(i, &img.path, e))?;
-                tree_maps.push((
-                    img.id,
-                    MappingMut::create(&f, img.region).map_err(|e| io(i, &img.path, e))?,
-                ));
-                files.push((i, f, img));
-            }
-            maps.push(tree_maps);
-        }
-        let mut maps = maps.into_iter();
+        let mut dirs = dirs.iter().enumerate();
         let replies = self
-            .run_raw(|_| Cmd::Restore {
-                version: v,
-                outs: maps.next().expect("one tree per rank"),
+            .run_raw(|_| {
+                let (proc, dir) = dirs.next().expect("one directory per rank");
+                Cmd::Restore {
+                    version: v,
+                    proc,
+                    dir: dir.clone(),
+                }
             })
             .map_err(|e| match e {
                 RunError::Engine(e) if e.kind == cairn_core::ErrorKind::NotFound => {
                     RestoreError::NotFound(e.msg)
                 }
-                RunError::Engine(e) if e.kind == cairn_core::ErrorKind::Mismatch => {
-                    RestoreError::Older(e.msg)
-                }
                 e => RestoreError::Other(engine_error("restore the images", e)),
             })?;
-        let Some(Reply::Restored(r)) = replies.first() else {
+        let mut restored = None;
+        let mut trees = Vec::with_capacity(self.procs);
+        for r in replies {
+            if let Reply::Restored(v, tree) = r {
+                restored = Some(v);
+                trees.push(tree);
+            }
+        }
+        let Some(r) = restored.filter(|_| trees.len() == self.procs) else {
             return Err(RestoreError::Other(Error::new(
                 ErrorKind::Engine,
                 "the engine gave no answer",
             )));
         };
-        // The ranks dropped their mappings before replying: the padding can go.
-        for (i, f, img) in &files {
-            f.set_len(img.len).map_err(|e| io(*i, &img.path, e))?;
-        }
-        // The next checkpoint compares its blocks with this one's: same regions.
-        *self.regions.lock().expect("regions lock") = outputs
-            .iter()
-            .map(|tree| tree.iter().map(|img| (img.id, img.region)).collect())
-            .collect();
-        Ok(*r as u64)
+        Ok((r as u64, trees))
     }
 
     /// Collective: finishes pending flushes, makes the newest checkpoint durable on the
@@ -397,9 +366,6 @@ impl Drop for Images {
 pub enum RestoreError {
     /// The version is not complete on every rank (the engine lost it, or never had it).
     NotFound(String),
-    /// The version is damaged beyond repair, and the engine fell back to an older one, which
-    /// has other image lengths: restore that one instead.
-    Older(String),
     Other(Error),
 }
 
@@ -478,13 +444,14 @@ fn rank_main(
         match cmd {
             Cmd::Checkpoint { version, images } => {
                 let before = engine.stats();
-                let regions: Vec<RegionRef<'_>> = images
+                let files: Vec<FileRegion<'_>> = images
                     .iter()
-                    .map(|(id, m)| RegionRef::new(*id, m.bytes()))
+                    .map(|img| FileRegion {
+                        id: img.id,
+                        path: &img.path,
+                    })
                     .collect();
-                let r = engine.checkpoint(&name, version, &regions);
-                drop(regions);
-                drop(images);
+                let r = engine.checkpoint_files(&name, version, &[], &files);
                 let after = engine.stats();
                 reply(r.map(|()| Reply::Stored {
                     stored: after.bytes_stored - before.bytes_stored,
@@ -492,31 +459,75 @@ fn rank_main(
                 }));
             }
             Cmd::Newest => reply(engine.restart_test(&name).map(Reply::Newest)),
-            Cmd::Restore { version, mut outs } => {
-                let mut regions: Vec<RegionMut<'_>> = outs
-                    .iter_mut()
-                    .map(|(id, m)| RegionMut::new(*id, m.bytes_mut()))
-                    .collect();
-                let r = engine.restart(&name, version, &mut regions);
-                drop(regions);
-                drop(outs);
-                reply(r.map(Reply::Restored));
+            Cmd::Restore { version, proc, dir } => {
+                let mut placed = Vec::new();
+                let mut sized = |_: i64, shapes: &[Shape]| {
+                    placed.clear();
+                    shapes
+                        .iter()
+                        .map(|s| restore_buffer(proc, &dir, s, &mut placed))
+                        .collect()
+                };
+                let r = engine.restart_sized(&name, version, &mut [], &mut sized);
+                // The buffers are unmapped before the reply: the files hold every byte.
+                reply(r.map(|(v, bufs)| {
+                    drop(bufs);
+                    Reply::Restored(v, placed)
+                }));
             }
             Cmd::Finalize => return reply(engine.finalize().map(|()| Reply::Finalized)),
         }
     }
 }
 
-/// The region an image of `len` bytes is stored in: the previous checkpoint's region `prev`
-/// while the image fits in it and fills at least half of it, else the image with 1/16 of
-/// headroom, rounded up to whole pages. So an image that grows or shrinks a little keeps its
-/// region length, and the engine can compare its blocks.
-pub fn region_len(prev: u64, len: u64) -> u64 {
-    const PAGE: u64 = 4096;
-    if prev >= len && len >= prev / 2 {
-        return prev;
+/// The buffer image `s` of process `proc` is restored into: the file the engine kept, in
+/// place, or a new private file in `dir` mapped for writing. Records where the image is in
+/// `placed`.
+fn restore_buffer(
+    proc: usize,
+    dir: &Path,
+    s: &Shape,
+    placed: &mut Vec<RestoredImage>,
+) -> cairn_core::Result<OwnedRegion> {
+    if let Some(stored) = &s.stored {
+        placed.push(RestoredImage {
+            id: s.id,
+            path: stored.clone(),
+            in_place: true,
+        });
+        return Ok(OwnedRegion {
+            in_place: Some(stored.clone()),
+            ..OwnedRegion::new(s.id, s.dtype, Box::new(Vec::new()))
+        });
     }
-    (len + len / 16).div_ceil(PAGE) * PAGE
+    let name = match u32::try_from(s.id) {
+        Ok(0) => manifest::image_name(proc),
+        Ok(pid) => manifest::member_image_name(proc, pid),
+        Err(_) => {
+            return Err(cairn_core::Error::new(
+                cairn_core::ErrorKind::Corrupt,
+                format!(
+                    "proc {proc}: the checkpoint holds region {}, which is no image",
+                    s.id
+                ),
+            ))
+        }
+    };
+    let path = dir.join(name);
+    let buf = private_file(&path)
+        .and_then(|f| MappingMut::create(&f, s.bytes()))
+        .map_err(|e| {
+            cairn_core::Error::new(
+                cairn_core::ErrorKind::Io,
+                format!("proc {proc}: {}: {e}", path.display()),
+            )
+        })?;
+    placed.push(RestoredImage {
+        id: s.id,
+        path,
+        in_place: false,
+    });
+    Ok(OwnedRegion::new(s.id, s.dtype, Box::new(buf)))
 }
 
 fn engine_version(v: u64) -> Result<i64> {
@@ -571,23 +582,4 @@ fn check_mem_env(job: &str) -> Result<()> {
 pub fn prepare_env(job: &str) {
     std::env::set_var("CAIRN_JOB", job);
     std::env::remove_var("CAIRN_NODE");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn regions_keep_their_length_while_the_image_fits() {
-        let first = region_len(0, 1_000_000);
-        assert_eq!(first % 4096, 0);
-        assert!(first >= 1_000_000 + 1_000_000 / 16, "{first}");
-        // Grown by a page, shrunk by a few: the same region.
-        assert_eq!(region_len(first, 1_004_096), first);
-        assert_eq!(region_len(first, 990_000), first);
-        // Outgrown, or less than half full: a new one.
-        assert!(region_len(first, first + 1) > first);
-        assert!(region_len(first, first / 3) < first);
-        assert_eq!(region_len(0, 0), 0);
-    }
 }

@@ -7,11 +7,12 @@
 //! listed in `docs/coordinator.md`: the variables [`JOB_ENV`] and the restorer's arguments.
 
 use crate::error::{bail, Error, ErrorKind, Result};
-use crate::images::{Images, RestoreError, RestoreImage};
+use crate::images::{Images, RestoreError, RestoredImage};
 use crate::jobdir::{self, CoordInfo, Token};
 use crate::manifest::{self, Affinity, LaunchRecord, Manifest};
 use crate::node::NodeArgs;
 use crate::root::{KillFn, LastCheckpoint, Root, RootConfig};
+use crate::stage::Staging;
 use crate::{net, node_of, sys, TOKEN_ENV};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -338,7 +339,7 @@ pub fn launch(
         first_version: 1,
         last: None,
         images,
-        restart_stage: None,
+        restart_staged: false,
     };
     run(o, s, procs, nodes, start, &spawn)
 }
@@ -435,9 +436,8 @@ pub fn restart(
     let s = settings(&cands[0].launch);
     check_job(o, &s, procs, nodes)?;
     let images = start_images(o, &s, procs, nodes)?;
-    let m = restore_images(&images, &job_dir, &o.job, &cands)?;
-    let stage = manifest::restart_stage_dir(&job_dir);
-    let trees = tree_outputs(&stage, &m);
+    let staging = Staging::new(&o.engine, &job_dir, &o.job, nodes);
+    let (m, trees) = restore_images(&images, &staging, &o.job, &cands)?;
     let images_paths: Vec<PathBuf> = trees.iter().map(|t| t[0].path.clone()).collect();
     let namespaced = check_images_fit(&images_paths, m.version)?;
     let s = settings(&m.launch);
@@ -491,28 +491,50 @@ pub fn restart(
             when: m.created,
         }),
         images,
-        restart_stage: Some(stage),
+        restart_staged: true,
     };
     run(o, &s, procs, nodes, start, &spawn)
 }
 
-/// Where the engine restores the images of `m`: per process its own image and those of the
-/// processes of its tree, in the restart's staging directory.
-fn tree_outputs(stage: &Path, m: &Manifest) -> Vec<Vec<RestoreImage>> {
-    m.procs
-        .iter()
-        .map(|p| {
-            p.files()
-                .into_iter()
-                .map(|f| RestoreImage {
-                    id: f.id,
-                    path: stage.join(f.name),
-                    len: f.bytes,
-                    region: f.region,
-                })
-                .collect()
-        })
-        .collect()
+/// Puts each process's restored images in the order of its manifest (its own first) and
+/// cuts each copied one to its image's length (checkpoints of earlier releases padded their
+/// regions with zeros). An image the manifest names that the engine did not restore, or the
+/// other way round, is an error naming it.
+fn fit_images(m: &Manifest, trees: &mut [Vec<RestoredImage>]) -> Result<()> {
+    for (p, tree) in m.procs.iter().zip(trees.iter_mut()) {
+        let mut ordered = Vec::with_capacity(tree.len());
+        for f in p.files() {
+            let Some(at) = tree.iter().position(|r| r.id == f.id) else {
+                bail!(
+                    Engine,
+                    "version {}: the engine holds no image of {}",
+                    m.version,
+                    f.who
+                );
+            };
+            let img = tree.swap_remove(at);
+            if !img.in_place {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&img.path)
+                    .and_then(|file| file.set_len(f.bytes))
+                    .map_err(|e| Error::io(format_args!("cut {}", img.path.display()), e))?;
+            }
+            ordered.push(img);
+        }
+        if let Some(extra) = tree.first() {
+            bail!(
+                Engine,
+                "version {}: the engine holds an image (region {}) of proc {} that its manifest \
+                 does not name",
+                m.version,
+                extra.id,
+                p.proc
+            );
+        }
+        *tree = ordered;
+    }
+    Ok(())
 }
 
 /// Refuses, before any process starts, images that cannot run here: taken on another kernel
@@ -545,16 +567,17 @@ fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<Vec<bool>> {
     Ok(namespaced)
 }
 
-/// Has the engine restore the newest of `cands` (newest first) it can into
-/// `<job_dir>/stage/restart/proc<i>.img`, and returns its manifest. The engine rebuilds what
-/// lost nodes held from redundancy and checks every block; a version it cannot restore on
-/// every process is passed over, with a warning that says why.
+/// Has the engine restore the newest of `cands` (newest first) it can, and returns its
+/// manifest and, per process, the images of its tree (its own first): where the engine
+/// kept them, or copies in the staging's restart directories. The engine rebuilds what lost
+/// nodes held from redundancy and checks every block; a version it cannot restore on every
+/// process is passed over, with a warning that says why.
 fn restore_images(
     images: &Images,
-    job_dir: &Path,
+    staging: &Staging,
     job: &str,
     cands: &[Manifest],
-) -> Result<Manifest> {
+) -> Result<(Manifest, Vec<Vec<RestoredImage>>)> {
     let engine = images.record();
     let Some(newest) = images.newest()? else {
         let launched = &cands[0].engine;
@@ -576,19 +599,8 @@ fn restore_images(
         );
     };
     // Nothing runs (checked): what staging holds is from a run that ended.
-    let stage_root = job_dir.join(manifest::STAGE);
-    match std::fs::remove_dir_all(&stage_root) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(Error::io(
-                format_args!("remove {}", stage_root.display()),
-                e,
-            ))
-        }
-    }
-    let stage = manifest::restart_stage_dir(job_dir);
-    jobdir::create_private_dir(&stage)?;
+    staging.clear()?;
+    staging.create_restart()?;
     let mut passed = Vec::new();
     for m in cands {
         if m.version > newest {
@@ -607,25 +619,20 @@ fn restore_images(
             ));
             continue;
         }
-        let outputs = tree_outputs(&stage, m);
-        let restored = match images.restore(m.version, &outputs) {
-            Ok(v) => v,
+        let dirs: Vec<PathBuf> = m
+            .procs
+            .iter()
+            .map(|p| staging.restart_dir(p.node))
+            .collect();
+        let (restored, mut trees) = match images.restore(m.version, &dirs) {
+            Ok(r) => r,
             Err(RestoreError::NotFound(why)) => {
                 passed.push(format!("v{}: {why}", m.version));
                 continue;
             }
-            Err(RestoreError::Older(why)) => {
-                passed.push(format!(
-                    "v{}: damaged beyond repair (see the engine's messages), and the older \
-                     version the engine fell back to has other image sizes ({why})",
-                    m.version
-                ));
-                continue;
-            }
             Err(RestoreError::Other(e)) => return Err(e),
         };
-        // The engine may have fallen back to an older version whose images have the same
-        // lengths.
+        // The engine may have fallen back to an older version.
         let m = if restored == m.version {
             m.clone()
         } else {
@@ -635,12 +642,15 @@ fn restore_images(
             ));
             match cands.iter().find(|c| c.version == restored) {
                 Some(older) => older.clone(),
-                None => Manifest {
-                    version: restored,
-                    ..m.clone()
-                },
+                None => bail!(
+                    NotFound,
+                    "job {job}: the engine fell back to version {restored}, whose manifest is \
+                     gone; passed over {}",
+                    passed.join("; ")
+                ),
             }
         };
+        fit_images(&m, &mut trees)?;
         if passed.is_empty() {
             tracing::info!(
                 "job {job}: the engine restored version {} ({} images, {} bytes)",
@@ -655,7 +665,7 @@ fn restore_images(
                 passed.join("; ")
             );
         }
-        return Ok(m);
+        return Ok((m, trees));
     }
     bail!(
         NotFound,
@@ -824,8 +834,8 @@ struct Start {
     /// The checkpoint a restart came from.
     last: Option<LastCheckpoint>,
     images: Images,
-    /// A restart's staging directory (the restored images).
-    restart_stage: Option<PathBuf>,
+    /// A restart had the engine copy images into the staging's restart directories.
+    restart_staged: bool,
 }
 
 /// Checks a job's shape and settings before anything is started or created.
@@ -851,10 +861,7 @@ fn check_job(o: &Options, s: &Settings, procs: usize, nodes: usize) -> Result<()
         );
     }
     let job_dir = o.dir.join(&o.job);
-    let longest = manifest::stage_dir(&job_dir, u64::from(u32::MAX))
-        .join(manifest::image_name(procs - 1))
-        .as_os_str()
-        .len();
+    let longest = Staging::new(&o.engine, &job_dir, &o.job, nodes).longest_path(procs);
     if longest >= IMAGE_PATH_MAX {
         bail!(
             Usage,
@@ -895,6 +902,7 @@ fn run(
     jobdir::create_private_dir(&o.dir)?;
     jobdir::create_private_dir(&job_dir)?;
     check_not_running(&job_dir)?;
+    let staging = Staging::new(&o.engine, &job_dir, &o.job, nodes);
     let images = Arc::new(start.images);
     let token = Token::random()?;
     let children = Arc::new(Children::default());
@@ -912,7 +920,8 @@ fn run(
             interval: s.interval,
             keep: s.keep,
             images: images.clone(),
-            restart_stage: start.restart_stage.clone(),
+            staging: staging.clone(),
+            restart_staged: start.restart_staged,
             launch: start.record,
             first_version: start.first_version,
             last: start.last,
@@ -1026,9 +1035,9 @@ fn run(
         .find(|&c| c != 0)
         .unwrap_or(0);
     drop(tree);
-    if let Some(stage) = &start.restart_stage {
+    if start.restart_staged {
         // Processes that never registered left their restored images behind.
-        let _ = std::fs::remove_dir_all(stage);
+        staging.remove_restart();
     }
     // The job has ended: the engine finishes its flushes and makes the newest checkpoint
     // durable on the global tier (as `[checkpoint] finalize` says).

@@ -39,6 +39,7 @@ pub mod net;
 pub mod node;
 pub mod proto;
 pub mod root;
+pub mod stage;
 mod sys;
 
 pub use client::{Client, Status};

@@ -1,5 +1,5 @@
 //! Checkpoint versions of a job. The processes write their images into a private staging
-//! directory, `<dir>/<job>/stage/v<N>/proc<i>.img`; the root hands them to Cairn's engine
+//! directory (`crate::stage`); the root hands them to Cairn's engine
 //! (`crate::images`), which stores them as version N of the engine checkpoint named after the
 //! job, and only then writes `<dir>/<job>/v<N>/manifest.json`. Only a manifest makes a version
 //! complete: restart never considers a version without one, and old versions are deleted
@@ -16,10 +16,6 @@ pub const MANIFEST: &str = "manifest.json";
 /// The manifest format this code writes and reads. Format 1 (images as files in the version
 /// directory) is no longer read.
 pub const FORMAT: u32 = 2;
-/// Where the processes write their images before the engine takes them.
-pub const STAGE: &str = "stage";
-/// The staging directory of a restart's images, under [`STAGE`].
-pub const RESTART_STAGE: &str = "restart";
 
 /// Whether threads' CPU masks and pages' NUMA nodes are restored (`--affinity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,16 +224,6 @@ pub fn image_name(proc: usize) -> String {
 /// `proc` started.
 pub fn member_image_name(proc: usize, pid: u32) -> String {
     format!("proc{proc}.{pid}.img")
-}
-
-/// `<job_dir>/stage/v<version>`: where the processes write the images of `version`.
-pub fn stage_dir(job_dir: &Path, version: u64) -> PathBuf {
-    job_dir.join(STAGE).join(format!("v{version}"))
-}
-
-/// `<job_dir>/stage/restart`: where restart puts the images the engine restored.
-pub fn restart_stage_dir(job_dir: &Path) -> PathBuf {
-    job_dir.join(STAGE).join(RESTART_STAGE)
 }
 
 /// A version directory as found on disk.
@@ -463,17 +449,14 @@ pub fn remove_version(job_dir: &Path, version: u64) -> Result<()> {
 
 /// After version `newest` became complete: removes complete versions beyond the newest
 /// `keep`, except those in `also_keep` (the engine still holds them on the global tier),
-/// incomplete versions older than `newest` (left by a crashed root), and the staging
-/// directories of `newest` and older versions (images the engine has taken, or that failed
-/// checkpoints left). Returns the complete or incomplete versions removed; failures are
-/// logged and skipped.
+/// and incomplete versions older than `newest` (left by a crashed root). Returns the complete
+/// or incomplete versions removed; failures are logged and skipped.
 pub fn prune(
     job_dir: &Path,
     keep: usize,
     also_keep: &std::collections::BTreeSet<u64>,
     newest: u64,
 ) -> Vec<u64> {
-    prune_stage(job_dir, newest);
     let Ok(all) = versions(job_dir) else {
         return Vec::new();
     };
@@ -502,29 +485,6 @@ pub fn prune(
         }
     });
     doomed
-}
-
-/// Removes the staging directories `stage/v<k>` for every `k <= upto`.
-pub fn prune_stage(job_dir: &Path, upto: u64) {
-    let Ok(rd) = fs::read_dir(job_dir.join(STAGE)) else {
-        return;
-    };
-    for e in rd.filter_map(|e| e.ok()) {
-        let name = e.file_name();
-        let Some(v) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix('v'))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if v <= upto {
-            let path = e.path();
-            if let Err(err) = fs::remove_dir_all(&path) {
-                tracing::warn!("cannot remove {}: {err}", path.display());
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -647,10 +607,6 @@ mod tests {
         write_version(t.path(), 3, true);
         write_version(t.path(), 4, true);
         write_version(t.path(), 5, false); // a checkpoint in progress
-        for v in [2, 4, 5] {
-            fs::create_dir_all(stage_dir(t.path(), v)).unwrap();
-        }
-        fs::create_dir_all(restart_stage_dir(t.path())).unwrap();
         let none = std::collections::BTreeSet::new();
         assert_eq!(prune(t.path(), 2, &none, 4), vec![1, 2]);
         let left: Vec<u64> = versions(t.path())
@@ -659,8 +615,6 @@ mod tests {
             .map(|v| v.version)
             .collect();
         assert_eq!(left, [3, 4, 5]);
-        assert!(!stage_dir(t.path(), 2).exists() && !stage_dir(t.path(), 4).exists());
-        assert!(stage_dir(t.path(), 5).exists() && restart_stage_dir(t.path()).exists());
         assert_eq!(prune(t.path(), 2, &none, 4), Vec::<u64>::new());
         // A version the engine holds on the global tier stays.
         write_version(t.path(), 6, true);

@@ -23,6 +23,7 @@ use crate::images::{Images, Stored, TreeImage};
 use crate::jobdir::Token;
 use crate::manifest::{self, LaunchRecord, Manifest, MemberImage, ProcImage};
 use crate::proto::{Msg, Verb};
+use crate::stage::Staging;
 use crate::{node_of, procs_of_node};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -58,9 +59,12 @@ pub struct RootConfig {
     pub keep: usize,
     /// The engine job that stores the images.
     pub images: Arc<Images>,
-    /// A restart's staging directory, removed once every restored process has registered
-    /// (the restorer has read its image by then).
-    pub restart_stage: Option<PathBuf>,
+    /// Where the processes write their images.
+    pub staging: Staging,
+    /// A restart had the engine copy images into the staging's restart directories: they
+    /// are removed once every restored process has registered (its restorer has read its
+    /// images by then).
+    pub restart_staged: bool,
     /// Recorded in every manifest.
     pub launch: LaunchRecord,
     /// The number of the first checkpoint this root takes.
@@ -275,7 +279,7 @@ struct Ckpt {
     dir_created: bool,
     /// Some process may still write into the staging directory (it had not answered
     /// WRITE when the checkpoint was aborted, or its node was lost): a failed checkpoint's
-    /// directory is then left for [`manifest::prune`] rather than deleted under it.
+    /// directory is then left for [`Staging::prune`] rather than deleted under it.
     writers: Vec<String>,
     /// The images, once every node answered WRITTEN and they were checked.
     images: Vec<ProcImage>,
@@ -910,14 +914,12 @@ impl RootLoop {
         let msg = match phase {
             Phase::Suspend => Msg::new(Verb::Suspend).arg("ckpt", v),
             Phase::Write => {
-                let dir = manifest::stage_dir(&self.cfg.job_dir, v);
-                if let Err(e) = crate::jobdir::create_private_dir(&dir) {
+                c.dir_created = true;
+                if let Err(e) = self.cfg.staging.create_version(v) {
                     return self.fail(format!("cannot create the staging directory: {e}"));
                 }
-                c.dir_created = true;
-                Msg::new(Verb::Write)
-                    .arg("ckpt", v)
-                    .arg("dir", dir.display())
+                // Each node is told its own directory (see `per_node` below).
+                Msg::new(Verb::Write).arg("ckpt", v)
             }
             Phase::Resume { ok } => Msg::new(Verb::Resume)
                 .arg("ckpt", v)
@@ -937,6 +939,12 @@ impl RootLoop {
                 continue;
             };
             let w = &mut self.peers.get_mut(&conn).expect("a node's peer").writer;
+            let msg = match phase {
+                Phase::Write => msg
+                    .clone()
+                    .arg("dir", self.cfg.staging.version_dir(n, v).display()),
+                _ => msg.clone(),
+            };
             if let Err(e) = crate::proto::send(w, &msg) {
                 tracing::warn!("node {n}: {e}");
                 // Its reader will see the connection end and report it.
@@ -979,7 +987,6 @@ impl RootLoop {
     /// matches its images, and records them.
     fn check_images(&mut self) -> Result<(), String> {
         let c = self.ckpt.as_ref().expect("a checkpoint runs");
-        let dir = manifest::stage_dir(&self.cfg.job_dir, c.version);
         let mut images = Vec::with_capacity(self.procs.len());
         let mut per_node = vec![0u64; self.nodes.len()];
         // The length of an image a process reported written, which must be a file there.
@@ -996,6 +1003,7 @@ impl RootLoop {
                 })
         };
         for (i, p) in self.procs.iter().enumerate() {
+            let dir = self.cfg.staging.version_dir(p.node, c.version);
             let path = dir.join(manifest::image_name(i));
             let bytes = written(&path, format!("proc {i}"), p.node)?;
             per_node[p.node] += bytes;
@@ -1030,7 +1038,7 @@ impl RootLoop {
             }
         }
         for p in &images {
-            check_shared_descriptors(&dir, p)?;
+            check_shared_descriptors(&self.cfg.staging.version_dir(p.node, c.version), p)?;
         }
         let c = self.ckpt.as_mut().expect("a checkpoint runs");
         c.total_bytes = per_node.iter().sum();
@@ -1046,12 +1054,12 @@ impl RootLoop {
         c.deadline = Instant::now() + STORE_LIMIT;
         c.pending.clear();
         self.progress();
-        let dir = manifest::stage_dir(&self.cfg.job_dir, v);
         let c = self.ckpt.as_ref().expect("a checkpoint runs");
         let paths: Vec<Vec<TreeImage>> = c
             .images
             .iter()
             .map(|p| {
+                let dir = self.cfg.staging.version_dir(p.node, v);
                 p.files()
                     .into_iter()
                     .map(|f| TreeImage {
@@ -1159,14 +1167,11 @@ impl RootLoop {
     }
 
     /// Once every restored process has registered, their images are read: the restart's
-    /// staging directory goes.
+    /// staging directories go.
     fn drop_restart_stage(&mut self) {
-        if self.procs.iter().all(|p| p.state == ProcState::Running) {
-            if let Some(dir) = self.cfg.restart_stage.take() {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    tracing::warn!("cannot remove {}: {e}", dir.display());
-                }
-            }
+        if self.cfg.restart_staged && self.procs.iter().all(|p| p.state == ProcState::Running) {
+            self.cfg.restart_staged = false;
+            self.cfg.staging.remove_restart();
         }
     }
 
@@ -1249,6 +1254,7 @@ impl RootLoop {
                 dir.display()
             );
             let on_global = self.cfg.images.global_versions();
+            self.cfg.staging.prune(c.version);
             let removed = manifest::prune(&self.cfg.job_dir, self.cfg.keep, &on_global, c.version);
             if !removed.is_empty() {
                 let removed = removed.iter().map(|&v| v as usize);
@@ -1274,16 +1280,13 @@ impl RootLoop {
                     tracing::debug!("{e}");
                 }
             }
-            let stage = manifest::stage_dir(&self.cfg.job_dir, c.version);
             if c.dir_created && c.writers.is_empty() {
-                if let Err(e) = std::fs::remove_dir_all(&stage) {
-                    tracing::debug!("remove {}: {e}", stage.display());
-                }
+                self.cfg.staging.remove_version(c.version);
             } else if c.dir_created {
                 tracing::info!(
-                    "checkpoint {}: {} is left for later deletion: {} may still be writing",
+                    "checkpoint {}: its staging directories are left for later deletion: {} \
+                     may still be writing",
                     c.version,
-                    stage.display(),
                     c.writers.join(", ")
                 );
             }

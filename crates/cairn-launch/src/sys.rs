@@ -64,44 +64,6 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
-/// A file mapped read-only and shared: what the engine reads an image from without copying
-/// it into the root's memory (the pages stay in the page cache, which the kernel may reclaim).
-pub struct Mapping {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is read-only memory owned by this value alone; reading it from another
-// thread is as safe as reading any `&[u8]`.
-unsafe impl Send for Mapping {}
-// SAFETY: as for Send: shared access only reads.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Maps all of `file` for reading. The file must not change while it is mapped: images
-    /// are private files (0600 in a 0700 directory) that their process has finished and will
-    /// not touch again.
-    pub fn read(file: &std::fs::File) -> io::Result<Mapping> {
-        let len = usize::try_from(file.metadata()?.len())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        map(file, len, libc::PROT_READ).map(|ptr| Mapping { ptr, len })
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: `ptr` is a live mapping of `len` readable bytes, unmapped only on drop.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        unmap(self.ptr, self.len);
-    }
-}
-
 /// A file mapped for reading and writing, shared with the file: what a restore writes an
 /// image into, so it reaches the file (and the restorer) without a copy in the root's memory.
 pub struct MappingMut {
@@ -129,6 +91,12 @@ impl MappingMut {
         // SAFETY: `ptr` is a live writable mapping of `len` bytes, unmapped only on drop, and
         // `&mut self` makes this the only reference to it.
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
+    }
+}
+
+impl AsMut<[u8]> for MappingMut {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.bytes_mut()
     }
 }
 

@@ -25,7 +25,8 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("coord-node") => std::process::exit(cairn_launch::node::main(&args[2..])),
         Some("fake-proc") => std::process::exit(fake::proc_main(&args[2..], None)),
-        Some(img) if img.ends_with(".img") => std::process::exit(fake::restore_main(&args[1..])),
+        // The restorer is given an image's absolute path first.
+        Some(img) if img.starts_with('/') => std::process::exit(fake::restore_main(&args[1..])),
         _ => std::process::exit(run_tests(&args[1..])),
     }
 }
@@ -540,6 +541,13 @@ impl Job {
         manifest::version_dir(&self.job_dir(), v)
     }
 
+    /// Where the processes of `node` stage the images of checkpoint `v`: beside the node's
+    /// data on the node-local tier.
+    fn stage(&self, node: usize, v: u64) -> PathBuf {
+        self.tmp()
+            .join(format!("local/node{node}/.launch/{}/v{v}", self.opts.job))
+    }
+
     /// A client, once the coordinator file is there.
     fn client(&self) -> Client {
         wait_for("the coordinator file", 20.0, || {
@@ -712,8 +720,8 @@ fn checkpoint_8_procs_on_2_nodes() {
         assert_eq!((p.proc, p.node, p.pid), (i, i / 4, pid_of(&s, i)));
         // The fake image: a header, its arguments and 1000 + 100 i dots.
         assert!(p.bytes > 1000 + 100 * i as u64, "{p:?}");
-        // Stored in a region of whole pages (no compression configured).
-        assert!(p.region >= p.bytes && p.region % 4096 == 0, "{p:?}");
+        // Stored as a region of its own length (no compression configured).
+        assert_eq!(p.region, p.bytes, "{p:?}");
         assert!(p.stored > 0 && p.stored <= p.region, "{p:?}");
         // Each image is the engine's part of rank i, on the node-local tier of its node.
         let part = tmp.join(format!("local/node{}/job1/v1/rank{i}.ckpt", i / 4));
@@ -722,15 +730,15 @@ fn checkpoint_8_procs_on_2_nodes() {
         for step in ["suspend 1", "write 1", "resume 1 ok=1"] {
             assert!(log.contains(step), "proc {i}: {log}");
         }
-        let staged = manifest::stage_dir(&job.job_dir(), 1).join(format!("proc{i}.img"));
+        let staged = job.stage(i / 4, 1).join(format!("proc{i}.img"));
         assert!(
             log.contains(&staged.display().to_string()),
             "proc {i}: {log}"
         );
     }
-    // The staged images went once the engine had them; the version directory holds only
-    // the manifest.
-    assert!(!manifest::stage_dir(&job.job_dir(), 1).exists());
+    // The staged images went once the engine had them (it took each file over, where it
+    // was written); the version directory holds only the manifest.
+    assert!(!job.stage(0, 1).exists() && !job.stage(1, 1).exists());
     let files: Vec<_> = std::fs::read_dir(job.vdir(1)).unwrap().collect();
     assert_eq!(files.len(), 1);
     assert_eq!(m.bytes, m.procs.iter().map(|p| p.bytes).sum::<u64>());
@@ -808,7 +816,7 @@ fn sigkill_during_write_fails_the_checkpoint() {
     let t = Instant::now();
     let ckpt = std::thread::spawn(move || c.checkpoint(|_| {}));
     // Proc 2 is writing its image (and will never finish): kill it there.
-    let partial = manifest::stage_dir(&job.job_dir(), 1).join("proc2.img.tmp");
+    let partial = job.stage(1, 1).join("proc2.img.tmp");
     wait_for("proc 2 to start writing", 20.0, || {
         partial.exists().then_some(())
     });
@@ -831,9 +839,7 @@ fn sigkill_during_write_fails_the_checkpoint() {
             log.contains("write 1") && log.contains("resume 1 ok=0"),
             "proc {i}: {log}"
         );
-        assert!(!manifest::stage_dir(&job.job_dir(), 1)
-            .join(format!("proc{i}.img"))
-            .exists());
+        assert!(!job.stage(i / 2, 1).join(format!("proc{i}.img")).exists());
     }
     let s = job.client().status().unwrap();
     assert_eq!(s.procs[2].get("state"), Some("lost"));
@@ -1078,9 +1084,7 @@ fn keep_deletes_only_after_newer_complete() {
     wait_for("proc 0 to drop version 2", 10.0, || {
         job.log(0).contains("resume 2 ok=0").then_some(())
     });
-    assert!(!manifest::stage_dir(&job.job_dir(), 2)
-        .join("proc0.img")
-        .exists());
+    assert!(!job.stage(0, 2).join("proc0.img").exists());
     assert!(!job.vdir(2).join(manifest::MANIFEST).exists());
     // Version 3 completes: only now do versions 1 (complete) and 2 (not) go.
     assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 3);
@@ -1183,8 +1187,9 @@ fn engine_failure_fails_the_checkpoint() {
     let job = Job::start(4, 2, settings(), &[]);
     job.wait_running(4);
     assert_eq!(job.client().checkpoint(|_| {}).unwrap().version, 1);
-    // Node 1's storage becomes a file: the engine cannot write there.
-    let node1 = job.tmp().join("local/node1");
+    // The job's directory on node 1's storage becomes a file: the engine cannot write its
+    // parts there (the images are still staged beside it).
+    let node1 = job.tmp().join("local/node1/job1");
     std::fs::remove_dir_all(&node1).unwrap();
     std::fs::write(&node1, b"not a directory").unwrap();
     let e = job.client().checkpoint(|_| {}).unwrap_err();
@@ -1197,7 +1202,7 @@ fn engine_failure_fails_the_checkpoint() {
     );
     // No manifest; the processes were told to drop their images, and the staged ones went.
     assert!(!job.vdir(2).exists());
-    assert!(!manifest::stage_dir(&job.job_dir(), 2).exists());
+    assert!(!job.stage(0, 2).exists() && !job.stage(1, 2).exists());
     for i in 0..4 {
         let log = job.log(i);
         assert!(log.contains("resume 2 ok=0"), "proc {i}: {log}");

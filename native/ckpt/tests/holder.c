@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -37,11 +37,13 @@
  *            into word 1 over and over: each step writes its number into word 0 and waits
  *            (up to 2 s) for the child's copy (exit 10 if it never comes: the memory is no
  *            longer shared)
+ *   eventchild an eventfd shared with a forked child, which waits on it until the end (a
+ *            restart would give each process its own: refused)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
- * A checkpoint is refused for pipe, socket, sockets, inotify and child, and for fifo unless
+ * A checkpoint is refused for pipe, socket, sockets, inotify, child and eventchild, and for fifo unless
  * CAIRN_CKPT_EXTERNAL=close; shared, anon and dirs come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -66,7 +68,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -80,7 +82,7 @@ int main(int argc, char **argv)
     pid_t child = -1;
     unsigned char *map = NULL;
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
-    int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1;
+    int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1, shared_event = -1;
     volatile long *both = NULL;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
@@ -184,6 +186,18 @@ int main(int argc, char **argv)
             }
             _exit(0);
         }
+    } else if (strcmp(what, "eventchild") == 0) {
+        int ev = eventfd(0, 0);
+        if (ev < 0)
+            return 3;
+        child = fork();
+        if (child == 0) {
+            uint64_t v;
+            while (read(ev, &v, sizeof v) == (ssize_t)sizeof v && v < 2)
+                ;
+            _exit(0);
+        }
+        shared_event = ev;
     } else if (strcmp(what, "dirs") == 0) {
         dirfd = open(argv[3], O_RDONLY | O_DIRECTORY);
         nullfd = open("/dev/null", O_WRONLY);
@@ -323,6 +337,11 @@ int main(int argc, char **argv)
         close(peer);
     if (both)
         both[2] = 1;
+    if (shared_event >= 0) {
+        uint64_t end = 2;
+        if (write(shared_event, &end, sizeof end) != (ssize_t)sizeof end)
+            return 11;
+    }
     if (child > 0) {
         if (strcmp(what, "child") == 0 || strcmp(what, "static") == 0)
             kill(child, SIGTERM);

@@ -1,0 +1,193 @@
+//! Where the processes of a job write their images before the engine takes them.
+//!
+//! Each node stages its processes' images beside its data on the engine's node-local tier,
+//! `<local>/node<k>/.launch/<job>/`, when that tier is a directory: an image written there
+//! is on the tier's file system, so the engine takes the file over where it lies
+//! (`cairn_core::part::write_part_files`) instead of copying it, and every byte of a full
+//! checkpoint is written once, by the process that owns it. With the shared-memory tier or
+//! no node-local tier the images are staged in `<dir>/<job>/stage/` and the engine copies
+//! them. Under either root, `v<N>/` holds the images of checkpoint N and `restart/` those a
+//! restart had the engine copy out (an image the engine kept where the process wrote it is
+//! read there). The engine's listings skip names starting with a dot, so `.launch` is never
+//! taken for a checkpoint name.
+
+use crate::error::{Error, Result};
+use cairn_core::{Config, NodeLocal};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The staging directories of a job, one root per node (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Staging {
+    roots: Vec<PathBuf>,
+    /// `<dir>/<job>/stage`: the root when the tier is not a directory, and where a job
+    /// staged before it was (cleared with the others).
+    shared: PathBuf,
+}
+
+/// The directory of a restart's images under a staging root.
+const RESTART: &str = "restart";
+
+impl Staging {
+    /// The staging of job `job` in `job_dir` over `nodes` nodes, for the engine
+    /// configuration `cfg`.
+    pub fn new(cfg: &Config, job_dir: &Path, job: &str, nodes: usize) -> Staging {
+        let shared = job_dir.join("stage");
+        let roots = match cfg.node_local() {
+            NodeLocal::Dir(local) => {
+                let local = std::path::absolute(local).unwrap_or_else(|_| local.to_path_buf());
+                (0..nodes.max(1))
+                    .map(|k| local.join(format!("node{k}")).join(".launch").join(job))
+                    .collect()
+            }
+            NodeLocal::Mem | NodeLocal::None => vec![shared.clone(); nodes.max(1)],
+        };
+        Staging { roots, shared }
+    }
+
+    fn root(&self, node: usize) -> &Path {
+        &self.roots[node.min(self.roots.len() - 1)]
+    }
+
+    /// `<root of node>/v<version>`: where the processes of `node` write checkpoint `version`.
+    pub fn version_dir(&self, node: usize, version: u64) -> PathBuf {
+        self.root(node).join(format!("v{version}"))
+    }
+
+    /// `<root of node>/restart`: where the engine copies the restored images of `node`.
+    pub fn restart_dir(&self, node: usize) -> PathBuf {
+        self.root(node).join(RESTART)
+    }
+
+    /// Every root once, and the shared one.
+    fn all_roots(&self) -> BTreeSet<&Path> {
+        let mut all: BTreeSet<&Path> = self.roots.iter().map(PathBuf::as_path).collect();
+        all.insert(&self.shared);
+        all
+    }
+
+    /// Creates the private directory of `version` on every node.
+    pub fn create_version(&self, version: u64) -> Result<()> {
+        for node in 0..self.roots.len() {
+            crate::jobdir::create_private_dir(&self.version_dir(node, version))?;
+        }
+        Ok(())
+    }
+
+    /// Creates the private restart directory on every node.
+    pub fn create_restart(&self) -> Result<()> {
+        for node in 0..self.roots.len() {
+            crate::jobdir::create_private_dir(&self.restart_dir(node))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the directories of `version` (its images, if the engine left any).
+    pub fn remove_version(&self, version: u64) {
+        for root in self.all_roots() {
+            remove(&root.join(format!("v{version}")));
+        }
+    }
+
+    /// Removes the restart directories.
+    pub fn remove_restart(&self) {
+        for root in self.all_roots() {
+            remove(&root.join(RESTART));
+        }
+    }
+
+    /// Removes the directories of every version up to `upto` (images the engine has taken,
+    /// or that failed checkpoints left).
+    pub fn prune(&self, upto: u64) {
+        for root in self.all_roots() {
+            let Ok(rd) = fs::read_dir(root) else { continue };
+            for e in rd.filter_map(|e| e.ok()) {
+                let name = e.file_name();
+                let v = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix('v'))
+                    .and_then(|n| n.parse::<u64>().ok());
+                if v.is_some_and(|v| v <= upto) {
+                    remove(&e.path());
+                }
+            }
+        }
+    }
+
+    /// Removes everything staged, on every node: nothing of the job runs, so what is there
+    /// is from a run that ended.
+    pub fn clear(&self) -> Result<()> {
+        for root in self.all_roots() {
+            match fs::remove_dir_all(root) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format_args!("remove {}", root.display()), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The length of the longest path an image of `procs` processes can have.
+    pub fn longest_path(&self, procs: usize) -> usize {
+        let name = crate::manifest::member_image_name(procs.saturating_sub(1), u32::MAX);
+        self.roots
+            .iter()
+            .map(|r| {
+                r.join(format!("v{}", u32::MAX))
+                    .join(&name)
+                    .as_os_str()
+                    .len()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn remove(path: &Path) {
+    match fs::remove_dir_all(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_are_staged_beside_each_nodes_data_on_a_directory_tier() {
+        let t = tempfile::tempdir().unwrap();
+        let mut cfg = Config {
+            local: Some(t.path().join("local")),
+            ..Config::default()
+        };
+        let job_dir = t.path().join("jobs").join("j1");
+        let s = Staging::new(&cfg, &job_dir, "j1", 2);
+        assert_eq!(
+            s.version_dir(1, 7),
+            t.path().join("local/node1/.launch/j1/v7")
+        );
+        assert_eq!(
+            s.restart_dir(0),
+            t.path().join("local/node0/.launch/j1/restart")
+        );
+        s.create_version(3).unwrap();
+        s.create_version(5).unwrap();
+        s.create_restart().unwrap();
+        s.prune(3);
+        assert!(!s.version_dir(0, 3).exists() && !s.version_dir(1, 3).exists());
+        assert!(s.version_dir(0, 5).exists() && s.version_dir(1, 5).exists());
+        s.remove_restart();
+        assert!(!s.restart_dir(1).exists());
+        s.clear().unwrap();
+        assert!(!t.path().join("local/node0/.launch/j1").exists());
+        assert!(t.path().join("local/node0/.launch").exists());
+
+        cfg.local = None;
+        cfg.local_mem = true;
+        let s = Staging::new(&cfg, &job_dir, "j1", 2);
+        assert_eq!(s.version_dir(1, 7), job_dir.join("stage/v7"));
+    }
+}
