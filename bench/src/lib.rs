@@ -384,10 +384,35 @@ pub fn list(name: &str, v: &str, min: usize) -> Result<Vec<usize>, String> {
 
 // ---- results as files ----------------------------------------------------------------------
 
-/// A series of timed runs in JSON: median, fastest, slowest and every sample, in seconds.
-pub fn series_json(samples: &[f64]) -> serde_json::Value {
+/// The fastest and slowest of `samples` (infinities when there are none).
+pub fn span(samples: &[f64]) -> (f64, f64) {
     let lo = samples.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine, the one the
+/// benchmarks' C programs stamp their lines with.
+pub fn mono_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes into the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// The running kernel's release (`/proc/sys/kernel/osrelease`), `?` if unreadable.
+pub fn kernel() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A series of timed runs in JSON: median, fastest, slowest and every sample, in seconds.
+pub fn series_json(samples: &[f64]) -> serde_json::Value {
+    let (lo, hi) = span(samples);
     serde_json::json!({
         "median_s": median(samples),
         "min_s": if samples.is_empty() { None } else { Some(lo) },

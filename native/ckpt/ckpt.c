@@ -1025,14 +1025,20 @@ static int inflight_room(size_t n)
     return 0;
 }
 
+/* An int socket option at SOL_SOCKET (SO_DOMAIN, SO_TYPE, ...), 0 if it cannot be read. */
+static int sock_opt(int fd, int opt)
+{
+    int v = 0;
+    socklen_t sl = sizeof v;
+    if (getsockopt(fd, SOL_SOCKET, opt, &v, &sl) != 0)
+        return 0;
+    return v;
+}
+
 /* A socket's family and type, and its peer's address where it has one. */
 static void describe_socket(int fd, char *out, size_t len)
 {
-    int dom = 0, type = 0;
-    socklen_t sl = sizeof dom;
-    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
-    sl = sizeof type;
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    int dom = sock_opt(fd, SO_DOMAIN), type = sock_opt(fd, SO_TYPE);
     const char *d = dom == AF_UNIX ? "Unix" : dom == AF_INET ? "IPv4" : dom == AF_INET6 ? "IPv6" : dom == AF_NETLINK ? "netlink" : "other";
     const char *t = type == SOCK_STREAM ? "stream" : type == SOCK_DGRAM ? "datagram" : type == SOCK_SEQPACKET ? "seqpacket" : "raw";
     struct sockaddr_storage a;
@@ -1051,11 +1057,8 @@ static void describe_socket(int fd, char *out, size_t len)
         } else {
             snprintf(peer, sizeof peer, ", connected");
         }
-    } else {
-        int listening = 0;
-        sl = sizeof listening;
-        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) == 0 && listening)
-            snprintf(peer, sizeof peer, ", listening");
+    } else if (sock_opt(fd, SO_ACCEPTCONN)) {
+        snprintf(peer, sizeof peer, ", listening");
     }
     snprintf(out, len, "%s %s%s", d, t, peer);
 }
@@ -1214,11 +1217,7 @@ static uint64_t unix_peer(uint64_t ino)
 /* Note a connected Unix stream socket for census_sockets. Returns 0 for another socket. */
 static int unix_stream_end(int fd, const char *target)
 {
-    int dom = 0, type = 0;
-    socklen_t sl = sizeof dom;
-    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
-    sl = sizeof type;
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    int dom = sock_opt(fd, SO_DOMAIN), type = sock_opt(fd, SO_TYPE);
     if (dom != AF_UNIX || type != SOCK_STREAM || strncmp(target, "socket:[", 8) != 0 || nsock_ends >= MAX_FDS)
         return 0;
     struct sock_end *e = &sock_ends[nsock_ends++];
@@ -1233,12 +1232,10 @@ static int unix_stream_end(int fd, const char *target)
  * Returns 0 for any other socket. */
 static int save_listener(int fd, const char *target)
 {
-    int listening = 0, dom = 0, type = 0, proto = 0, on = 0;
-    socklen_t sl = sizeof listening;
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) != 0 || !listening)
+    int on = 0;
+    if (!sock_opt(fd, SO_ACCEPTCONN))
         return 0;
-    sl = sizeof dom;
-    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
+    int dom = sock_opt(fd, SO_DOMAIN);
     if (dom != AF_UNIX && dom != AF_INET && dom != AF_INET6)
         return 0;
     struct fd_rec *f = new_record(fd, FD_LISTEN, target);
@@ -1249,14 +1246,10 @@ static int save_listener(int fd, const char *target)
         return 0;
     if (dom == AF_UNIX && f->addrlen <= offsetof(struct sockaddr_un, sun_path))
         return 0; /* listening without a name: nothing could connect to it again */
-    sl = sizeof type;
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
-    sl = sizeof proto;
-    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &sl);
-    f->sock_type = type;
+    f->sock_type = sock_opt(fd, SO_TYPE);
     f->value = (uint64_t)dom;
-    f->timer[0] = proto;
-    sl = sizeof on;
+    f->timer[0] = sock_opt(fd, SO_PROTOCOL);
+    socklen_t sl = sizeof on;
     if (getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, &sl) == 0)
         f->timer[1] = on;
     sl = sizeof on;
@@ -1753,16 +1746,9 @@ static void census_sockets(void)
 static int sock_record(int fd, struct cairn_img_sock *r)
 {
     memset(r, 0, sizeof *r);
-    int v = 0;
-    socklen_t sl = sizeof v;
-    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &sl);
-    r->family = (uint32_t)v;
-    sl = sizeof v;
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &sl);
-    r->type = (uint32_t)v;
-    sl = sizeof v;
-    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &v, &sl);
-    r->protocol = (uint32_t)v;
+    r->family = (uint32_t)sock_opt(fd, SO_DOMAIN);
+    r->type = (uint32_t)sock_opt(fd, SO_TYPE);
+    r->protocol = (uint32_t)sock_opt(fd, SO_PROTOCOL);
     socklen_t al = sizeof r->local;
     if (getsockname(fd, (struct sockaddr *)r->local, &al) != 0 || al > sizeof r->local)
         return -1;
@@ -1786,7 +1772,7 @@ static int sock_record(int fd, struct cairn_img_sock *r)
         if (opts[i].level == IPPROTO_IPV6 && r->family != AF_INET6)
             continue;
         int on = 0;
-        sl = sizeof on;
+        socklen_t sl = sizeof on;
         if (getsockopt(fd, opts[i].level, opts[i].name, &on, &sl) == 0 && on)
             r->opts |= opts[i].bit;
     }
@@ -1808,11 +1794,8 @@ static int keep_inflight(const void *p, size_t n)
  * socket. */
 static int tree_listener(int fd, const char *target)
 {
-    int listening = 0;
-    socklen_t sl = sizeof listening;
     struct cairn_img_sock r;
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) != 0 || !listening ||
-        strncmp(target, "socket:[", 8) != 0 || sock_record(fd, &r) != 0)
+    if (!sock_opt(fd, SO_ACCEPTCONN) || strncmp(target, "socket:[", 8) != 0 || sock_record(fd, &r) != 0)
         return 0;
     if (r.family != AF_UNIX && r.family != AF_INET && r.family != AF_INET6)
         return 0;
@@ -1832,11 +1815,7 @@ static int tree_listener(int fd, const char *target)
 /* In a tree: note a connected TCP socket for census_tcp. Returns 0 for another socket. */
 static int tcp_end(int fd, const char *target)
 {
-    int dom = 0, type = 0;
-    socklen_t sl = sizeof dom;
-    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &sl);
-    sl = sizeof type;
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+    int dom = sock_opt(fd, SO_DOMAIN), type = sock_opt(fd, SO_TYPE);
     struct sockaddr_storage a;
     socklen_t al = sizeof a;
     if ((dom != AF_INET && dom != AF_INET6) || type != SOCK_STREAM || strncmp(target, "socket:[", 8) != 0 ||

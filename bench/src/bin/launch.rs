@@ -27,7 +27,9 @@
 //! it fails; processes left behind by a failed step are found by the run's directory in their
 //! command lines and killed.
 
-use cairn_bench::{count, fs_available, median, meminfo, on_tmpfs, order, walk, MIB};
+use cairn_bench::{
+    count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, span, walk, MIB,
+};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -165,23 +167,6 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
 
 // ---- small helpers ---------------------------------------------------------------------------
 
-/// CLOCK_MONOTONIC in nanoseconds, the clock the C programs stamp their lines with.
-fn mono_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime(2) writes into the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-fn span(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
-}
-
 fn secs(s: f64) -> String {
     if s < 1.0 {
         format!("{:.1} ms", s * 1e3)
@@ -219,12 +204,6 @@ fn verdict(r: f64, target: f64) -> String {
     } else {
         cairn_bench::verdict(r <= target).into()
     }
-}
-
-fn kernel() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
 }
 
 fn sigkill(pid: i32) {

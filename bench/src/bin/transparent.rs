@@ -19,7 +19,9 @@
 //! image, file and child process of the run is removed or killed when the run ends, also when
 //! it fails (a run killed from outside leaves its two directories; bench/README.md says which).
 
-use cairn_bench::{count, fs_available, median, meminfo, on_tmpfs, order, walk, MIB};
+use cairn_bench::{
+    count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, span, walk, MIB,
+};
 use serde_json::{json, Value};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -152,17 +154,6 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
 
 // ---- small helpers ---------------------------------------------------------------------------
 
-/// CLOCK_MONOTONIC in nanoseconds, the clock the C programs stamp their lines with.
-fn mono_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime(2) writes into the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
 /// The order of two kinds in repetition `rep`: alternating, the first kind first in round 0.
 fn pair(rep: usize) -> [usize; 2] {
     if rep % 2 == 0 {
@@ -170,12 +161,6 @@ fn pair(rep: usize) -> [usize; 2] {
     } else {
         [1, 0]
     }
-}
-
-fn span(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
 }
 
 /// MB/s (10^6 bytes per second).
@@ -220,12 +205,6 @@ fn numa_nodes() -> usize {
         })
         .unwrap_or(0);
     n.max(1)
-}
-
-fn kernel() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
 }
 
 /// A pipe whose read end holds `bytes` (the write end is closed): a child's standard input

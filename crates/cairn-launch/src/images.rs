@@ -49,9 +49,6 @@ pub struct Stored {
     /// Per process, the bytes the engine stored for its image (after zero blocks, unchanged
     /// blocks and compression were taken out).
     pub stored: Vec<u64>,
-    /// Per process, the length of each of its tree's regions (in the order given): the
-    /// image's length (checkpoints of earlier releases padded it with zeros).
-    pub regions: Vec<Vec<u64>>,
     /// Whether the checkpoint stored only the blocks that changed since the previous one.
     pub incremental: bool,
     pub secs: f64,
@@ -209,32 +206,14 @@ impl Images {
     }
 
     /// Collective over the ranks: checkpoint `version` of the job from the images of each
-    /// process's tree (`trees`, one entry per process, in order). Returns once the engine
+    /// process's tree (`trees`, one entry per process, in order), each a region of its own
+    /// length. The root has checked that every image is a regular file; one that cannot be
+    /// read fails the checkpoint on every rank with its rank's reason. Returns once the engine
     /// reports the checkpoint captured (and protected, and durable if its flush is
     /// synchronous) on every rank.
     pub fn checkpoint(&self, version: u64, trees: &[Vec<TreeImage>]) -> Result<Stored> {
         let t0 = Instant::now();
         let version = engine_version(version)?;
-        // Every image is checked before any rank starts: a rank that could not read its
-        // image could not take part in the collective calls.
-        let mut lengths = Vec::with_capacity(trees.len());
-        for (i, tree) in trees.iter().enumerate() {
-            let mut tree_lengths = Vec::with_capacity(tree.len());
-            for img in tree {
-                let md = std::fs::symlink_metadata(&img.path).map_err(|e| {
-                    Error::io(format_args!("proc {i}: stat {}", img.path.display()), e)
-                })?;
-                if !md.is_file() {
-                    crate::error::bail!(
-                        Io,
-                        "proc {i}: {} is not a regular file",
-                        img.path.display()
-                    );
-                }
-                tree_lengths.push(md.len());
-            }
-            lengths.push(tree_lengths);
-        }
         let mut trees = trees.iter();
         let replies = self.run(|_| Cmd::Checkpoint {
             version,
@@ -254,7 +233,6 @@ impl Images {
         }
         Ok(Stored {
             stored,
-            regions: lengths,
             incremental,
             secs: t0.elapsed().as_secs_f64(),
         })

@@ -1105,11 +1105,12 @@ impl RootLoop {
     /// is complete, whatever happens next.
     fn publish(&mut self, stored: &Stored) -> Result<(), String> {
         let c = self.ckpt.as_mut().expect("a checkpoint runs");
-        for ((p, &s), r) in c.images.iter_mut().zip(&stored.stored).zip(&stored.regions) {
+        // Each image is a region of its own length.
+        for (p, &s) in c.images.iter_mut().zip(&stored.stored) {
             p.stored = s;
-            p.region = r.first().copied().unwrap_or(0);
-            for (m, &region) in p.members.iter_mut().zip(r.iter().skip(1)) {
-                m.region = region;
+            p.region = p.bytes;
+            for m in &mut p.members {
+                m.region = m.bytes;
             }
         }
         c.total_stored = stored.stored.iter().sum();
