@@ -3,19 +3,28 @@
 //! checkpoint signal sent from outside, killed with SIGKILL, and brought back by
 //! `cairn-restore`; each program checks its own state and says OK or BAD at the end.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 fn native() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../native/ckpt")
 }
 
-/// Compile a test program of native/ckpt/tests once per test run.
+/// `native/ckpt/tests/<name>.c`, built once per test process: tests run side by side,
+/// and rebuilding a program another test is running would replace the file its restart
+/// maps again.
 fn program(name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(out) = built.get(name) {
+        return out.clone();
+    }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ckpt-programs");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name);
+    let out = dir.join(format!("{name}-{}", std::process::id()));
     let src = native().join("tests").join(format!("{name}.c"));
     let st = Command::new("cc")
         .args(["-O2", "-g", "-pthread", "-o"])
@@ -25,6 +34,7 @@ fn program(name: &str, extra: &[&str]) -> PathBuf {
         .status()
         .expect("cc");
     assert!(st.success(), "compiling {}", src.display());
+    built.insert(name.to_string(), out.clone());
     out
 }
 
