@@ -14,7 +14,10 @@
 //! - **b**: the same process under Cairn with `[reduction] incremental` on and off: the first
 //!   checkpoint of each, and the restart from the newest of `--ckpts` checkpoints (an
 //!   incremental chain against a full image) with `--changed` thousandths of the pages
-//!   changed between checkpoints;
+//!   changed between checkpoints; the chain is restarted twice, once as a crash leaves it
+//!   (the newest images still where the processes wrote them, read in place after the
+//!   engine checked them against the chain) and once with those images deleted (the engine
+//!   assembles each image from the chain);
 //! - **c**: three processes streaming over pipes (producer | filter | consumer, `--pipe-mib`
 //!   MiB each, `--rate` MB/s): the checkpoint while streaming against the same three
 //!   processes checkpointed idle, and, as context, against a raw write of their images' bytes
@@ -922,6 +925,35 @@ impl<'a> CairnJob<'a> {
         Ok(())
     }
 
+    /// Deletes the images kept in the node-local staging directories of the job's versions
+    /// (`<local>/node<k>/.launch/<job>/v<N>/`); fails if there were none.
+    fn lose_kept_images(&self) -> Result<(), String> {
+        let local = self.dir.path.join("local");
+        let mut lost = 0;
+        for node in read_dir(&local)? {
+            for job in read_dir(&node.join(".launch")).unwrap_or_default() {
+                for v in read_dir(&job)? {
+                    let is_version = v
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with('v'));
+                    if is_version {
+                        lost += read_dir(&v)?.len();
+                        fs::remove_dir_all(&v)
+                            .map_err(|e| format!("cannot remove {}: {e}", v.display()))?;
+                    }
+                }
+            }
+        }
+        if lost == 0 {
+            return Err(format!(
+                "no images were kept beside the newest checkpoint under {}",
+                local.display()
+            ));
+        }
+        Ok(())
+    }
+
     /// Start `cairn restart`; returns CLOCK_MONOTONIC just before the spawn.
     fn restart(&mut self) -> Result<i64, String> {
         let c = self.cmd("restart");
@@ -929,6 +961,16 @@ impl<'a> CairnJob<'a> {
         self.fg = Some(Proc::spawn("cairn restart", c)?);
         Ok(t0)
     }
+}
+
+/// The entries of directory `p`.
+fn read_dir(p: &Path) -> Result<Vec<PathBuf>, String> {
+    let rd = fs::read_dir(p).map_err(|e| format!("cannot list {}: {e}", p.display()))?;
+    rd.map(|e| {
+        e.map(|e| e.path())
+            .map_err(|e| format!("cannot list {}: {e}", p.display()))
+    })
+    .collect()
 }
 
 // ---- DMTCP jobs ------------------------------------------------------------------------------
@@ -1156,6 +1198,19 @@ fn restarted(hb: &mut Hb, job: &mut Proc, t0: i64) -> Result<f64, String> {
     Ok((first - t0) as f64 * 1e-9)
 }
 
+/// How the spinning program's checkpoints are stored, and what its restart finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chain {
+    /// `[reduction] incremental` off: every checkpoint is a full image.
+    Off,
+    /// Incremental on: the restart finds the images of the newest checkpoint kept where
+    /// the processes wrote them.
+    On,
+    /// Incremental on, and those kept images deleted before the restart (as if the node's
+    /// staging were lost): the engine assembles each image from the chain.
+    OnKeptLost,
+}
+
 /// The spinning program under `cairn launch`: start, `n` checkpoints SETTLE apart, SIGKILL,
 /// `cairn restart`, the first new heartbeat and the memory check, SIGKILL.
 fn cairn_spin(
@@ -1164,10 +1219,10 @@ fn cairn_spin(
     tag: &str,
     mib: usize,
     changed: usize,
-    incremental: bool,
+    chain: Chain,
     n: usize,
 ) -> Result<SpinRun, String> {
-    let mut job = CairnJob::new(t, dirs, tag, incremental)?;
+    let mut job = CairnJob::new(t, dirs, tag, chain != Chain::Off)?;
     let mut hb = Hb::new(job.hb());
     job.launch(&spin_args(t, mib, changed, &job.hb()))?;
     hb.wait("the program's ready line", job.fg(), |l| {
@@ -1179,6 +1234,9 @@ fn cairn_spin(
         run.ckpts.push(job.checkpoint()?);
     }
     job.kill()?;
+    if chain == Chain::OnKeptLost {
+        job.lose_kept_images()?;
+    }
     hb.poll();
     let t0 = job.restart()?;
     run.restart_s = restarted(&mut hb, job.fg(), t0)?;
@@ -1252,8 +1310,16 @@ fn check_memory(what: &str, need: u64, disk: u64, dir: &Path) -> Result<(), Stri
 /// work, their files are in the page cache. Its one checkpoint and restart are printed as
 /// context: what each system costs when there is little memory to write.
 fn preflight(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, String> {
-    let c = cairn_spin(t, dirs, "pre-cairn", PREFLIGHT_MIB, a.changed, false, 1)
-        .map_err(|e| format!("first run under Cairn: {e}"))?;
+    let c = cairn_spin(
+        t,
+        dirs,
+        "pre-cairn",
+        PREFLIGHT_MIB,
+        a.changed,
+        Chain::Off,
+        1,
+    )
+    .map_err(|e| format!("first run under Cairn: {e}"))?;
     let d = match &t.dmtcp {
         Some(d) => Some(
             dmtcp_spin(t, d, dirs, "pre-dmtcp", PREFLIGHT_MIB, a.changed, 1)
@@ -1334,7 +1400,7 @@ fn part_a(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
                     &format!("a{rep}-cairn"),
                     a.mib,
                     a.changed,
-                    false,
+                    Chain::Off,
                     1,
                 )
                 .map_err(|e| format!("Cairn, repetition {}: {e}", rep + 1))?;
@@ -1427,22 +1493,24 @@ fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
         a.changed as f64 / 10.0,
         a.reps
     ));
-    // [on, off]: first checkpoints, later ones, restarts, stored / image bytes of later ones.
-    let mut first = [vec![], vec![]];
-    let mut later = [vec![], vec![]];
-    let mut restart = [vec![], vec![]];
-    let mut share = [vec![], vec![]];
-    let mut engine = [vec![], vec![]];
+    // [on, off, on with the kept images lost]: first checkpoints, later ones, restarts,
+    // stored / image bytes of later ones.
+    const KINDS: [(Chain, &str); 3] = [
+        (Chain::On, "on"),
+        (Chain::Off, "off"),
+        (Chain::OnKeptLost, "on, kept images lost"),
+    ];
+    let mut first = [vec![], vec![], vec![]];
+    let mut later = [vec![], vec![], vec![]];
+    let mut restart = [vec![], vec![], vec![]];
+    let mut share = [vec![], vec![], vec![]];
+    let mut engine = [vec![], vec![], vec![]];
     for rep in 0..a.reps {
-        for k in order(2, rep) {
-            let tag = format!("b{rep}-{}", ["on", "off"][k]);
-            let r = cairn_spin(t, dirs, &tag, a.mib, a.changed, k == 0, a.ckpts).map_err(|e| {
-                format!(
-                    "incremental {}, repetition {}: {e}",
-                    ["on", "off"][k],
-                    rep + 1
-                )
-            })?;
+        for k in order(KINDS.len(), rep) {
+            let (chain, label) = KINDS[k];
+            let tag = format!("b{rep}-{k}");
+            let r = cairn_spin(t, dirs, &tag, a.mib, a.changed, chain, a.ckpts)
+                .map_err(|e| format!("incremental {label}, repetition {}: {e}", rep + 1))?;
             first[k].push(r.ckpts[0].secs);
             for c in &r.ckpts[1..] {
                 later[k].push(c.secs);
@@ -1467,6 +1535,14 @@ fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
         &restart[1],
     ));
     out.line(row("   of which the engine restores the image", &engine[1]));
+    out.line(row(
+        &format!("restart from the chain of {}, kept images deleted", a.ckpts),
+        &restart[2],
+    ));
+    out.line(row(
+        "   of which the engine assembles the image",
+        &engine[2],
+    ));
     out.line(format!(
         "   stored / image bytes of the later checkpoints (median): on {:.1}%, off {:.1}%",
         median(&share[0]) * 100.0,
@@ -1474,6 +1550,7 @@ fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
     ));
     let rf = ratio(&first[0], &first[1]);
     let rr = ratio(&restart[0], &restart[1]);
+    let rl = ratio(&restart[2], &restart[1]);
     out.line(format!(
         "   first checkpoint on / off: {}, target <= {TARGET_INC_FIRST}: {}",
         x(rf),
@@ -1483,6 +1560,11 @@ fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
         "   restart chain / full: {}, target <= {TARGET_INC_RESTART}: {}",
         x(rr),
         verdict(rr, TARGET_INC_RESTART)
+    ));
+    out.line(format!(
+        "   restart chain with the kept images deleted / full: {} (context: the images are \
+         assembled from the chain into new files)",
+        x(rl)
     ));
     let side = |k: usize| {
         json!({
@@ -1494,7 +1576,9 @@ fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
     Ok(json!({
         "mib": a.mib, "ckpts": a.ckpts, "changed_permille": a.changed,
         "gap_s": SETTLE.as_secs_f64(), "on": side(0), "off": side(1),
+        "on_kept_lost": side(2),
         "first_on_vs_off": rf, "restart_chain_vs_full": rr,
+        "restart_chain_kept_lost_vs_full": rl,
         "target_first": TARGET_INC_FIRST, "target_restart": TARGET_INC_RESTART,
         "meets_first": rf <= TARGET_INC_FIRST, "meets_restart": rr <= TARGET_INC_RESTART,
     }))

@@ -791,9 +791,24 @@ fn real_library_idle_process_checkpoints_incrementally() {
         .iter()
         .map(|p| p["pid"].as_str().unwrap().to_string())
         .collect();
+    // The images of version 2 stay where the processes wrote them until a newer checkpoint
+    // completes; version 1's staging directory is gone.
+    let kept = |i: usize, v: u64| local.join(format!("node{i}/.launch/ia/v{v}/proc{i}.img"));
+    for (i, p) in m2["procs"].as_array().unwrap().iter().enumerate() {
+        let len = std::fs::metadata(kept(i, 2)).map(|m| m.len()).ok();
+        assert_eq!(len, p["bytes"].as_u64(), "{}", kept(i, 2).display());
+        assert!(!kept(i, 1).parent().unwrap().exists());
+    }
     kill9_all(&pids);
     wait_child(&mut job, 30);
-    // Restored from the chain (version 2 on top of version 1), every word is still right.
+    // One byte of process 1's kept image changes after the crash.
+    let mut img = std::fs::read(kept(1, 2)).unwrap();
+    let mid = img.len() / 2;
+    img[mid] ^= 0x40;
+    std::fs::write(kept(1, 2), img).unwrap();
+    // Restored from the chain (version 2 on top of version 1), every word is still right:
+    // process 0's kept image matched the chain block by block and was read in place,
+    // process 1's did not and the engine assembled its image from the chain.
     let o = configured(&config, &["restart", "--dir"])
         .arg(&imgs)
         .output()
@@ -801,6 +816,19 @@ fn real_library_idle_process_checkpoints_incrementally() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(out.matches("bigarray: done OK").count(), 2, "{}", text(&o));
+    assert!(
+        text(&o).contains("1 image(s) read where their processes wrote them, 1 copied out"),
+        "{}",
+        text(&o)
+    );
+    // The job ended well: nothing is kept for a restart any more.
+    for i in 0..2 {
+        assert!(
+            !kept(i, 2).parent().unwrap().exists(),
+            "{}",
+            kept(i, 2).display()
+        );
+    }
 }
 
 /// Removes the job's shared-memory stores when dropped (a failed test too).
@@ -1333,8 +1361,9 @@ fn three_cycles(
     launched: (Child, String),
     members: usize,
     progress: &dyn Fn() -> u64,
-) -> Child {
-    let (mut job, mut pid) = launched;
+) -> Running {
+    let (job, mut pid) = launched;
+    let mut job = Running(job);
     let moved_on = || {
         let at = progress();
         wait_for("the program to go on", 60, || {
@@ -1351,10 +1380,37 @@ fn three_cycles(
         kill9_all(&[pid]);
         wait_child(&mut job, 30);
         let (again, pids) = restart_in_background(config, t, 1);
-        job = again;
+        job.0 = again;
         pid = pids[0].clone();
     }
     job
+}
+
+/// A `cairn launch` or `cairn restart` that is killed if the test fails while it runs: its
+/// processes end with it (parent-death signal) instead of outliving the test and holding
+/// the harness's output open.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// `producer | filter | consumer` started by a shell (native/ckpt/tests/pipeline.c): the

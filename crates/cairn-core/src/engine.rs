@@ -164,9 +164,13 @@ pub struct OwnedRegion {
     pub id: i32,
     pub dtype: Dtype,
     pub buf: Box<dyn AsMut<[u8]> + Send>,
-    /// The region's [`Shape::stored`] file, to be verified where it is rather than restored
-    /// into `buf` (which is then not used): the restart checks every block of the file
-    /// against the checkpoint's index and fails over like any damaged part if one differs.
+    /// A file to take the region from where it is rather than restore it into `buf` (which
+    /// is then not used), after the restart checked every block of the file against the
+    /// checkpoint's index. Either the region's [`Shape::stored`] file, which fails over like
+    /// any damaged part if a block differs, or a copy of the region's bytes the caller kept
+    /// (say the file a checkpoint was taken from): if that one differs, or is not a regular
+    /// file, the region is restored into `buf` after all and this is set to `None`, so
+    /// `buf` must be a real buffer of the region's length.
     pub in_place: Option<std::path::PathBuf>,
 }
 
@@ -1678,18 +1682,27 @@ impl Engine {
                         })
                         .collect();
                     extra = sized(v, &shapes)?;
-                    for o in &extra {
+                    let index = &chain[0].index;
+                    for o in &mut extra {
                         let Some(path) = &o.in_place else { continue };
-                        let e = chain[0].index.regions.iter().find(|e| e.id == o.id);
-                        match e.filter(|e| part::stored_file(e, &files).as_ref() == Some(path)) {
-                            Some(e) => part::check_in_place(e, chain[0].index.block_size, path)?,
-                            None => {
-                                return Err(Error::invalid(format!(
-                                    "region {} cannot be taken from {} in place",
-                                    o.id,
-                                    path.display()
-                                )))
-                            }
+                        let Some(e) = index.regions.iter().find(|e| e.id == o.id) else {
+                            return Err(Error::invalid(format!(
+                                "region {} cannot be taken from {}: the checkpoint holds no \
+                                 such region",
+                                o.id,
+                                path.display()
+                            )));
+                        };
+                        if part::stored_file(e, &files).as_ref() == Some(path) {
+                            // The part's own file: damage fails the part over.
+                            part::check_in_place(index, e, path)?;
+                        } else if let Err(why) = part::check_in_place(index, e, path) {
+                            debug!(
+                                "cairn: rank {rank}: region {} is restored from the checkpoint, \
+                                 not taken from the copy kept: {}",
+                                o.id, why.msg
+                            );
+                            o.in_place = None;
                         }
                     }
                 }

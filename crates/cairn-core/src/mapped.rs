@@ -27,6 +27,24 @@ impl Mapped {
         Mapped::read_file(file, path)
     }
 
+    /// [`Mapped::read`] of a file that must be a regular file of its own: a symbolic link is
+    /// not followed, and a FIFO or device is refused without blocking in `open`.
+    pub(crate) fn read_regular(path: &Path) -> Result<Mapped> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| io(e, "open", path))?;
+        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
+        if !md.is_file() {
+            return Err(Error::invalid(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
+        }
+        Mapped::read_file(file, path)
+    }
+
     /// Map an open file read-only, its pages mapped in advance (it is about to be read
     /// through from start to end).
     pub(crate) fn read_file(file: File, path: &Path) -> Result<Mapped> {

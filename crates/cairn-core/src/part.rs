@@ -319,10 +319,25 @@ pub fn stored_file(
         .map(|f| f.2.clone())
 }
 
-/// Check a region kept in place: the stored file at `path` holds exactly `e`'s bytes, every
-/// block matching its hash (read through a mapping, so no copy is made).
-pub fn check_in_place(e: &RegionEntry, block: u32, path: &std::path::Path) -> Result<()> {
-    let m = Mapped::read(path)?;
+/// Check a file said to hold region `e` of `index` as it is (a stored file the tier kept, or
+/// a copy the caller kept): it is a regular file of exactly the region's length, and every
+/// block matches the hash of raw contents the index records for it, however the block was
+/// stored (raw, zero, compressed or unchanged since a base). Read through a mapping, so no
+/// copy is made. Format-1 indexes record no such hashes, so nothing is taken from a file
+/// against them.
+pub fn check_in_place(index: &RankIndex, e: &RegionEntry, path: &std::path::Path) -> Result<()> {
+    if index.format < 2 {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "region {} cannot be checked against {}: its format-1 index records no block \
+                 hashes",
+                e.id,
+                path.display()
+            ),
+        ));
+    }
+    let m = Mapped::read_regular(path)?;
     if m.len as u64 != e.nbytes {
         return Err(Error::new(
             ErrorKind::Corrupt,
@@ -335,17 +350,13 @@ pub fn check_in_place(e: &RegionEntry, block: u32, path: &std::path::Path) -> Re
             ),
         ));
     }
-    for (i, (raw, b)) in m
-        .bytes()
-        .chunks(block.max(1) as usize)
-        .zip(&e.blocks)
-        .enumerate()
-    {
-        if b.kind != block_kind::RAW || block_hash(raw) != b.hash {
+    let block = index.block_size.max(1) as usize;
+    for (i, (raw, b)) in m.bytes().chunks(block).zip(&e.blocks).enumerate() {
+        if block_hash(raw) != b.hash {
             return Err(Error::new(
                 ErrorKind::Corrupt,
                 format!(
-                    "block {i} of region {} in {} is damaged",
+                    "block {i} of region {} in {} differs from the checkpoint",
                     e.id,
                     path.display()
                 ),

@@ -5,7 +5,7 @@
 
 mod common;
 
-use cairn_core::{Config, Engine, RegionMut, RegionRef};
+use cairn_core::{Config, Engine, OwnedRegion, RegionMut, RegionRef, Shape};
 use cairn_format::{block_kind, Manifest, RankIndex, Trailer, TRAILER_LEN};
 use common::job;
 use std::path::{Path, PathBuf};
@@ -308,4 +308,73 @@ fn incrementals_are_never_based_on_a_less_protected_version() {
             ("partner".to_string(), None),
         ]
     );
+}
+
+/// The bytes of `field(rank, v)`, as a region holds them.
+fn field_bytes(rank: usize, v: i64) -> Vec<u8> {
+    field(rank, v)
+        .iter()
+        .flat_map(|x| x.to_ne_bytes())
+        .collect()
+}
+
+#[test]
+fn a_copy_the_caller_kept_is_taken_in_place_only_when_every_block_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    job(4, &cfg, |rank, e| {
+        for v in 1..=3 {
+            checkpoint(e, rank, v);
+        }
+    });
+    // v3 is an incremental chain (v1, v2, v3). Each rank offers a file said to hold its
+    // field as v3 stored it: rank 0 the right bytes, rank 1 one byte changed, rank 2 a
+    // FIFO (which must not block the restart), rank 3 a file that is not there.
+    let kept = dir.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    let offer = move |rank: usize| kept.join(format!("field{rank}"));
+    std::fs::write(offer(0), field_bytes(0, 3)).unwrap();
+    let mut bad = field_bytes(1, 3);
+    bad[70_000] ^= 1;
+    std::fs::write(offer(1), bad).unwrap();
+    let fifo = std::ffi::CString::new(offer(2).to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let got = job(4, &cfg, {
+        let offer = offer.clone();
+        move |rank, e| {
+            let mut step = [0i64];
+            let mut sized = |v: i64, shapes: &[Shape]| {
+                assert_eq!(v, 3);
+                Ok(shapes
+                    .iter()
+                    .map(|s| OwnedRegion {
+                        in_place: Some(offer(rank)),
+                        ..OwnedRegion::new(
+                            s.id,
+                            s.dtype,
+                            Box::new(vec![0xAAu8; s.bytes() as usize]),
+                        )
+                    })
+                    .collect())
+            };
+            let (v, mut bufs) = e
+                .restart_sized(NAME, 3, &mut [RegionMut::new(0, &mut step)], &mut sized)
+                .unwrap();
+            assert_eq!((v, step[0], bufs.len()), (3, 3, 1));
+            let b = &mut bufs[0];
+            let restored = b.buf.as_mut().as_mut().to_vec();
+            (
+                b.in_place.clone(),
+                restored == field_bytes(rank, 3),
+                restored.iter().all(|&x| x == 0xAA),
+            )
+        }
+    });
+    // Rank 0's copy matched every block of the chain's index: taken, its buffer unused.
+    assert_eq!(got[0], (Some(offer(0)), false, true));
+    // The others were restored from the chain into their buffers.
+    for (rank, g) in got.iter().enumerate().skip(1) {
+        assert_eq!(g, &(None, true, false), "rank {rank}");
+    }
 }

@@ -23,6 +23,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{self, EngineRecord};
+use crate::stage::Staging;
 use crate::sys::MappingMut;
 use cairn_comm::Threads;
 use cairn_core::part::FileRegion;
@@ -62,9 +63,10 @@ enum Cmd {
     Newest,
     Restore {
         version: i64,
-        /// The process the rank stores, and where its copied images go.
+        /// The process the rank stores, and the node it runs on.
         proc: usize,
-        dir: PathBuf,
+        node: usize,
+        staging: Staging,
     },
     Finalize,
 }
@@ -82,8 +84,9 @@ pub struct TreeImage {
 pub struct RestoredImage {
     pub id: i32,
     pub path: PathBuf,
-    /// The file is the engine's own, kept where the process wrote it: read it, never
-    /// change or remove it.
+    /// The file is where the process wrote it (taken over by the engine's tier, or kept in
+    /// its version's staging directory) and was checked against the checkpoint: read it,
+    /// never change or remove it.
     pub in_place: bool,
 }
 
@@ -250,24 +253,28 @@ impl Images {
 
     /// Collective: restores version `version` (or, if it is damaged beyond repair, the
     /// newest older one the engine can restore), and returns the version restored and, per
-    /// process, where each image of its tree is: an image the engine kept where its process
-    /// wrote it is checked block by block and left there; any other is copied into a new
-    /// private file in that process's `dirs` entry, named as in its staging directory. The
-    /// engine repairs damaged parts from redundancy.
+    /// process, where each image of its tree is. An image still where its process wrote it
+    /// (taken over by the tier, or kept in its version's directory of `staging` on the
+    /// process's node, `nodes[proc]`) is checked block by block against the checkpoint and
+    /// left there; any other is copied into a new private file in the node's restart
+    /// directory, named as in its staging directory. The engine repairs damaged parts from
+    /// redundancy.
     pub fn restore(
         &self,
         version: u64,
-        dirs: &[PathBuf],
+        staging: &Staging,
+        nodes: &[usize],
     ) -> Result<(u64, Vec<Vec<RestoredImage>>), RestoreError> {
         let v = engine_version(version).map_err(RestoreError::Other)?;
-        let mut dirs = dirs.iter().enumerate();
+        let mut nodes = nodes.iter().enumerate();
         let replies = self
             .run_raw(|_| {
-                let (proc, dir) = dirs.next().expect("one directory per rank");
+                let (proc, &node) = nodes.next().expect("one node per rank");
                 Cmd::Restore {
                     version: v,
                     proc,
-                    dir: dir.clone(),
+                    node,
+                    staging: staging.clone(),
                 }
             })
             .map_err(|e| match e {
@@ -437,21 +444,24 @@ fn rank_main(
                 }));
             }
             Cmd::Newest => reply(engine.restart_test(&name).map(Reply::Newest)),
-            Cmd::Restore { version, proc, dir } => {
-                let mut placed = Vec::new();
-                let mut sized = |_: i64, shapes: &[Shape]| {
-                    placed.clear();
+            Cmd::Restore {
+                version,
+                proc,
+                node,
+                staging,
+            } => {
+                let mut copies = Vec::new();
+                let mut sized = |v: i64, shapes: &[Shape]| {
+                    copies.clear();
+                    let kept = staging.version_dir(node, v as u64);
+                    let dir = staging.restart_dir(node);
                     shapes
                         .iter()
-                        .map(|s| restore_buffer(proc, &dir, s, &mut placed))
+                        .map(|s| restore_buffer(proc, &kept, &dir, s, &mut copies))
                         .collect()
                 };
                 let r = engine.restart_sized(&name, version, &mut [], &mut sized);
-                // The buffers are unmapped before the reply: the files hold every byte.
-                reply(r.map(|(v, bufs)| {
-                    drop(bufs);
-                    Reply::Restored(v, placed)
-                }));
+                reply(r.map(|(v, bufs)| Reply::Restored(v, placed(bufs, copies))));
             }
             Cmd::Finalize => return reply(engine.finalize().map(|()| Reply::Finalized)),
         }
@@ -459,20 +469,18 @@ fn rank_main(
 }
 
 /// The buffer image `s` of process `proc` is restored into: the file the engine kept, in
-/// place, or a new private file in `dir` mapped for writing. Records where the image is in
-/// `placed`.
+/// place; else a new private file in `dir` mapped for writing, offered together with the
+/// image its process wrote in `kept` (the staging directory of the version restored), if
+/// there is one, which the engine takes in place when every block of it matches. Records
+/// the copy made in `copies`.
 fn restore_buffer(
     proc: usize,
+    kept: &Path,
     dir: &Path,
     s: &Shape,
-    placed: &mut Vec<RestoredImage>,
+    copies: &mut Vec<(i32, PathBuf)>,
 ) -> cairn_core::Result<OwnedRegion> {
     if let Some(stored) = &s.stored {
-        placed.push(RestoredImage {
-            id: s.id,
-            path: stored.clone(),
-            in_place: true,
-        });
         return Ok(OwnedRegion {
             in_place: Some(stored.clone()),
             ..OwnedRegion::new(s.id, s.dtype, Box::new(Vec::new()))
@@ -491,7 +499,8 @@ fn restore_buffer(
             ))
         }
     };
-    let path = dir.join(name);
+    let path = dir.join(&name);
+    // Sparse until written: nothing is allocated if the kept image is taken.
     let buf = private_file(&path)
         .and_then(|f| MappingMut::create(&f, s.bytes()))
         .map_err(|e| {
@@ -500,12 +509,43 @@ fn restore_buffer(
                 format!("proc {proc}: {}: {e}", path.display()),
             )
         })?;
-    placed.push(RestoredImage {
-        id: s.id,
-        path,
-        in_place: false,
-    });
-    Ok(OwnedRegion::new(s.id, s.dtype, Box::new(buf)))
+    copies.push((s.id, path));
+    let kept = kept.join(&name);
+    Ok(OwnedRegion {
+        in_place: kept.exists().then_some(kept),
+        ..OwnedRegion::new(s.id, s.dtype, Box::new(buf))
+    })
+}
+
+/// Where each restored buffer of `bufs` left its image: in place, or in its copy (which
+/// [`restore_buffer`] recorded in `copies`; a copy not used goes). The buffers are unmapped
+/// first: the files hold every byte.
+fn placed(bufs: Vec<OwnedRegion>, copies: Vec<(i32, PathBuf)>) -> Vec<RestoredImage> {
+    let taken: Vec<(i32, Option<PathBuf>)> = bufs.into_iter().map(|b| (b.id, b.in_place)).collect();
+    taken
+        .into_iter()
+        .filter_map(|(id, in_place)| {
+            let copy = copies.iter().find(|c| c.0 == id).map(|c| c.1.clone());
+            match (in_place, copy) {
+                (Some(path), copy) => {
+                    if let Some(copy) = copy {
+                        let _ = std::fs::remove_file(copy);
+                    }
+                    Some(RestoredImage {
+                        id,
+                        path,
+                        in_place: true,
+                    })
+                }
+                (None, Some(path)) => Some(RestoredImage {
+                    id,
+                    path,
+                    in_place: false,
+                }),
+                (None, None) => None,
+            }
+        })
+        .collect()
 }
 
 fn engine_version(v: u64) -> Result<i64> {

@@ -568,8 +568,9 @@ fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<Vec<bool>> {
 }
 
 /// Has the engine restore the newest of `cands` (newest first) it can, and returns its
-/// manifest and, per process, the images of its tree (its own first): where the engine
-/// kept them, or copies in the staging's restart directories. The engine rebuilds what lost
+/// manifest and, per process, the images of its tree (its own first): where the processes
+/// wrote them (taken over by the tier, or kept in the version's staging directory), or
+/// copies in the staging's restart directories. The engine rebuilds what lost
 /// nodes held from redundancy and checks every block; a version it cannot restore on every
 /// process is passed over, with a warning that says why.
 fn restore_images(
@@ -598,7 +599,8 @@ fn restore_images(
             launched.global
         );
     };
-    // Nothing runs (checked): what staging holds is from a run that ended.
+    // Nothing runs (checked): what staging holds is from a run that ended; its versions'
+    // images may be read in place.
     staging.clear()?;
     staging.create_restart()?;
     let mut passed = Vec::new();
@@ -619,12 +621,8 @@ fn restore_images(
             ));
             continue;
         }
-        let dirs: Vec<PathBuf> = m
-            .procs
-            .iter()
-            .map(|p| staging.restart_dir(p.node))
-            .collect();
-        let (restored, mut trees) = match images.restore(m.version, &dirs) {
+        let nodes: Vec<usize> = m.procs.iter().map(|p| p.node).collect();
+        let (restored, mut trees) = match images.restore(m.version, staging, &nodes) {
             Ok(r) => r,
             Err(RestoreError::NotFound(why)) => {
                 passed.push(format!("v{}: {why}", m.version));
@@ -651,16 +649,22 @@ fn restore_images(
             }
         };
         fit_images(&m, &mut trees)?;
+        // Images staged for other versions will not be read.
+        staging.keep_only(m.version);
+        let kept = trees.iter().flatten().filter(|i| i.in_place).count();
+        let copied = trees.iter().flatten().count() - kept;
+        let placed =
+            format!("{kept} image(s) read where their processes wrote them, {copied} copied out");
         if passed.is_empty() {
             tracing::info!(
-                "job {job}: the engine restored version {} ({} images, {} bytes)",
+                "job {job}: the engine restored version {} ({} processes, {} bytes; {placed})",
                 m.version,
                 m.procs.len(),
                 m.bytes
             );
         } else {
             tracing::warn!(
-                "job {job}: the engine restored version {}, passing over {}",
+                "job {job}: the engine restored version {} ({placed}), passing over {}",
                 m.version,
                 passed.join("; ")
             );
@@ -1038,6 +1042,10 @@ fn run(
     if start.restart_staged {
         // Processes that never registered left their restored images behind.
         staging.remove_restart();
+    }
+    if code == 0 {
+        // Every process finished well: no restart will read the images kept for one.
+        staging.remove_versions_all();
     }
     // The job has ended: the engine finishes its flushes and makes the newest checkpoint
     // durable on the global tier (as `[checkpoint] finalize` says).

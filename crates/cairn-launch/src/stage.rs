@@ -97,32 +97,63 @@ impl Staging {
         }
     }
 
-    /// Removes the directories of every version up to `upto` (images the engine has taken,
-    /// or that failed checkpoints left).
-    pub fn prune(&self, upto: u64) {
+    /// Removes the directories of every version before `newest`, the newest complete one
+    /// (images the engine has taken, or that failed checkpoints left). The images of
+    /// `newest` the engine did not take over stay until a newer checkpoint completes: a
+    /// restart on the same nodes reads them in place, after checking every block against
+    /// the checkpoint, instead of having the engine assemble them again from an incremental
+    /// chain or decompress them. They take no more room than each checkpoint needs while
+    /// its processes write.
+    pub fn prune(&self, newest: u64) {
+        self.remove_versions(|v| v < newest);
+    }
+
+    /// Removes the directories of every version but `version`.
+    pub fn keep_only(&self, version: u64) {
+        self.remove_versions(|v| v != version);
+    }
+
+    /// Removes the directories of every version: the job ended well and will not restart.
+    pub fn remove_versions_all(&self) {
+        self.remove_versions(|_| true);
+    }
+
+    fn remove_versions(&self, doomed: impl Fn(u64) -> bool) {
         for root in self.all_roots() {
             let Ok(rd) = fs::read_dir(root) else { continue };
             for e in rd.filter_map(|e| e.ok()) {
-                let name = e.file_name();
-                let v = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix('v'))
-                    .and_then(|n| n.parse::<u64>().ok());
-                if v.is_some_and(|v| v <= upto) {
+                if version_of(&e.file_name()).is_some_and(&doomed) {
                     remove(&e.path());
                 }
             }
         }
     }
 
-    /// Removes everything staged, on every node: nothing of the job runs, so what is there
-    /// is from a run that ended.
+    /// Removes everything staged on every node but the versions' directories (the images
+    /// a restart may read in place): nothing of the job runs, so what is there is from a
+    /// run that ended.
     pub fn clear(&self) -> Result<()> {
         for root in self.all_roots() {
-            match fs::remove_dir_all(root) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(format_args!("remove {}", root.display()), e)),
+            let rd = match fs::read_dir(root) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(format_args!("list {}", root.display()), e)),
+            };
+            for e in rd {
+                let e = e.map_err(|e| Error::io(format_args!("list {}", root.display()), e))?;
+                if version_of(&e.file_name()).is_some() {
+                    continue;
+                }
+                let path = e.path();
+                let gone = match e.file_type() {
+                    Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
+                    _ => fs::remove_file(&path),
+                };
+                match gone {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(format_args!("remove {}", path.display()), e)),
+                }
             }
         }
         Ok(())
@@ -142,6 +173,11 @@ impl Staging {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// N of a version's directory `v<N>`.
+fn version_of(name: &std::ffi::OsStr) -> Option<u64> {
+    name.to_str()?.strip_prefix('v')?.parse().ok()
 }
 
 fn remove(path: &Path) {
@@ -176,14 +212,23 @@ mod tests {
         s.create_version(3).unwrap();
         s.create_version(5).unwrap();
         s.create_restart().unwrap();
-        s.prune(3);
+        // The newest complete version's images stay for a restart in place.
+        s.prune(5);
         assert!(!s.version_dir(0, 3).exists() && !s.version_dir(1, 3).exists());
         assert!(s.version_dir(0, 5).exists() && s.version_dir(1, 5).exists());
         s.remove_restart();
         assert!(!s.restart_dir(1).exists());
+        // Clearing for a restart keeps the versions and removes anything else.
+        s.create_restart().unwrap();
+        fs::write(s.version_dir(0, 5).join("proc0.img"), b"image").unwrap();
+        fs::write(t.path().join("local/node0/.launch/j1/stray"), b"x").unwrap();
         s.clear().unwrap();
-        assert!(!t.path().join("local/node0/.launch/j1").exists());
-        assert!(t.path().join("local/node0/.launch").exists());
+        assert!(s.version_dir(0, 5).join("proc0.img").exists());
+        assert!(!s.restart_dir(0).exists());
+        assert!(!t.path().join("local/node0/.launch/j1/stray").exists());
+        s.create_version(6).unwrap();
+        s.keep_only(6);
+        assert!(!s.version_dir(0, 5).exists() && s.version_dir(1, 6).exists());
 
         cfg.local = None;
         cfg.local_mem = true;

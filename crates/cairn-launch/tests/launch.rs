@@ -737,8 +737,12 @@ fn checkpoint_8_procs_on_2_nodes() {
         );
     }
     // The staged images went once the engine had them (it took each file over, where it
-    // was written); the version directory holds only the manifest.
-    assert!(!job.stage(0, 1).exists() && !job.stage(1, 1).exists());
+    // was written): the newest version's staging directories stay, empty; the version
+    // directory holds only the manifest.
+    for node in 0..2 {
+        let left: Vec<_> = std::fs::read_dir(job.stage(node, 1)).unwrap().collect();
+        assert!(left.is_empty(), "node {node}: {left:?}");
+    }
     let files: Vec<_> = std::fs::read_dir(job.vdir(1)).unwrap().collect();
     assert_eq!(files.len(), 1);
     assert_eq!(m.bytes, m.procs.iter().map(|p| p.bytes).sum::<u64>());
