@@ -69,6 +69,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -845,6 +847,8 @@ static int read_maps(struct cairn_img_region *out, int max, char *text, size_t t
                     r->flags |= CAIRN_REG_STACK;
                 else if (strcmp(path, "[heap]") == 0)
                     r->flags |= CAIRN_REG_HEAP;
+                else if ((r->flags & CAIRN_REG_SHARED) && in_tree() && strncmp(path, "/SYSV", 5) == 0)
+                    r->flags |= CAIRN_REG_SYSV; /* saved by the tree's root, attached again */
                 else if ((r->flags & CAIRN_REG_SHARED) && in_tree() && shared_object(path))
                     r->flags |= CAIRN_REG_OBJECT; /* made once for the tree at restart */
                 else if (r->flags & CAIRN_REG_SHARED && strcmp(path, "/dev/zero (deleted)") == 0)
@@ -875,7 +879,7 @@ static int plan_pages(struct cairn_img_region *regs, int n, uint8_t *bitmaps, si
     static uint64_t ent[4096];
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *r = &regs[i];
-        if ((r->flags & CAIRN_REG_SPECIAL) || r->prot == PROT_NONE)
+        if ((r->flags & (CAIRN_REG_SPECIAL | CAIRN_REG_SYSV)) || r->prot == PROT_NONE)
             continue;
         int file = (r->flags & CAIRN_REG_FILE) != 0, shared = (r->flags & CAIRN_REG_SHARED) != 0;
         /* A file mapped shared and writable: the process may change the file after the
@@ -1328,6 +1332,26 @@ static int tree_file(int fd, const struct stat *st, const char *target)
     return 1;
 }
 
+/* In a tree, an eventfd is made again by the tree's restorer with its count, once per open
+ * file description (`peer`: the parent's descriptor it shares), so that processes signalling
+ * each other through it still do. Returns 0 when it could not be recorded. */
+static int tree_event(int fd, uint64_t peer)
+{
+    char path[64], info[4096];
+    uint64_t count = 0, sem = 0;
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+    if (read_file(path, info, sizeof info) < 0 || !fdinfo_number(info, "eventfd-count", 16, &count))
+        return 0;
+    fdinfo_number(info, "eventfd-semaphore", 10, &sem);
+    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_EVENT, 0, peer);
+    if (!x)
+        return 0;
+    nxfds++;
+    x->offset = (int64_t)count;
+    x->size = sem != 0;
+    return 1;
+}
+
 /* Children that ended and wait to be collected (in a tree: made again at restart). */
 static int32_t zombies[CAIRN_IMG_ZOMBIES][2];
 static uint32_t nzombies;
@@ -1410,16 +1434,16 @@ static void census_fd(int fd, void *dirfd)
         return;
     }
     if (strncmp(target, "anon_inode:", 11) == 0) {
-        /* Each process makes its event descriptors again for itself: one it shares with its
-         * parent comes back as two. An eventfd is how processes signal each other, so that is
-         * refused; an epoll, timer or signal descriptor inherited alongside is said. */
+        /* In a tree an eventfd, how processes signal each other, is made again by the tree's
+         * restorer, once per open file description. Each process makes its other event
+         * descriptors again for itself: an epoll, timer or signal descriptor it shares with its
+         * parent comes back as a copy of its own, which is said. */
         uint64_t twin = in_tree() ? shared_with_parent(fd, &st) : 0;
         int with = (int)(twin & 0xffffffffu) - 1, parent = (int)(twin >> 32);
-        if (twin && strcmp(target, "anon_inode:[eventfd]") == 0)
-            unrestorable("fd %d (%s) is shared with fd %d of its parent process %d; a restart would give each "
-                         "its own, so an eventfd shared between processes is not supported",
-                         fd, target, with, parent);
-        else if (!save_anon(fd, target))
+        if (in_tree() && strcmp(target, "anon_inode:[eventfd]") == 0) {
+            if (!tree_event(fd, twin))
+                unrestorable("fd %d (%s) cannot be recorded (too many shared descriptors?)", fd, target);
+        } else if (!save_anon(fd, target))
             unrestorable("fd %d is %s", fd, target);
         else if (twin)
             say("checkpoint: fd %d (%s), shared with fd %d of the parent process %d, comes back as a copy of its "
@@ -2098,6 +2122,142 @@ static void census_tcp(void)
     }
 }
 
+/* ---- System V IPC of the tree ------------------------------------------------------- */
+
+/* The tree's root saves every System V segment and semaphore set of the tree's IPC namespace
+ * (its own, made with the pid namespace), attached or not, while every process of the tree is
+ * suspended: a restart makes each again with its id, key, owner, mode and contents. Message
+ * queues are not saved: a checkpoint of a tree holding one fails, naming it. */
+static struct cairn_img_ipc ipcs[CAIRN_IPC_MAX];
+static int nipcs;
+static const uint8_t *ipc_maps[CAIRN_IPC_MAX]; /* each segment attached read-only for the write */
+#define IPC_VALUES 65536
+static uint16_t ipc_values[IPC_VALUES];
+static size_t nipc_values;
+static int ipc_doomed[CAIRN_IPC_MAX];
+static int nipc_doomed;
+
+/* Each line of a /proc/sysvipc table after its heading: key and id. */
+static int sysvipc_ids(const char *table, int *keys, int *ids, int max)
+{
+    static char text[1 << 16];
+    char path[64];
+    snprintf(path, sizeof path, "/proc/sysvipc/%s", table);
+    if (read_file(path, text, sizeof text) < 0)
+        return 0;
+    int n = 0;
+    char *line = strchr(text, '\n');
+    while (line && *++line && n < max) {
+        if (sscanf(line, "%d %d", &keys[n], &ids[n]) == 2)
+            n++;
+        line = strchr(line, '\n');
+    }
+    return n;
+}
+
+static void ipc_release(void)
+{
+    for (int i = 0; i < nipcs; i++)
+        if (ipc_maps[i]) {
+            shmdt(ipc_maps[i]);
+            ipc_maps[i] = NULL;
+        }
+    nipcs = 0;
+    nipc_values = 0;
+}
+
+static struct cairn_img_ipc ipc_record(uint32_t kind, int id, const struct ipc_perm *perm, uint64_t size)
+{
+    return (struct cairn_img_ipc){
+        .kind = kind,
+        .id = id,
+        .key = (int32_t)perm->__key,
+        .mode = perm->mode,
+        .uid = perm->uid,
+        .gid = perm->gid,
+        .size = size,
+    };
+}
+
+static void census_ipc(void)
+{
+    static int keys[CAIRN_IPC_MAX + 1], ids[CAIRN_IPC_MAX + 1];
+    ipc_release();
+    int n = sysvipc_ids("msg", keys, ids, CAIRN_IPC_MAX);
+    for (int i = 0; i < n; i++)
+        unrestorable("System V message queue %d (key %#x) is not saved: use a pipe, a socket or POSIX shared "
+                     "memory",
+                     ids[i], (unsigned)keys[i]);
+    n = sysvipc_ids("shm", keys, ids, CAIRN_IPC_MAX + 1);
+    for (int i = 0; i < n; i++) {
+        struct shmid_ds ds;
+        if (nipcs >= CAIRN_IPC_MAX) {
+            unrestorable("more than %d System V segments and semaphore sets", CAIRN_IPC_MAX);
+            break;
+        }
+        const void *at = shmctl(ids[i], IPC_STAT, &ds) == 0 ? shmat(ids[i], NULL, SHM_RDONLY) : (void *)-1;
+        if (at == (void *)-1) {
+            unrestorable("System V shared memory segment %d (key %#x) cannot be read: %s", ids[i],
+                         (unsigned)keys[i], strerror(errno));
+            continue;
+        }
+        ipc_maps[nipcs] = at;
+        ipcs[nipcs++] = ipc_record(CAIRN_IPC_SHM, ids[i], &ds.shm_perm, (uint64_t)ds.shm_segsz);
+    }
+    n = sysvipc_ids("sem", keys, ids, CAIRN_IPC_MAX + 1);
+    for (int i = 0; i < n; i++) {
+        struct semid_ds ds;
+        union {
+            struct semid_ds *buf;
+            unsigned short *array;
+        } arg = {.buf = &ds};
+        if (nipcs >= CAIRN_IPC_MAX) {
+            unrestorable("more than %d System V segments and semaphore sets", CAIRN_IPC_MAX);
+            break;
+        }
+        errno = 0;
+        int stat_ok = semctl(ids[i], 0, IPC_STAT, arg) == 0 && nipc_values + ds.sem_nsems <= IPC_VALUES;
+        arg.array = &ipc_values[nipc_values];
+        if (!stat_ok || (ds.sem_nsems > 0 && semctl(ids[i], 0, GETALL, arg) != 0)) {
+            unrestorable("System V semaphore set %d (key %#x) cannot be read: %s", ids[i], (unsigned)keys[i],
+                         errno ? strerror(errno) : "too many semaphores");
+            continue;
+        }
+        ipcs[nipcs] = ipc_record(CAIRN_IPC_SEM, ids[i], &ds.sem_perm, ds.sem_nsems);
+        ipcs[nipcs++].data_off = nipc_values * sizeof(uint16_t);
+        nipc_values += ds.sem_nsems;
+    }
+}
+
+/* The page bitmaps of the saved segments, at `bm` (their offsets counted from `bm_base`),
+ * pages that are not all zero saved. Returns the bitmaps' bytes, or -ENOMEM past `cap`. */
+static int64_t plan_ipc_pages(uint8_t *bm, size_t cap, uint64_t bm_base)
+{
+    static const uint8_t zero[CAIRN_IMG_PAGE];
+    size_t used = 0;
+    for (int i = 0; i < nipcs; i++) {
+        struct cairn_img_ipc *c = &ipcs[i];
+        if (c->kind != CAIRN_IPC_SHM)
+            continue;
+        uint64_t pages = (c->size + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE, bytes = (pages + 7) / 8;
+        if (used + bytes > cap)
+            return -ENOMEM;
+        uint8_t *b = bm + used;
+        memset(b, 0, bytes);
+        c->bitmap_off = bm_base + used;
+        c->saved_pages = 0;
+        for (uint64_t p = 0; p < pages; p++) {
+            uint64_t len = c->size - p * CAIRN_IMG_PAGE < CAIRN_IMG_PAGE ? c->size - p * CAIRN_IMG_PAGE : CAIRN_IMG_PAGE;
+            if (memcmp(ipc_maps[i] + p * CAIRN_IMG_PAGE, zero, len) != 0) {
+                b[p / 8] |= (uint8_t)(1u << (p % 8));
+                c->saved_pages++;
+            }
+        }
+        used += bytes;
+    }
+    return (int64_t)used;
+}
+
 /* Take stock of the process for its image: every descriptor it can bring back goes into
  * S.fds, and everything it cannot into S.why (empty when there is nothing), so that the
  * checkpoint fails with that list rather than store an image that could not be restored.
@@ -2125,8 +2285,21 @@ static void census(const struct cairn_img_region *regs, int n)
     if (S.nfds >= MAX_FDS)
         unrestorable("more than %d files are open", MAX_FDS);
     each_number("/proc/self/task", census_children, NULL, NULL);
+    if (in_tree() && !S.member)
+        census_ipc();
     for (int i = 0; i < n; i++) {
         const struct cairn_img_region *r = &regs[i];
+        if (r->flags & CAIRN_REG_SYSV) {
+            struct shmid_ds ds;
+            uint64_t whole = 0;
+            if (shmctl((int)r->ino, IPC_STAT, &ds) == 0)
+                whole = ((uint64_t)ds.shm_segsz + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+            if (r->file_offset != 0 || r->end - r->start != whole)
+                unrestorable("System V shared memory segment %llu is attached in part at %#llx-%#llx (a "
+                             "restart attaches segments whole)",
+                             (unsigned long long)r->ino, (unsigned long long)r->start, (unsigned long long)r->end);
+            continue;
+        }
         if (!(r->flags & CAIRN_REG_SHARED) || (r->flags & (CAIRN_REG_SPECIAL | CAIRN_REG_OBJECT)))
             continue;
         struct stat st;
@@ -2167,6 +2340,9 @@ static void save_process_state(void)
         getrlimit(r, &S.limits[r]);
 }
 
+static int64_t store_image(const char *path, struct cairn_img_region *regs, int n, uint8_t *bitmaps,
+                           size_t bitmap_cap);
+
 /* Write the image of this (stopped) process to path, through path.tmp, fsynced. Returns
  * the bytes written or a negative errno. On restart, this returns 0 with CONTROL.restarted
  * set, from the point where the manager saved its context. */
@@ -2187,8 +2363,18 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     save_process_state();
     S.manager_fs = fs_base();
     S.checkpoints = ckpt;
-    if (cairn_ctx_save(&S.manager_jump))
-        return 0; /* restarted: see resume_process() */
+    if (cairn_ctx_save(&S.manager_jump)) {
+        /* Restarted (see resume_process()): the segments the root had attached to save
+         * them were attached in the process that took the checkpoint, not in this one.
+         * Those removed while attached are removed again once the tree is back. */
+        nipc_doomed = 0;
+        for (int i = 0; i < nipcs; i++)
+            if (ipcs[i].kind == CAIRN_IPC_SHM && (ipcs[i].mode & SHM_DEST))
+                ipc_doomed[nipc_doomed++] = ipcs[i].id;
+        nipcs = 0;
+        nipc_values = 0;
+        return 0;
+    }
 
     int n = read_maps(regs, max_regions, text, text_len);
     if (n < 0)
@@ -2197,10 +2383,18 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     if (n == max_regions)
         unrestorable("more than %d memory mappings", max_regions - 1);
     census(regs, n);
-    if (S.why[0])
-        return -ENOTRECOVERABLE;
+    int64_t written = S.why[0] ? -ENOTRECOVERABLE : store_image(path, regs, n, bitmaps, bitmap_cap);
+    ipc_release();
+    return written;
+}
+
+/* The rest of write_image: the image of the process whose regions are `regs`, its census
+ * taken, written to path. */
+static int64_t store_image(const char *path, struct cairn_img_region *regs, int n, uint8_t *bitmaps,
+                           size_t bitmap_cap)
+{
     uint64_t bitmap_bytes = 0;
-    r = plan_pages(regs, n, bitmaps, bitmap_cap, &bitmap_bytes);
+    int r = plan_pages(regs, n, bitmaps, bitmap_cap, &bitmap_bytes);
     if (r < 0)
         return r;
 
@@ -2217,8 +2411,18 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     h.max_fd = S.max_fd;
     h.xfds_off = h.threads_off + (uint64_t)h.nthreads * sizeof(struct cairn_img_thread);
     h.xdata_len = nxfds ? inflight_used : 0;
-    uint64_t bm_off = h.xfds_off + (uint64_t)nxfds * sizeof(struct cairn_img_xfd) + h.xdata_len;
-    uint64_t data = (bm_off + bitmap_bytes + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+    h.nipc = (uint32_t)nipcs;
+    h.ipc_off = h.xfds_off + (uint64_t)nxfds * sizeof(struct cairn_img_xfd) + h.xdata_len;
+    uint64_t values_off = h.ipc_off + (uint64_t)nipcs * sizeof(struct cairn_img_ipc);
+    uint64_t bm_off = values_off + nipc_values * sizeof(uint16_t);
+    int64_t ipc_bm = plan_ipc_pages(bitmaps + bitmap_bytes, bitmap_cap - bitmap_bytes, bm_off + bitmap_bytes);
+    if (ipc_bm < 0)
+        return (int)ipc_bm;
+    for (int i = 0; i < nipcs; i++)
+        if (ipcs[i].kind == CAIRN_IPC_SEM)
+            ipcs[i].data_off += values_off;
+    /* Region bitmaps relative to the start of the bitmaps (plan_pages), the segments' after. */
+    uint64_t data = (bm_off + bitmap_bytes + (uint64_t)ipc_bm + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
         if (!(g->flags & CAIRN_REG_SAVED))
@@ -2227,6 +2431,11 @@ static int64_t write_image(const char *path, uint64_t ckpt)
         g->data_off = data;
         data += g->saved_pages * CAIRN_IMG_PAGE;
     }
+    for (int i = 0; i < nipcs; i++)
+        if (ipcs[i].kind == CAIRN_IPC_SHM) {
+            ipcs[i].data_off = data;
+            data += ipcs[i].saved_pages * CAIRN_IMG_PAGE;
+        }
     /* Every file a region maps, saved or not, is checked against these at restart. */
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
@@ -2249,7 +2458,7 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     h.hole_start = CAIRN_IMG_HOLE_START;
     h.hole_len = CAIRN_IMG_HOLE_LEN;
     h.control_addr = (uint64_t)(uintptr_t)&CONTROL;
-    h.checkpoint = ckpt;
+    h.checkpoint = S.checkpoints;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     h.time_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
@@ -2297,9 +2506,12 @@ static int64_t write_image(const char *path, uint64_t ckpt)
     PUT(th, (size_t)h.nthreads * sizeof th[0]);
     PUT(xfds, (size_t)nxfds * sizeof xfds[0]);
     PUT(inflight, (size_t)h.xdata_len);
-    PUT(bitmaps, bitmap_bytes);
+    PUT(ipcs, (size_t)nipcs * sizeof ipcs[0]);
+    PUT(ipc_values, nipc_values * sizeof ipc_values[0]);
+    PUT(bitmaps, bitmap_bytes + (uint64_t)ipc_bm);
     {
-        uint64_t first_data = (bm_off + bitmap_bytes + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+        uint64_t first_data =
+            (bm_off + bitmap_bytes + (uint64_t)ipc_bm + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
         PAD_TO(first_data);
     }
     for (int i = 0; i < n; i++) {
@@ -2325,6 +2537,16 @@ static int64_t write_image(const char *path, uint64_t ckpt)
         }
         if (unreadable)
             mprotect((void *)g->start, g->end - g->start, g->prot);
+    }
+    for (int i = 0; i < nipcs; i++) {
+        const struct cairn_img_ipc *c = &ipcs[i];
+        if (c->kind != CAIRN_IPC_SHM)
+            continue;
+        const uint8_t *bm = bitmaps + (c->bitmap_off - bm_off);
+        uint64_t pages = (c->size + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE;
+        for (uint64_t p = 0; p < pages; p++)
+            if (bm[p / 8] & (1u << (p % 8)))
+                PUT(ipc_maps[i] + p * CAIRN_IMG_PAGE, CAIRN_IMG_PAGE);
     }
 #undef PUT
 #undef PAD_TO
@@ -2706,6 +2928,12 @@ static void resume_process(void)
         if (S.fds[i].kind == FD_EPOLL)
             anon_again(&S.fds[i]);
     tree_barrier();
+    /* Every process of the tree has attached its segments again: those removed while
+     * attached are removed again (the root's list). */
+    for (int i = 0; i < nipc_doomed; i++)
+        if (shmctl(ipc_doomed[i], IPC_RMID, NULL) != 0)
+            say("cannot remove System V segment %d again: %s", ipc_doomed[i], strerror(errno));
+    nipc_doomed = 0;
     if (S.cwd[0] && chdir(S.cwd) != 0)
         say("cannot return to %s: %s", S.cwd, strerror(errno));
     umask(S.umask);

@@ -60,6 +60,10 @@
                                  * deleted file, a memfd) of a process in a tree: the object
                                  * (dev, ino) is made once per tree from the pages its processes
                                  * saved, and mapped shared by each again */
+#define CAIRN_REG_SYSV 0x100u   /* a System V shared memory segment attached whole (shmat) by a
+                                 * process in a tree: `ino` is its id; the tree's root saved the
+                                 * segment (struct cairn_img_ipc), the restart makes it again
+                                 * with that id and attaches it here; no pages in this image */
 
 /* Special region kinds (in `special`). */
 #define CAIRN_SPECIAL_VDSO 1u
@@ -138,7 +142,31 @@ struct cairn_img_header {
     /* The controlling terminal, if it is a pseudo-terminal of the tree: its index + 1 (0:
      * none, or another terminal), and its foreground process group. */
     int32_t ctty, tty_pgrp;
-    uint8_t reserved[76];
+    /* The System V shared memory segments and semaphore sets of the tree's IPC namespace,
+     * saved by the tree's root process (its own namespace, made with the pid namespace):
+     * struct cairn_img_ipc [nipc] at ipc_off, then semaphore values; segment pages after
+     * the regions' pages. */
+    uint32_t nipc;
+    uint64_t ipc_off;
+    uint8_t reserved[64];
+};
+
+#define CAIRN_IPC_SHM 1u
+#define CAIRN_IPC_SEM 2u
+#define CAIRN_IPC_MAX 256
+
+struct cairn_img_ipc {
+    uint32_t kind;           /* CAIRN_IPC_* */
+    int32_t id;              /* shmid or semid in the namespace, given back at restart */
+    int32_t key;             /* IPC_PRIVATE (0) for a private or removed object */
+    uint32_t mode;           /* permission bits, and for a segment SHM_DEST if it was removed
+                              * while still attached */
+    uint32_t uid, gid;       /* owner */
+    uint64_t size;           /* a segment's bytes, a set's semaphores */
+    uint64_t bitmap_off;     /* a segment: its page bitmap (pages saved: those not all zero) */
+    uint64_t data_off;       /* a segment: its first saved page; a set: its values (uint16_t
+                              * each), after the table */
+    uint64_t saved_pages;
 };
 
 /* A pipe end, a connected Unix stream or TCP socket, a listening socket or a file of a process
@@ -159,6 +187,9 @@ struct cairn_img_header {
                                 * struct cairn_img_tty, then the bytes waiting to be read at it */
 #define CAIRN_XFD_PTS 8u       /* a pseudo-terminal's slave (/dev/pts/N): `ino` as the master's;
                                 * its data a struct cairn_img_tty */
+#define CAIRN_XFD_EVENT 9u     /* an eventfd: `offset` its count, `size` 1 for EFD_SEMAPHORE;
+                                * `peer` links it to the parent's descriptor it shares, as for
+                                * a file */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */

@@ -97,6 +97,19 @@ typedef unsigned long u64;
 #define SYS_ppoll 271
 #define SYS_accept4 288
 #define SYS_ioctl 16
+#define SYS_shmget 29
+#define SYS_shmat 30
+#define SYS_shmctl 31
+#define SYS_semget 64
+#define SYS_semctl 66
+#define SYS_shmdt 67
+#define IPC_CREAT 01000
+#define IPC_EXCL 02000
+#define IPC_RMID 0
+#define IPC_SET 1
+#define SETALL 17
+#define SHM_RDONLY 010000
+#define SHM_EXEC 0100000
 #define O_NOCTTY 0400
 #define TCGETS 0x5401
 #define TCSETS 0x5402
@@ -110,6 +123,7 @@ typedef unsigned long u64;
 #define PROT_NONE 0
 #define PROT_READ 1
 #define PROT_WRITE 2
+#define PROT_EXEC 4
 #define MAP_SHARED 0x01
 #define MAP_PRIVATE 0x02
 #define MAP_FIXED 0x10
@@ -136,6 +150,7 @@ typedef unsigned long u64;
 #define WNOHANG 1
 #define CLONE_NEWPID 0x20000000
 #define CLONE_NEWUSER 0x10000000
+#define CLONE_NEWIPC 0x08000000
 #define PR_SET_PDEATHSIG 1
 #define PR_SET_CHILD_SUBREAPER 36
 #define F_SETFL 4
@@ -695,6 +710,16 @@ static void map_region(struct cairn_img_region *r)
             map_failed(r, got < 0 ? got : -17, "the address is taken or refused");
         return;
     }
+    if (r->flags & CAIRN_REG_SYSV) {
+        /* Made by init with its id, filled from the root's image: attached here again. */
+        u64 how = (r->prot & PROT_WRITE ? 0 : SHM_RDONLY) | (r->prot & PROT_EXEC ? SHM_EXEC : 0);
+        got = sys3(SYS_shmat, (i64)r->ino, (i64)r->start, (i64)how);
+        if (got != (i64)r->start)
+            map_failed(r, got < 0 ? got : -17, "its System V segment cannot be attached there");
+        if ((r->prot & PROT_READ) == 0 && sys3(SYS_mprotect, (i64)r->start, (i64)len, (i64)r->prot) != 0)
+            map_failed(r, -22, "its protection cannot be set");
+        return;
+    }
     if (r->flags & CAIRN_REG_FILE) {
         i64 fd = open_region_file(r);
         u64 prot = r->prot | (saved ? PROT_WRITE : 0);
@@ -943,6 +968,8 @@ static struct member {
     int fd; /* open before the tree is made: a member restores even if its file is gone */
     u64 xdata; /* where its shared descriptors' bytes in flight start in its image */
     u64 regions_off, nregions, size;
+    uint32_t nipc; /* the tree's System V objects (the root's image) */
+    u64 ipc_off;
     uint32_t nzombies;
     int32_t zombies[CAIRN_IMG_ZOMBIES][2];
 } M[MAX_MEMBERS];
@@ -1035,15 +1062,16 @@ static void id_map(char *out, u64 id)
     out[k] = 0;
 }
 
-/* A new pid namespace for this process's children: as root directly; as another user inside
- * a new user namespace that maps the user to itself. Returns 0 or -errno. */
+/* A new pid namespace for this process's children, and an IPC namespace for the tree (its
+ * System V objects are its own, and come back with their ids): as root directly; as another
+ * user inside a new user namespace that maps the user to itself. Returns 0 or -errno. */
 static i64 make_namespace(void)
 {
-    i64 r = sys1(SYS_unshare, CLONE_NEWPID);
+    i64 r = sys1(SYS_unshare, CLONE_NEWPID | CLONE_NEWIPC);
     if (r != -EPERM)
         return r;
     i64 uid = sys1(SYS_getuid, 0), gid = sys1(SYS_getgid, 0);
-    r = sys1(SYS_unshare, CLONE_NEWUSER | CLONE_NEWPID);
+    r = sys1(SYS_unshare, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC);
     if (r < 0)
         return r;
     char map[64];
@@ -1112,7 +1140,8 @@ static int nx;
 
 static struct object {
     uint32_t kind;  /* CAIRN_XFD_PIPE_READ for a pipe, CAIRN_XFD_STREAM for a socket pair,
-                     * CAIRN_XFD_TCP for a connection, CAIRN_XFD_LISTEN, CAIRN_XFD_FILE */
+                     * CAIRN_XFD_TCP for a connection, CAIRN_XFD_LISTEN, CAIRN_XFD_FILE,
+                     * CAIRN_XFD_EVENT */
     u64 a, b;       /* the pipe's, listener's or file's inode; the two ends' socket inodes */
     int has[2];     /* pipe: a read end, a write end held in the tree; pair: end a, end b */
     uint32_t pipe_size;
@@ -1185,7 +1214,7 @@ static i64 object_fd(const struct xrec *r)
 {
     const struct object *o = &O[r->object];
     int second = o->kind == CAIRN_XFD_STREAM || o->kind == CAIRN_XFD_TCP ? r->x.ino != o->a
-                 : o->kind == CAIRN_XFD_FILE || o->kind == CAIRN_XFD_LISTEN ? 0
+                 : o->kind == CAIRN_XFD_FILE || o->kind == CAIRN_XFD_LISTEN || o->kind == CAIRN_XFD_EVENT ? 0
                  : o->kind == CAIRN_XFD_PTM                                 ? r->x.kind == CAIRN_XFD_PTS
                                                                             : r->x.kind == CAIRN_XFD_PIPE_WRITE;
     return xbase + 2 * r->object + second;
@@ -1233,33 +1262,57 @@ static void refill(const struct xrec *r, i64 to, int sock) { refill_bytes(r, 0, 
 #define O_TRUNC 01000
 #define O_APPEND 02000
 
-/* The record of the file descriptor `peer` names (a parent's), or -1. */
-static int file_peer(u64 peer)
+/* The record of kind `kind` of the descriptor `peer` names (a parent's), or -1. */
+static int file_peer(uint32_t kind, u64 peer)
 {
     int32_t pid = (int32_t)(peer >> 32);
     int fd = (int)(peer & 0xffffffffu) - 1;
     for (int j = 0; j < nx; j++)
-        if (X[j].x.kind == CAIRN_XFD_FILE && X[j].x.fd == fd && M[X[j].member].pid == pid)
+        if (X[j].x.kind == kind && X[j].x.fd == fd && M[X[j].member].pid == pid)
             return j;
     return -1;
 }
 
-/* Files: one open file description per chain of processes that shared it (a record linked
- * to its parent's, that to its own parent's...), opened by path as the first of them had it,
- * cut back to its size at the checkpoint if it was open for writing, at its offset. */
+#define SYS_eventfd2 290
+#define EFD_SEMAPHORE 1
+
+/* An eventfd as record x had it: its count, semaphore mode and non-blocking flag. */
+static i64 make_event(const struct cairn_img_xfd *x)
+{
+    i64 fd = sys2(SYS_eventfd2, 0, (x->size ? EFD_SEMAPHORE : 0) | (x->flags & O_NONBLOCK));
+    u64 count = (u64)x->offset;
+    if (fd >= 0 && count && sys3(SYS_write, fd, &count, sizeof count) != (i64)sizeof count) {
+        sys1(SYS_close, fd);
+        return -22;
+    }
+    return fd;
+}
+
+/* Files and eventfds: one open file description per chain of processes that shared it (a
+ * record linked to its parent's, that to its own parent's...). A file is opened by path as
+ * the first of them had it, cut back to its size at the checkpoint if it was open for
+ * writing, at its offset; an eventfd is made with its count. */
 static void make_files(void)
 {
     for (int i = 0; i < nx; i++) {
-        if (X[i].x.kind != CAIRN_XFD_FILE)
+        uint32_t kind = X[i].x.kind;
+        if (kind != CAIRN_XFD_FILE && kind != CAIRN_XFD_EVENT)
             continue;
         int top = i;
         for (int hops = 0; hops < MAX_MEMBERS && X[top].x.peer; hops++) {
-            int up = file_peer(X[top].x.peer);
+            int up = file_peer(kind, X[top].x.peer);
             if (up < 0)
                 break;
             top = up;
         }
-        if (X[top].object < 0 && X[top].object != -2) {
+        if (kind == CAIRN_XFD_EVENT && X[top].object < 0) {
+            i64 fd = make_event(&X[top].x);
+            int k = no++;
+            O[k] = (struct object){CAIRN_XFD_EVENT, 0, 0, {1, 1}, 0};
+            if (fd < 0 || put_at(fd, xbase + 2 * k) < 0)
+                fail(5, "cairn-restore: cannot make an eventfd of the tree again (too many open files?)");
+            X[top].object = k;
+        } else if (X[top].object < 0 && X[top].object != -2) {
             struct cairn_img_xfd *x = &X[top].x;
             static char path[CAIRN_IMG_PATH_MAX + 1];
             u64 len = x->data_len < CAIRN_IMG_PATH_MAX ? x->data_len : CAIRN_IMG_PATH_MAX;
@@ -1626,7 +1679,7 @@ static void make_objects(void)
 {
     for (int i = 0; i < nx; i++) {
         struct cairn_img_xfd *x = &X[i].x;
-        if (x->kind == CAIRN_XFD_FILE)
+        if (x->kind == CAIRN_XFD_FILE || x->kind == CAIRN_XFD_EVENT)
             continue;
         int pipe = x->kind == CAIRN_XFD_PIPE_READ || x->kind == CAIRN_XFD_PIPE_WRITE;
         int pair = x->kind == CAIRN_XFD_STREAM || x->kind == CAIRN_XFD_TCP;
@@ -1651,7 +1704,7 @@ static void make_objects(void)
     }
     /* A standard stream whose other end is not in the tree is the restart's own. */
     for (int i = 0; i < nx; i++)
-        if (X[i].x.kind != CAIRN_XFD_FILE && (X[i].x.how & CAIRN_XFD_STDIO) &&
+        if (X[i].x.kind != CAIRN_XFD_FILE && X[i].x.kind != CAIRN_XFD_EVENT && (X[i].x.how & CAIRN_XFD_STDIO) &&
             !(O[X[i].object].has[0] && O[X[i].object].has[1]))
             X[i].object = -1;
     int streams = no;
@@ -1810,6 +1863,94 @@ static void make_shm_objects(void)
     each_object_region(fill_object);
 }
 
+/* The tree's System V segments and semaphore sets, made once by init from the root's image
+ * (struct cairn_img_ipc) in the tree's new IPC namespace, each with its id (the namespace's
+ * shm_next_id / sem_next_id), key, owner, mode and contents. A segment that had been removed
+ * while attached is removed again by the root's library once every process of the tree has
+ * attached it (the kernel lets a removed segment be attached until its last user leaves). */
+static void ipc_failed(const struct cairn_img_ipc *c, const char *what, i64 err)
+{
+    put(c->kind == CAIRN_IPC_SHM ? "cairn-restore: System V shared memory segment " : "cairn-restore: System V semaphore set ");
+    put_num((u64)(uint32_t)c->id, 10);
+    put(": ");
+    put(what);
+    put(", error ");
+    put_num((u64)-err, 10);
+    fail(5, "");
+}
+
+/* The kernel's struct ipc64_perm at the head of shmid64_ds and semid64_ds: owner and mode,
+ * as IPC_SET reads them. */
+static void ipc_set(const struct cairn_img_ipc *c, int call)
+{
+    uint32_t ds[32];
+    for (int i = 0; i < 32; i++)
+        ds[i] = 0;
+    ds[1] = c->uid;
+    ds[2] = c->gid;
+    ds[5] = c->mode & 0777;
+    i64 r = call == SYS_shmctl ? sys3(SYS_shmctl, c->id, IPC_SET, (i64)ds) : sys4(SYS_semctl, c->id, 0, IPC_SET, (i64)ds);
+    if (r != 0)
+        ipc_failed(c, "its owner and mode cannot be given back", r);
+}
+
+/* Object c made again with its id (`next_id`: the namespace's sysctl that chooses the next
+ * one), key, owner and mode, by `get` (shmget or semget). Returns its id. */
+static i64 ipc_make(const struct cairn_img_ipc *c, const char *next_id, int get)
+{
+    char num[24];
+    fmt_dec(num, (u64)(uint32_t)c->id);
+    write_file(next_id, num);
+    i64 id = sys3(get, c->key, (i64)c->size, IPC_CREAT | IPC_EXCL | (c->mode & 0777));
+    if (id != c->id)
+        ipc_failed(c, "cannot be made again with its id", id < 0 ? id : -17);
+    ipc_set(c, get == SYS_shmget ? SYS_shmctl : SYS_semctl);
+    return id;
+}
+
+static void make_ipc(void)
+{
+    const struct member *m = &M[0];
+    static struct cairn_img_ipc c;
+    static uint16_t values[65536]; /* as many as the library saves (IPC_VALUES) */
+    for (uint32_t i = 0; i < m->nipc; i++) {
+        u64 at = m->ipc_off + i * sizeof c;
+        if (at + sizeof c > m->size || sys4(SYS_pread64, m->fd, &c, sizeof c, at) != (i64)sizeof c)
+            fail(4, "cairn-restore: damaged image: its System V table lies outside it");
+        if (c.kind == CAIRN_IPC_SHM) {
+            u64 pages = (c.size + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE;
+            if (c.bitmap_off + (pages + 7) / 8 > m->size || c.data_off + c.saved_pages * CAIRN_IMG_PAGE > m->size)
+                fail(4, "cairn-restore: damaged image: a System V segment's pages lie outside it");
+            i64 id = ipc_make(&c, "/proc/sys/kernel/shm_next_id", SYS_shmget);
+            i64 addr = sys3(SYS_shmat, id, 0, 0);
+            if (addr < 0 && addr > -4096)
+                ipc_failed(&c, "cannot be attached to fill it", addr);
+            u64 idx = 0;
+            for (u64 p = 0; p < pages && idx < c.saved_pages; p++) {
+                uint8_t bits = 0;
+                sys4(SYS_pread64, m->fd, &bits, 1, c.bitmap_off + p / 8);
+                if (!(bits & (1u << (p % 8))))
+                    continue;
+                if (sys4(SYS_pread64, m->fd, addr + (i64)(p * CAIRN_IMG_PAGE), CAIRN_IMG_PAGE,
+                         c.data_off + idx * CAIRN_IMG_PAGE) != (i64)CAIRN_IMG_PAGE)
+                    fail(4, "cairn-restore: damaged image: a System V segment's page cannot be read");
+                idx++;
+            }
+            sys1(SYS_shmdt, addr);
+        } else if (c.kind == CAIRN_IPC_SEM) {
+            if (c.size > sizeof values / sizeof values[0] || c.data_off + c.size * 2 > m->size ||
+                sys4(SYS_pread64, m->fd, values, c.size * 2, c.data_off) != (i64)(c.size * 2))
+                fail(4, "cairn-restore: damaged image: a System V semaphore set's values lie outside it");
+            i64 id = ipc_make(&c, "/proc/sys/kernel/sem_next_id", SYS_semget);
+            i64 r = sys4(SYS_semctl, id, 0, SETALL, (i64)values);
+            if (r != 0)
+                ipc_failed(&c, "its values cannot be given back", r);
+        } else {
+            fail(4, "cairn-restore: damaged image: an unknown kind of System V object");
+        }
+    }
+}
+
 /* In a restored process, before its threads run: its pipes and sockets at their numbers, and
  * none of the others. */
 static void place_objects(int me)
@@ -1868,6 +2009,8 @@ static void read_members(void)
         M[k].regions_off = h.regions_off;
         M[k].nregions = h.nregions;
         M[k].size = h.file_size;
+        M[k].nipc = k == 0 ? h.nipc : 0;
+        M[k].ipc_off = h.ipc_off;
         M[k].nzombies = h.nzombies < CAIRN_IMG_ZOMBIES ? h.nzombies : CAIRN_IMG_ZOMBIES;
         for (uint32_t z = 0; z < M[k].nzombies; z++) {
             M[k].zombies[z][0] = h.zombies[z][0];
@@ -2021,6 +2164,7 @@ static int init_main(char **envp)
                 xbase = M[k].fd + 1;
         make_objects();
         make_shm_objects();
+        make_ipc();
         if (nmembers > 1 &&
             sys6(SYS_mmap, CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF, CAIRN_IMG_PAGE, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != (i64)(CAIRN_IMG_HOLE_START + CAIRN_IMG_BARRIER_OFF))

@@ -70,7 +70,10 @@ pub struct ImageHeader {
     pub zombies: [[i32; 2]; 16],
     pub ctty: i32,
     pub tty_pgrp: i32,
-    pub reserved: [u8; 76],
+    /// System V segments and semaphore sets the tree's root saved (`struct cairn_img_ipc`).
+    pub nipc: u32,
+    pub ipc_off: u64,
+    pub reserved: [u8; 64],
 }
 
 fn c_str(b: &[u8]) -> String {
@@ -259,6 +262,8 @@ pub const XFD_LISTEN: u32 = 6;
 pub const XFD_PTM: u32 = 7;
 /// A pseudo-terminal's slave (`ino`: its master's).
 pub const XFD_PTS: u32 = 8;
+/// An eventfd, made again with its count (`offset`), once per open file description.
+pub const XFD_EVENT: u32 = 9;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;

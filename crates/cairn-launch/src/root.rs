@@ -310,8 +310,8 @@ struct RootLoop {
 /// a standard stream (the restart gives its own).
 fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
     use cairn_ckpt::{
-        Xfd, XFD_CLOSE_UNMATCHED, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE, XFD_PTM,
-        XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP,
+        Xfd, XFD_CLOSE_UNMATCHED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE,
+        XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     for f in p.files() {
@@ -327,10 +327,10 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
     for (who, x) in &all {
-        // Files are reopened by path, listeners bound again and terminal masters made with a
-        // new slave; the ends of pipes and connections, and terminal slaves, need their other
-        // end.
-        if matches!(x.kind, XFD_FILE | XFD_LISTEN | XFD_PTM)
+        // Files are reopened by path, eventfds made with their count, listeners bound again
+        // and terminal masters made with a new slave; the ends of pipes and connections, and
+        // terminal slaves, need their other end.
+        if matches!(x.kind, XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM)
             || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0
         {
             continue;

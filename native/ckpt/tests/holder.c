@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|msgq|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -37,14 +37,17 @@
  *            into word 1 over and over: each step writes its number into word 0 and waits
  *            (up to 2 s) for the child's copy (exit 10 if it never comes: the memory is no
  *            longer shared)
- *   eventchild an eventfd shared with a forked child, which waits on it until the end (a
- *            restart would give each process its own: refused)
+ *   eventchild an eventfd shared with a forked child, which reads it and adds what it read
+ *            to a word of MAP_SHARED|MAP_ANONYMOUS memory: each step adds 1 to the eventfd
+ *            and waits (up to 2 s) for the child's total to reach the step (exit 11 if it
+ *            does not: the eventfd is no longer shared)
+ *   msgq     a System V message queue holding one message (not saved: refused)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
- * A checkpoint is refused for pipe, socket, sockets, inotify, child and eventchild, and for fifo unless
- * CAIRN_CKPT_EXTERNAL=close; shared, anon and dirs come back. */
+ * A checkpoint is refused for pipe, socket, sockets, inotify, child and msgq, and for fifo unless
+ * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs and eventchild come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,16 +62,20 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
+#include <sys/msg.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+/* What the parent adds to the eventfd of eventchild to end the child. */
+#define EVENT_END 1000000000ull
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|msgq|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -83,6 +90,7 @@ int main(int argc, char **argv)
     unsigned char *map = NULL;
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
     int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1, shared_event = -1;
+    volatile long *evtotal = NULL;
     volatile long *both = NULL;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
@@ -186,15 +194,30 @@ int main(int argc, char **argv)
             }
             _exit(0);
         }
+    } else if (strcmp(what, "msgq") == 0) {
+        int q = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+        struct {
+            long type;
+            char text[8];
+        } m = {1, "held"};
+        if (q < 0 || msgsnd(q, &m, sizeof m.text, 0) != 0)
+            return 3;
     } else if (strcmp(what, "eventchild") == 0) {
         int ev = eventfd(0, 0);
-        if (ev < 0)
+        evtotal = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (ev < 0 || evtotal == MAP_FAILED)
             return 3;
         child = fork();
         if (child == 0) {
             uint64_t v;
-            while (read(ev, &v, sizeof v) == (ssize_t)sizeof v && v < 2)
-                ;
+            for (;;) {
+                ssize_t n = read(ev, &v, sizeof v);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n != (ssize_t)sizeof v || v >= EVENT_END)
+                    break;
+                *evtotal += (long)v;
+            }
             _exit(0);
         }
         shared_event = ev;
@@ -269,6 +292,20 @@ int main(int argc, char **argv)
                 return 10;
             }
         }
+        if (evtotal) {
+            uint64_t one = 1;
+            if (write(shared_event, &one, sizeof one) != (ssize_t)sizeof one)
+                return 4;
+            int waited = 0;
+            while (*evtotal != i && waited++ < 10000) {
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+            }
+            if (*evtotal != i) {
+                printf("holder: the child read %ld from the eventfd, not %ld, at step %ld\n", *evtotal, i, i);
+                return 11;
+            }
+        }
         if (peer >= 0) {
             long answer = 0;
             if (write(peer, &i, sizeof i) != (ssize_t)sizeof i)
@@ -338,7 +375,7 @@ int main(int argc, char **argv)
     if (both)
         both[2] = 1;
     if (shared_event >= 0) {
-        uint64_t end = 2;
+        uint64_t end = EVENT_END;
         if (write(shared_event, &end, sizeof end) != (ssize_t)sizeof end)
             return 11;
     }

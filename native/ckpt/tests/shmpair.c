@@ -31,58 +31,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SLOTS 64
-#define DATA 4000
+#include "records.h"
 
-struct slot {
-    uint64_t seq;
-    uint64_t sum;
-    unsigned char data[DATA];
-};
+#define SLOTS 64
 
 struct ring {
     _Atomic uint64_t head; /* records written */
     _Atomic uint64_t tail; /* records read */
     struct slot slot[SLOTS];
 };
-
-static char dir[4096];
-
-static FILE *out(const char *name)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/out.%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        exit(3);
-    setvbuf(f, NULL, _IOLBF, 0);
-    return f;
-}
-
-static void bad(FILE *f, const char *what, uint64_t a, uint64_t b)
-{
-    fprintf(f, "BAD: %s (%llu, %llu)\n", what, (unsigned long long)a, (unsigned long long)b);
-    exit(1);
-}
-
-static void fill(struct slot *s, uint64_t seq)
-{
-    uint64_t sum = 0, x = seq * 0x9e3779b97f4a7c15ull + 1;
-    for (int i = 0; i < DATA; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        s->data[i] = (unsigned char)x;
-        sum = sum * 31 + s->data[i];
-    }
-    s->sum = sum;
-    s->seq = seq;
-}
-
-static int check(const struct slot *s, uint64_t seq)
-{
-    struct slot want;
-    fill(&want, seq);
-    return s->seq == seq && s->sum == want.sum && memcmp(s->data, want.data, DATA) == 0;
-}
 
 static struct ring *map_ring(const char *name, int flags)
 {

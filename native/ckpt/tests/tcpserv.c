@@ -27,21 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "records.h"
+
 #define MAX_LEN (3 << 20)
 #define BIG_EVERY 200
-
-static char dir[4096];
-
-static FILE *out(const char *name)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/out.%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        exit(3);
-    setvbuf(f, NULL, _IOLBF, 0);
-    return f;
-}
 
 static int full(int fd, void *buf, size_t len, int send_it)
 {
