@@ -66,6 +66,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -101,6 +102,7 @@ static size_t inflight_used;
  * in a tree, connected TCP sockets. */
 static struct sock_end {
     int fd;
+    int type; /* SOCK_STREAM, SOCK_DGRAM or SOCK_SEQPACKET (Unix) */
     uint64_t ino, peer;
     char target[64];
 } sock_ends[MAX_FDS], tcp_ends[MAX_FDS];
@@ -158,6 +160,9 @@ enum fd_kind {
     FD_LISTEN,      /* a listening socket: bound again to `addr` (family, type and protocol in
                      * `sock_type`, `value` and `timer[0]`; SO_REUSEPORT, IPV6_V6ONLY in
                      * `timer[1]`, `timer[2]`) */
+    FD_INOTIFY,     /* an inotify instance: `value` watches from S.watches[first_watch], each
+                     * its wd in `fd`, its mask in `events` and its entry of `inotify_paths`
+                     * in `data` */
 };
 
 /* One descriptor an epoll instance watches, as /proc/self/fdinfo shows it. */
@@ -1115,6 +1120,169 @@ static int fdinfo_number(const char *text, const char *key, int base, uint64_t *
     return 1;
 }
 
+/* ---- inotify watches ---------------------------------------------------------------- */
+
+/* The path of every watch the process added (inotify_add_watch, wrapped below), made
+ * absolute when it was added: the kernel keeps only the watched inode, which a restart could
+ * not find again. */
+#define MAX_INOTIFY 256
+static struct inotify_path {
+    int fd, wd;
+    uint64_t ino, dev;
+    char path[CAIRN_IMG_PATH_MAX];
+} inotify_paths[MAX_INOTIFY];
+static int ninotify;
+static atomic_flag inotify_lock = ATOMIC_FLAG_INIT;
+
+static int inotify_entry(int fd, int wd)
+{
+    for (int i = 0; i < ninotify; i++)
+        if (inotify_paths[i].fd == fd && inotify_paths[i].wd == wd)
+            return i;
+    return -1;
+}
+
+EXPORT int inotify_add_watch(int fd, const char *path, uint32_t mask)
+{
+    int wd = (int)syscall(SYS_inotify_add_watch, fd, path, mask);
+    struct stat st;
+    if (wd < 0 || stat(path, &st) != 0)
+        return wd;
+    int saved = errno;
+    while (atomic_flag_test_and_set(&inotify_lock))
+        ;
+    int i = inotify_entry(fd, wd);
+    if (i < 0 && ninotify < MAX_INOTIFY)
+        i = ninotify++;
+    if (i >= 0) {
+        struct inotify_path *e = &inotify_paths[i];
+        e->fd = fd;
+        e->wd = wd;
+        e->ino = (uint64_t)st.st_ino;
+        e->dev = (uint64_t)st.st_dev;
+        /* A path that does not fit is left empty: a checkpoint then names the watch. */
+        char cwd[CAIRN_IMG_PATH_MAX];
+        size_t lc = path[0] == '/' || !getcwd(cwd, sizeof cwd) ? 0 : strlen(cwd), lp = strlen(path);
+        e->path[0] = 0;
+        if (lc + 1 + lp < sizeof e->path) {
+            if (lc) {
+                memcpy(e->path, cwd, lc);
+                e->path[lc++] = '/';
+            }
+            memcpy(e->path + lc, path, lp + 1);
+        }
+    }
+    atomic_flag_clear(&inotify_lock);
+    errno = saved;
+    return wd;
+}
+
+EXPORT int inotify_rm_watch(int fd, int wd)
+{
+    int r = (int)syscall(SYS_inotify_rm_watch, fd, wd);
+    if (r == 0) {
+        while (atomic_flag_test_and_set(&inotify_lock))
+            ;
+        int i = inotify_entry(fd, wd);
+        if (i >= 0)
+            inotify_paths[i] = inotify_paths[--ninotify];
+        atomic_flag_clear(&inotify_lock);
+    }
+    return r;
+}
+
+/* An inotify instance from its fdinfo: each watch (wd, inode, mask) matched with the path it
+ * was added by, which must still name the watched inode. Events waiting to be read cannot be
+ * kept (nothing reads them without taking them): the checkpoint says how many bytes. */
+static int save_inotify(int fd, struct fd_rec *f, const char *info)
+{
+    f->kind = FD_INOTIFY;
+    f->first_watch = S.nwatches;
+    for (const char *p = strstr(info, "inotify wd:"); p; p = strstr(p + 11, "inotify wd:")) {
+        unsigned wd, mask;
+        unsigned long ino, sdev;
+        if (sscanf(p, "inotify wd:%x ino:%lx sdev:%lx mask:%x", &wd, &ino, &sdev, &mask) != 4)
+            return 0;
+        int i = inotify_entry(fd, (int)wd);
+        struct stat st;
+        if (i < 0) {
+            unrestorable("fd %d is an inotify instance whose watch %u was not added through inotify_add_watch",
+                         fd, wd);
+            return 1;
+        }
+        const struct inotify_path *e = &inotify_paths[i];
+        if (!e->path[0]) {
+            unrestorable("watch %u of inotify fd %d: its path is longer than %d bytes", wd, fd, CAIRN_IMG_PATH_MAX - 1);
+            return 1;
+        }
+        if (stat(e->path, &st) != 0 || (uint64_t)st.st_ino != ino || major(st.st_dev) != (sdev >> 20) ||
+            minor(st.st_dev) != (sdev & 0xfffff)) {
+            unrestorable("watch %u of inotify fd %d: %s no longer names the file it watches", wd, fd, e->path);
+            return 1;
+        }
+        if (S.nwatches >= MAX_WATCHES) {
+            unrestorable("epoll and inotify instances watch more than %d descriptors or files", MAX_WATCHES);
+            return 1;
+        }
+        S.watches[S.nwatches++] = (struct epoll_watch){(int32_t)wd, mask, (uint64_t)i};
+        f->value++;
+    }
+    int queued = 0;
+    if (ioctl(fd, FIONREAD, &queued) == 0 && queued > 0)
+        say("checkpoint: %d bytes of events waiting at inotify fd %d are not kept: a restart from this "
+            "checkpoint does not see them",
+            queued, fd);
+    S.nfds++;
+    return 1;
+}
+
+/* Inotify instance f made again: its watches added in the order of their wds, each given its
+ * wd again (the kernel counts wds up from 1; a gap is filled by a watch added and removed at
+ * once on a file no watch has). */
+static int inotify_again(const struct fd_rec *f)
+{
+    int fd = inotify_init1(f->flags & O_NONBLOCK ? IN_NONBLOCK : 0);
+    if (fd < 0)
+        return fd;
+    static const char *spare[] = {"/", "/proc", "/dev", "/tmp", "/etc"};
+    const char *filler = NULL;
+    for (size_t k = 0; !filler && k < sizeof spare / sizeof spare[0]; k++) {
+        struct stat st;
+        int used = stat(spare[k], &st) != 0;
+        for (uint64_t j = 0; !used && j < f->value; j++)
+            used = inotify_paths[S.watches[f->first_watch + (int)j].data].ino == (uint64_t)st.st_ino;
+        if (!used)
+            filler = spare[k];
+    }
+    int next = 1;
+    for (int32_t want = 1; want > 0;) {
+        /* The smallest wd still to add. */
+        const struct epoll_watch *w = NULL;
+        for (uint64_t j = 0; j < f->value; j++) {
+            const struct epoll_watch *c = &S.watches[f->first_watch + (int)j];
+            if (c->fd >= want && (!w || c->fd < w->fd))
+                w = c;
+        }
+        if (!w)
+            break;
+        while (filler && next < w->fd) {
+            int gap = (int)syscall(SYS_inotify_add_watch, fd, filler, IN_ATTRIB);
+            if (gap < 0)
+                break;
+            syscall(SYS_inotify_rm_watch, fd, gap);
+            next = gap + 1;
+        }
+        const struct inotify_path *e = &inotify_paths[w->data];
+        int wd = (int)syscall(SYS_inotify_add_watch, fd, e->path, w->events);
+        if (wd != w->fd)
+            say("inotify fd %d: the watch of %s comes back as %d, not %d%s%s", f->fd, e->path, wd, w->fd,
+                wd < 0 ? ": " : "", wd < 0 ? strerror(errno) : "");
+        next = wd + 1;
+        want = w->fd + 1;
+    }
+    return fd;
+}
+
 /* Record an eventfd, timerfd, signalfd or epoll descriptor from its fdinfo, to make again
  * after a restart. Returns 0 for another kind (or fdinfo that does not read as expected). */
 static int save_anon(int fd, const char *target)
@@ -1145,6 +1313,8 @@ static int save_anon(int fd, const char *target)
             f->timer[0] = 0, f->timer[1] = 1;
     } else if (strcmp(target, "anon_inode:[signalfd]") == 0 && fdinfo_number(info, "sigmask", 16, &f->value)) {
         f->kind = FD_SIGNALFD;
+    } else if (strcmp(target, "anon_inode:inotify") == 0) {
+        return save_inotify(fd, f, info);
     } else if (strcmp(target, "anon_inode:[eventpoll]") == 0) {
         f->kind = FD_EPOLL;
         f->first_watch = S.nwatches;
@@ -1218,16 +1388,23 @@ static uint64_t unix_peer(uint64_t ino)
     return peer;
 }
 
-/* Note a connected Unix stream socket for census_sockets. Returns 0 for another socket. */
+/* Note a connected Unix stream socket (in a tree, also a connected datagram or seqpacket one)
+ * for census_sockets. Returns 0 for another socket. */
 static int unix_stream_end(int fd, const char *target)
 {
     int dom = sock_opt(fd, SO_DOMAIN), type = sock_opt(fd, SO_TYPE);
-    if (dom != AF_UNIX || type != SOCK_STREAM || strncmp(target, "socket:[", 8) != 0 || nsock_ends >= MAX_FDS)
+    int messages = in_tree() && (type == SOCK_DGRAM || type == SOCK_SEQPACKET);
+    if (dom != AF_UNIX || (type != SOCK_STREAM && !messages) || strncmp(target, "socket:[", 8) != 0 ||
+        nsock_ends >= MAX_FDS)
         return 0;
+    uint64_t ino = strtoull(target + 8, NULL, 10), peer = unix_peer(ino);
+    if (messages && !peer)
+        return 0; /* not connected: refused as another socket */
     struct sock_end *e = &sock_ends[nsock_ends++];
     e->fd = fd;
-    e->ino = strtoull(target + 8, NULL, 10);
-    e->peer = unix_peer(e->ino);
+    e->type = type;
+    e->ino = ino;
+    e->peer = peer;
     snprintf(e->target, sizeof e->target, "%s", target);
     return 1;
 }
@@ -1569,12 +1746,12 @@ static int stdio_twin(int fd)
     return -1;
 }
 
-static void add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const char *target,
-                    ssize_t (*copy)(int, const char *))
+static struct cairn_img_xfd *add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const char *target,
+                                     ssize_t (*copy)(int, const char *))
 {
     struct cairn_img_xfd *x = new_xfd(fd, kind, ino, peer);
     if (!x)
-        return;
+        return NULL;
     int size = kind == CAIRN_XFD_STREAM ? 0 : fcntl(fd, F_GETPIPE_SZ);
     x->pipe_size = size > 0 ? (uint32_t)size : 0;
     x->how = (S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0) | (fd <= 2 ? CAIRN_XFD_STDIO : 0);
@@ -1589,15 +1766,17 @@ static void add_xfd(int fd, uint32_t kind, uint64_t ino, uint64_t peer, const ch
         size_t at = inflight_used;
         ssize_t got = copy(fd, target);
         if (got < 0)
-            return; /* the census says why */
+            return NULL; /* the census says why */
         x->data_off = at;
         x->data_len = (uint64_t)got;
     }
     nxfds++;
+    return x;
 }
 
 static ssize_t copy_pipe(int rfd, const char *target);
 static ssize_t peek_socket(int fd, const char *target);
+static ssize_t peek_messages(int fd, const char *target);
 
 /* In a tree: every pipe end, recorded to be made again once for the tree; the bytes in a
  * pipe are copied by the first of its read ends here (every process holding one saves the
@@ -1628,7 +1807,10 @@ static void tree_sockets(void)
             unrestorable("fd %d is a socket (%s; %s) whose peer could not be found", e->fd, what, e->target);
             continue;
         }
-        add_xfd(e->fd, CAIRN_XFD_STREAM, e->ino, e->peer, e->target, first ? peek_socket : NULL);
+        struct cairn_img_xfd *x = add_xfd(e->fd, CAIRN_XFD_STREAM, e->ino, e->peer, e->target,
+                                          !first ? NULL : e->type == SOCK_STREAM ? peek_socket : peek_messages);
+        if (x)
+            x->size = e->type;
     }
 }
 
@@ -1680,6 +1862,8 @@ static void census_pipes(void)
 
 /* The bytes waiting to be read at Unix stream socket fd, copied into inflight[] without
  * taking them (MSG_PEEK). Returns their count, or -1 (the census says why). */
+static int passed_control(struct msghdr *mh, const char *target);
+
 static ssize_t peek_socket(int fd, const char *target)
 {
     int queued = 0;
@@ -1696,25 +1880,79 @@ static ssize_t peek_socket(int fd, const char *target)
     struct iovec io = {inflight + inflight_used, (size_t)queued};
     struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
     ssize_t got = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    int passed = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            int *fds = (int *)CMSG_DATA(c);
-            for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++)
-                close(fds[k]); /* peeking installed copies */
-            passed = 1;
-        } else {
-            passed = 1;
-        }
-    }
-    if (passed || (mh.msg_flags & MSG_CTRUNC)) {
-        unrestorable("%s has descriptors or credentials in flight", target);
+    if (passed_control(&mh, target))
         return -1;
-    }
     if (got < 0)
         got = 0;
     inflight_used += (size_t)got;
     return got;
+}
+
+/* Whether a peeked message carried descriptors or credentials, which a restart could not
+ * send again: then the checkpoint is refused, naming the socket. */
+static int passed_control(struct msghdr *mh, const char *target)
+{
+    int passed = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int *fds = (int *)CMSG_DATA(c);
+            for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++)
+                close(fds[k]); /* peeking installed copies */
+        }
+        passed = 1;
+    }
+    if (passed || (mh->msg_flags & MSG_CTRUNC)) {
+        unrestorable("%s has descriptors or credentials in flight", target);
+        return 1;
+    }
+    return 0;
+}
+
+/* The messages waiting at a Unix datagram or seqpacket socket, each as its length (uint32_t)
+ * and its bytes, peeked one after the other (SO_PEEK_OFF) so that the process keeps them. */
+static ssize_t peek_messages(int fd, const char *target)
+{
+    static uint8_t msg[256 << 10]; /* above the default socket buffer: a larger one is refused */
+    size_t start = inflight_used;
+    int off = 0, none = -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &off, sizeof off) != 0) {
+        unrestorable("%s: its messages in flight cannot be read without taking them: %s", target, strerror(errno));
+        return -1;
+    }
+    ssize_t total = 0;
+    for (;;) {
+        union {
+            struct cmsghdr h;
+            char b[CMSG_SPACE(64 * sizeof(int))];
+        } ctl;
+        struct iovec io = {msg, sizeof msg};
+        struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+        ssize_t got = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (got < 0)
+            break;
+        if (passed_control(&mh, target)) {
+            total = -1;
+            break;
+        }
+        if (got == 0 || (mh.msg_flags & MSG_TRUNC)) {
+            unrestorable("%s has an empty or oversized message in flight", target);
+            total = -1;
+            break;
+        }
+        if (!inflight_room((size_t)got + 4)) {
+            total = -1;
+            break;
+        }
+        uint32_t len = (uint32_t)got;
+        memcpy(inflight + inflight_used, &len, 4);
+        memcpy(inflight + inflight_used + 4, msg, (size_t)got);
+        inflight_used += (size_t)got + 4;
+        total += got + 4;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &none, sizeof none);
+    if (total < 0)
+        inflight_used = start;
+    return total;
 }
 
 /* Unix stream sockets: a pair whose both ends the process holds (an event loop's self-pipe)
@@ -2637,7 +2875,7 @@ static void place(int fd, const struct fd_rec *f)
     }
 }
 
-/* An eventfd, timerfd, signalfd or epoll instance made again as it was at the checkpoint
+/* An eventfd, timerfd, signalfd, inotify or epoll instance made again as it was at the checkpoint
  * (an epoll after every descriptor it watches). */
 static void anon_again(const struct fd_rec *f)
 {
@@ -2659,6 +2897,8 @@ static void anon_again(const struct fd_rec *f)
             if (f->value & (1ull << (sig - 1)))
                 sigaddset(&mask, sig);
         fd = signalfd(-1, &mask, nb ? SFD_NONBLOCK : 0);
+    } else if (f->kind == FD_INOTIFY) {
+        fd = inotify_again(f);
     } else if (f->kind == FD_EPOLL) {
         fd = epoll_create1(0);
         for (uint64_t k = 0; fd >= 0 && k < f->value; k++) {

@@ -158,6 +158,8 @@ typedef unsigned long u64;
 #define O_NONBLOCK 04000
 #define AF_UNIX 1
 #define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define SOCK_SEQPACKET 5
 #define SOL_SOCKET 1
 #define SO_SNDBUF 7
 #define SO_RCVBUF 8
@@ -1145,6 +1147,7 @@ static struct object {
     u64 a, b;       /* the pipe's, listener's or file's inode; the two ends' socket inodes */
     int has[2];     /* pipe: a read end, a write end held in the tree; pair: end a, end b */
     uint32_t pipe_size;
+    uint32_t sock_type; /* a Unix pair: SOCK_STREAM, SOCK_DGRAM or SOCK_SEQPACKET */
 } O[MAX_XFDS];
 static int no;
 static i64 xbase = 3; /* objects live at xbase + 2k (pipe read end, end a), + 2k + 1 */
@@ -1220,6 +1223,17 @@ static i64 object_fd(const struct xrec *r)
     return xbase + 2 * r->object + second;
 }
 
+/* Ends the message being put with where record r's descriptor is: " (fd N of process P)". */
+static void said_at(const struct xrec *r)
+{
+    put(" (fd ");
+    put_num((u64)r->x.fd, 10);
+    put(" of process ");
+    put_num((u64)M[r->member].pid, 10);
+    put(")");
+    flush_msg();
+}
+
 /* Copies len bytes of record r's data from `off` on into descriptor to: into a pipe, or sent
  * from a socket to its peer. Never waits: a short write is said. */
 static void refill_bytes(const struct xrec *r, u64 off, u64 len, i64 to, int sock)
@@ -1240,12 +1254,8 @@ static void refill_bytes(const struct xrec *r, u64 off, u64 len, i64 to, int soc
             if (n <= 0) {
                 put("cairn-restore: cannot put back ");
                 put_num(len - done - w, 10);
-                put(" bytes in flight into a pipe or socket of the tree (fd ");
-                put_num((u64)r->x.fd, 10);
-                put(" of process ");
-                put_num((u64)M[r->member].pid, 10);
-                put(")");
-                flush_msg();
+                put(" bytes in flight into a pipe or socket of the tree");
+                said_at(r);
                 return;
             }
             w += (u64)n;
@@ -1255,6 +1265,26 @@ static void refill_bytes(const struct xrec *r, u64 off, u64 len, i64 to, int soc
 }
 
 static void refill(const struct xrec *r, i64 to, int sock) { refill_bytes(r, 0, r->x.data_len, to, sock); }
+
+/* The messages waiting at a Unix datagram or seqpacket end (record r: each its length as a
+ * uint32_t, then its bytes), sent again one by one from the other end `to`. */
+static void refill_messages(const struct xrec *r, i64 to)
+{
+    static uint8_t msg[256 << 10];
+    for (u64 at = 0; at + 4 <= r->x.data_len;) {
+        uint32_t len = 0;
+        u64 base = M[r->member].xdata + r->x.data_off + at;
+        if (sys4(SYS_pread64, M[r->member].fd, &len, 4, base) != 4 || len > sizeof msg || at + 4 + len > r->x.data_len ||
+            sys4(SYS_pread64, M[r->member].fd, msg, len, base + 4) != (i64)len)
+            fail(4, "cairn-restore: damaged image: a socket's messages in flight lie outside it");
+        if (sys6(SYS_sendto, to, (i64)msg, len, MSG_DONTWAIT | MSG_NOSIGNAL, 0, 0) != (i64)len) {
+            put("cairn-restore: cannot put back a message in flight into a socket of the tree");
+            said_at(r);
+            return;
+        }
+        at += 4 + len;
+    }
+}
 
 #define SYS_lseek 8
 #define O_CREAT 0100
@@ -1308,7 +1338,7 @@ static void make_files(void)
         if (kind == CAIRN_XFD_EVENT && X[top].object < 0) {
             i64 fd = make_event(&X[top].x);
             int k = no++;
-            O[k] = (struct object){CAIRN_XFD_EVENT, 0, 0, {1, 1}, 0};
+            O[k] = (struct object){CAIRN_XFD_EVENT, 0, 0, {1, 1}, 0, 0};
             if (fd < 0 || put_at(fd, xbase + 2 * k) < 0)
                 fail(5, "cairn-restore: cannot make an eventfd of the tree again (too many open files?)");
             X[top].object = k;
@@ -1337,7 +1367,7 @@ static void make_files(void)
                 if (!(x->flags & O_APPEND) && x->offset > 0)
                     sys3(SYS_lseek, fd, x->offset, 0);
                 int k = no++;
-                O[k] = (struct object){CAIRN_XFD_FILE, x->ino, 0, {1, 1}, 0};
+                O[k] = (struct object){CAIRN_XFD_FILE, x->ino, 0, {1, 1}, 0, 0};
                 if (put_at(fd, xbase + 2 * k) < 0)
                     fail(5, "cairn-restore: cannot place a file of the tree (too many open files?)");
                 X[top].object = k;
@@ -1688,8 +1718,10 @@ static void make_objects(void)
         int o = find_object(kind, x->ino, pair ? x->peer : 0);
         if (o < 0) {
             o = no++;
-            O[o] = (struct object){kind, x->ino, pair ? x->peer : 0, {0, 0}, 0};
+            O[o] = (struct object){kind, x->ino, pair ? x->peer : 0, {0, 0}, 0, 0};
         }
+        if (x->kind == CAIRN_XFD_STREAM && x->size > 0)
+            O[o].sock_type = (uint32_t)x->size;
         X[i].object = o;
         if (pipe)
             O[o].has[x->kind == CAIRN_XFD_PIPE_WRITE] = 1;
@@ -1737,7 +1769,9 @@ static void make_objects(void)
         /* A connection with one end in the tree (CAIRN_CKPT_EXTERNAL=close) is a socket pair
          * with the other end closed, as a socket pair is. */
         int e[2];
-        i64 r = o->kind != CAIRN_XFD_PIPE_READ ? sys4(SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, e) : sys2(SYS_pipe2, e, 0);
+        i64 r = o->kind != CAIRN_XFD_PIPE_READ
+                    ? sys4(SYS_socketpair, AF_UNIX, o->sock_type ? o->sock_type : SOCK_STREAM, 0, e)
+                    : sys2(SYS_pipe2, e, 0);
         i64 ends[2] = {e[0], e[1]};
         if (r != 0 || put_pair_at(ends, xbase + 2 * k, xbase + 2 * k + 1) != 0)
             fail(5, "cairn-restore: cannot make a pipe or socket pair of the tree again (too many open files?)");
@@ -1764,6 +1798,8 @@ static void make_objects(void)
                             struct cairn_img_sock t;
                             sock_of(&X[i], &t);
                             refill_bytes(&X[i], sizeof t, t.recv_len, end ? first : second, 1);
+                        } else if (o->sock_type == SOCK_DGRAM || o->sock_type == SOCK_SEQPACKET) {
+                            refill_messages(&X[i], end ? first : second);
                         } else {
                             refill(&X[i], end ? first : second, 1);
                         }

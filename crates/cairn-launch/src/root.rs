@@ -348,7 +348,7 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
                     if kind == XFD_TCP {
                         "a TCP connection"
                     } else {
-                        "a Unix stream socket"
+                        "a connected Unix socket"
                     },
                     x.ino
                 ),

@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|msgq|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|msgq|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -13,7 +13,11 @@
  *            to byte STEP mod 4096, so a file not put back to its bytes at the checkpoint
  *            ends with some bytes at 2
  *   anon     the same in MAP_SHARED|MAP_ANONYMOUS memory; the end prints the bytes' sum
- *   inotify  an inotify instance watching DIR
+ *   inotify  an inotify instance with watches 2 (DIR/ib) and 3 (DIR/ic, added by a path
+ *            relative to DIR, the working directory); watch 1 (DIR/ia) was removed: each step
+ *            creates a file in ib (and every tenth in ic) and waits (up to 2 s) for its event
+ *            from the right watch; an event that never comes is counted, and a second one
+ *            exits 13 (the one a checkpoint between the file and its event may take)
  *   child    a child that runs sleep with its environment cleared (so without the checkpoint
  *            library) until the end
  *   static   a child that runs DIR/static-sleep (statically linked, made by the caller), which
@@ -41,13 +45,19 @@
  *            to a word of MAP_SHARED|MAP_ANONYMOUS memory: each step adds 1 to the eventfd
  *            and waits (up to 2 s) for the child's total to reach the step (exit 11 if it
  *            does not: the eventfd is no longer shared)
+ *   dgramchild a Unix datagram socket pair to a forked child, which sends every message back:
+ *            each step sends three messages of 100, 1000 and 5000 bytes whose bytes depend on
+ *            the step, then takes the previous step's three back, checking their lengths,
+ *            order and bytes (exit 12 if one is wrong), so that messages are in flight at
+ *            almost any moment
+ *   seqchild the same over a Unix seqpacket socket pair
  *   msgq     a System V message queue holding one message (not saved: refused)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
- * A checkpoint is refused for pipe, socket, sockets, inotify, child and msgq, and for fifo unless
- * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs and eventchild come back. */
+ * A checkpoint is refused for pipe, socket, sockets, child and msgq, and for fifo unless
+ * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild and seqchild come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -64,10 +74,38 @@
 #include <sys/mman.h>
 #include <sys/msg.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Creates DIR/<sub>/f<step> (anew) and waits (up to 2 s) for the inotify event of watch wd naming
+ * it; returns 0 if it never comes. */
+static int inotified(int in, int wd, const char *sub, long step)
+{
+    char name[64], path[128];
+    snprintf(name, sizeof name, "f%ld", step);
+    snprintf(path, sizeof path, "%s/%s", sub, name);
+    unlink(path); /* made before a restart by the lost execution: made again */
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    for (int tries = 0; tries < 400; tries++) {
+        static char buf[8192] __attribute__((aligned(8)));
+        ssize_t n = read(in, buf, sizeof buf);
+        for (ssize_t at = 0; at < n;) {
+            struct inotify_event *ev = (struct inotify_event *)(buf + at);
+            if (ev->wd == wd && ev->len && strcmp(ev->name, name) == 0)
+                return 1;
+            at += (ssize_t)(sizeof *ev + ev->len);
+        }
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
 
 /* What the parent adds to the eventfd of eventchild to end the child. */
 #define EVENT_END 1000000000ull
@@ -75,7 +113,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|msgq|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|msgq|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -91,6 +129,8 @@ int main(int argc, char **argv)
     int dirfd = -1, nullfd = -1, randfd = -1, epfd = -1, efd = -1, tfd = -1, lfd = -1;
     int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1, shared_event = -1;
     volatile long *evtotal = NULL;
+    int in = -1, wb = -1, wc = -1, lost_events = 0;
+    int messages = -1;
     volatile long *both = NULL;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
@@ -194,6 +234,27 @@ int main(int argc, char **argv)
             }
             _exit(0);
         }
+    } else if (strcmp(what, "dgramchild") == 0 || strcmp(what, "seqchild") == 0) {
+        int sp[2];
+        if (socketpair(AF_UNIX, what[0] == 'd' ? SOCK_DGRAM : SOCK_SEQPACKET, 0, sp) != 0)
+            return 3;
+        child = fork();
+        if (child == 0) {
+            static char m[8192];
+            close(sp[0]);
+            for (;;) {
+                ssize_t n = recv(sp[1], m, sizeof m, 0);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n <= 0 || (n == 3 && memcmp(m, "end", 3) == 0))
+                    _exit(0);
+                while (send(sp[1], m, (size_t)n, 0) != n)
+                    if (errno != EINTR)
+                        _exit(4);
+            }
+        }
+        close(sp[1]);
+        messages = sp[0];
     } else if (strcmp(what, "msgq") == 0) {
         int q = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
         struct {
@@ -228,8 +289,16 @@ int main(int argc, char **argv)
         if (dirfd < 0 || nullfd < 0 || randfd < 0)
             return 3;
     } else if (strcmp(what, "inotify") == 0) {
-        int in = inotify_init1(0);
-        if (in < 0 || inotify_add_watch(in, argv[3], IN_CREATE) < 0)
+        /* Watches with a gap in their numbers (1 removed) and one added by a relative path. */
+        if (chdir(argv[3]) != 0 || mkdir("ia", 0700) != 0 || mkdir("ib", 0700) != 0 || mkdir("ic", 0700) != 0)
+            return 3;
+        in = inotify_init1(IN_NONBLOCK);
+        int wa = inotify_add_watch(in, "ia", IN_CREATE);
+        wb = inotify_add_watch(in, "ib", IN_CREATE);
+        if (in < 0 || wa < 0 || wb < 0 || inotify_rm_watch(in, wa) != 0)
+            return 3;
+        wc = inotify_add_watch(in, "ic", IN_CREATE);
+        if (wc < 0)
             return 3;
     } else if (strcmp(what, "static") == 0) {
         char prog[4096];
@@ -306,6 +375,37 @@ int main(int argc, char **argv)
                 return 11;
             }
         }
+        if (messages >= 0) {
+            static const size_t lens[3] = {100, 1000, 5000};
+            static char m[8192], want[8192];
+            for (int k = 0; k < 3; k++) {
+                memset(m, (int)((i * 3 + k) & 0xff), lens[k]);
+                memcpy(m, &i, sizeof i);
+                while (send(messages, m, lens[k], 0) != (ssize_t)lens[k])
+                    if (errno != EINTR)
+                        return 4;
+            }
+            for (int k = 0; i > 1 && k < 3; k++) {
+                long prev = i - 1;
+                ssize_t n;
+                while ((n = recv(messages, m, sizeof m, 0)) < 0 && errno == EINTR)
+                    ;
+                memset(want, (int)((prev * 3 + k) & 0xff), lens[k]);
+                memcpy(want, &prev, sizeof prev);
+                if (n != (ssize_t)lens[k] || memcmp(m, want, lens[k]) != 0) {
+                    printf("holder: message %d of step %ld came back as %zd bytes, not %zu as sent\n", k, prev, n,
+                           lens[k]);
+                    return 12;
+                }
+            }
+        }
+        if (in >= 0) {
+            int lost = !inotified(in, wb, "ib", i) + (i % 10 == 0 && !inotified(in, wc, "ic", i));
+            if (lost && ++lost_events > 1) {
+                printf("holder: no inotify event for step %ld\n", i);
+                return 13;
+            }
+        }
         if (peer >= 0) {
             long answer = 0;
             if (write(peer, &i, sizeof i) != (ssize_t)sizeof i)
@@ -372,6 +472,8 @@ int main(int argc, char **argv)
         close(wfd);
     if (peer >= 0)
         close(peer);
+    if (messages >= 0 && send(messages, "end", 3, 0) != 3)
+        return 4;
     if (both)
         both[2] = 1;
     if (shared_event >= 0) {
