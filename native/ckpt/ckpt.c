@@ -1570,6 +1570,7 @@ static int in_tree(void) { return S.coord[0] && S.nslevels >= 2; }
 
 static int tree_listener(int fd, const char *target);
 static int tcp_end(int fd, const char *target);
+static int tree_udp(int fd, const char *target);
 static int tree_tty(int fd, const struct stat *st, const char *target);
 
 static void census_fd(int fd, void *dirfd)
@@ -1638,6 +1639,8 @@ static void census_fd(int fd, void *dirfd)
         /* made again once for the tree */
     } else if (S_ISSOCK(st.st_mode) && in_tree() && tcp_end(fd, target)) {
         /* paired up in census_tcp */
+    } else if (S_ISSOCK(st.st_mode) && in_tree() && tree_udp(fd, target)) {
+        /* made again once for the tree */
     } else if (S_ISSOCK(st.st_mode) && fd > 2 && save_listener(fd, target)) {
         /* bound again at restart */
     } else if (S_ISSOCK(st.st_mode) && unix_stream_end(fd, target)) {
@@ -1908,9 +1911,13 @@ static int passed_control(struct msghdr *mh, const char *target)
     return 0;
 }
 
-/* The messages waiting at a Unix datagram or seqpacket socket, each as its length (uint32_t)
- * and its bytes, peeked one after the other (SO_PEEK_OFF) so that the process keeps them. */
-static ssize_t peek_messages(int fd, const char *target)
+static int keep_inflight(const void *p, size_t n);
+
+/* The messages waiting at socket fd, peeked one after the other (SO_PEEK_OFF) so that the
+ * process keeps them: at a Unix datagram or seqpacket socket each as its length (uint32_t)
+ * and its bytes; at a UDP socket (`udp`) each as a struct cairn_img_datagram, with its
+ * sender, and its bytes. Returns their bytes in inflight[], or -1 (the census says why). */
+static ssize_t peek_each(int fd, const char *target, int udp)
 {
     static uint8_t msg[256 << 10]; /* above the default socket buffer: a larger one is refused */
     size_t start = inflight_used;
@@ -1925,35 +1932,45 @@ static ssize_t peek_messages(int fd, const char *target)
             struct cmsghdr h;
             char b[CMSG_SPACE(64 * sizeof(int))];
         } ctl;
+        struct sockaddr_storage from;
         struct iovec io = {msg, sizeof msg};
-        struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+        struct msghdr mh = {.msg_name = &from,
+                            .msg_namelen = sizeof from,
+                            .msg_iov = &io,
+                            .msg_iovlen = 1,
+                            .msg_control = &ctl,
+                            .msg_controllen = sizeof ctl};
         ssize_t got = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (got < 0)
             break;
-        if (passed_control(&mh, target)) {
+        if (!udp && passed_control(&mh, target)) {
             total = -1;
             break;
         }
-        if (got == 0 || (mh.msg_flags & MSG_TRUNC)) {
+        struct cairn_img_datagram d;
+        memset(&d, 0, sizeof d);
+        if (got == 0 || (mh.msg_flags & MSG_TRUNC) || (udp && mh.msg_namelen > sizeof d.from)) {
             unrestorable("%s has an empty or oversized message in flight", target);
             total = -1;
             break;
         }
-        if (!inflight_room((size_t)got + 4)) {
+        d.len = (uint32_t)got;
+        d.from_len = mh.msg_namelen;
+        memcpy(d.from, &from, udp ? mh.msg_namelen : 0);
+        size_t head = udp ? sizeof d : sizeof d.len;
+        if (keep_inflight(&d, head) != 0 || keep_inflight(msg, (size_t)got) != 0) {
             total = -1;
             break;
         }
-        uint32_t len = (uint32_t)got;
-        memcpy(inflight + inflight_used, &len, 4);
-        memcpy(inflight + inflight_used + 4, msg, (size_t)got);
-        inflight_used += (size_t)got + 4;
-        total += got + 4;
+        total += (ssize_t)head + got;
     }
     setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &none, sizeof none);
     if (total < 0)
         inflight_used = start;
     return total;
 }
+
+static ssize_t peek_messages(int fd, const char *target) { return peek_each(fd, target, 0); }
 
 /* Unix stream sockets: a pair whose both ends the process holds (an event loop's self-pipe)
  * comes back with the bytes waiting at each end; one whose peer is elsewhere leaves the job
@@ -2074,6 +2091,47 @@ static int tree_listener(int fd, const char *target)
     return 1;
 }
 
+static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const uint8_t *dst);
+
+/* The inode of the socket of this machine that receives what UDP socket r sends (the one a
+ * datagram from r's local address to its peer address reaches), or 0 if none does. */
+static uint64_t udp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_UDP, r->local, r->peer); }
+
+
+/* In a tree: a UDP socket (IPv4 or IPv6) is made once for the tree, bound to its address and
+ * connected to its peer if it was, with the datagrams waiting at it and their senders. One
+ * connected to an address no socket of this machine receives at leads outside the job: 0 is
+ * returned, and it is refused (or comes back closed) as another socket, naming that address;
+ * the root checks that a receiver found is in the tree. Returns 0 for another socket. */
+static int tree_udp(int fd, const char *target)
+{
+    struct cairn_img_sock r;
+    int dom = sock_opt(fd, SO_DOMAIN);
+    if ((dom != AF_INET && dom != AF_INET6) || sock_opt(fd, SO_TYPE) != SOCK_DGRAM ||
+        strncmp(target, "socket:[", 8) != 0 || sock_record(fd, &r) != 0)
+        return 0;
+    uint64_t peer = r.peer_len ? udp_peer(&r) : 0;
+    if (r.peer_len && !peer)
+        return 0;
+    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_UDP, strtoull(target + 8, NULL, 10), peer);
+    if (!x)
+        return 1;
+    x->size = r.peer_len != 0;
+    x->how = S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0;
+    x->data_off = inflight_used;
+    size_t at = inflight_used;
+    if (keep_inflight(&r, sizeof r) != 0)
+        return 1;
+    ssize_t got = peek_each(fd, target, 1);
+    if (got < 0)
+        return 1;
+    uint64_t len = (uint64_t)got;
+    memcpy(inflight + at + offsetof(struct cairn_img_sock, recv_len), &len, sizeof len);
+    x->data_len = inflight_used - at;
+    nxfds++;
+    return 1;
+}
+
 /* In a tree: note a connected TCP socket for census_tcp. Returns 0 for another socket. */
 static int tcp_end(int fd, const char *target)
 {
@@ -2090,32 +2148,32 @@ static int tcp_end(int fd, const char *target)
     return 1;
 }
 
-/* The inode of the other end of TCP connection r (the socket whose local address is r's peer
- * and whose peer is r's local address, in this network namespace), or 0 if no socket of this
- * machine is that end. */
-static uint64_t tcp_peer(const struct cairn_img_sock *r)
+/* The inode of the socket of this machine (in this network namespace) that the kernel's
+ * lookup for protocol `proto` finds for a packet from address `src` to address `dst` (struct
+ * sockaddr_in or sockaddr_in6 of `family`), or 0 if none. */
+static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const uint8_t *dst)
 {
     struct {
         struct nlmsghdr nlh;
         struct inet_diag_req_v2 q;
     } req;
     memset(&req, 0, sizeof req);
-    req.q.sdiag_family = (uint8_t)r->family;
-    req.q.sdiag_protocol = IPPROTO_TCP;
+    req.q.sdiag_family = (uint8_t)family;
+    req.q.sdiag_protocol = (uint8_t)proto;
     req.q.idiag_states = ~0u;
     req.q.id.idiag_cookie[0] = req.q.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-    if (r->family == AF_INET) {
-        const struct sockaddr_in *l = (const void *)r->local, *p = (const void *)r->peer;
-        req.q.id.idiag_sport = p->sin_port;
-        req.q.id.idiag_dport = l->sin_port;
-        memcpy(req.q.id.idiag_src, &p->sin_addr, 4);
-        memcpy(req.q.id.idiag_dst, &l->sin_addr, 4);
+    if (family == AF_INET) {
+        const struct sockaddr_in *s = (const void *)src, *d = (const void *)dst;
+        req.q.id.idiag_sport = s->sin_port;
+        req.q.id.idiag_dport = d->sin_port;
+        memcpy(req.q.id.idiag_src, &s->sin_addr, 4);
+        memcpy(req.q.id.idiag_dst, &d->sin_addr, 4);
     } else {
-        const struct sockaddr_in6 *l = (const void *)r->local, *p = (const void *)r->peer;
-        req.q.id.idiag_sport = p->sin6_port;
-        req.q.id.idiag_dport = l->sin6_port;
-        memcpy(req.q.id.idiag_src, &p->sin6_addr, 16);
-        memcpy(req.q.id.idiag_dst, &l->sin6_addr, 16);
+        const struct sockaddr_in6 *s = (const void *)src, *d = (const void *)dst;
+        req.q.id.idiag_sport = s->sin6_port;
+        req.q.id.idiag_dport = d->sin6_port;
+        memcpy(req.q.id.idiag_src, &s->sin6_addr, 16);
+        memcpy(req.q.id.idiag_dst, &d->sin6_addr, 16);
     }
     static char buf[8192];
     ssize_t n = sock_diag(&req, sizeof req, buf, sizeof buf);
@@ -2124,6 +2182,11 @@ static uint64_t tcp_peer(const struct cairn_img_sock *r)
         return ((struct inet_diag_msg *)NLMSG_DATA(h))->idiag_inode;
     return 0;
 }
+
+/* The inode of the other end of TCP connection r (the socket whose local address is r's peer
+ * and whose peer is r's local address, in this network namespace), or 0 if no socket of this
+ * machine is that end. */
+static uint64_t tcp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_TCP, r->peer, r->local); }
 
 /* The bytes TCP socket fd was given to send that its peer has not received, once every byte
  * sent is acknowledged (settle_tcp waited for that): those not sent yet, held back by a full

@@ -190,6 +190,11 @@ struct cairn_img_ipc {
 #define CAIRN_XFD_EVENT 9u     /* an eventfd: `offset` its count, `size` 1 for EFD_SEMAPHORE;
                                 * `peer` links it to the parent's descriptor it shares, as for
                                 * a file */
+#define CAIRN_XFD_UDP 10u      /* a UDP socket (IPv4 or IPv6): `size` 1 if it is connected, `peer`
+                                * then the inode of the socket that receives what it sends; its
+                                * data a struct cairn_img_sock, then (recv_len bytes) the
+                                * datagrams waiting at it, each a struct cairn_img_datagram and
+                                * its bytes */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */
@@ -228,6 +233,13 @@ struct cairn_img_sock {
     uint8_t peer[112];       /* getpeername (TCP) */
     uint64_t recv_len;       /* bytes waiting to be read at this end, after the struct */
     uint64_t send_len;       /* bytes this end sent that its peer had not received, after those */
+};
+
+/* A datagram waiting at a UDP socket, as recorded after its struct cairn_img_sock. */
+struct cairn_img_datagram {
+    uint32_t len;            /* its bytes, which follow */
+    uint32_t from_len;
+    uint8_t from[28];        /* the sender's address (struct sockaddr_in or sockaddr_in6) */
 };
 
 /* The data of a pseudo-terminal record: its settings, as the kernel's TCGETS and TIOCGWINSZ

@@ -1476,6 +1476,88 @@ static int listens_for(const struct cairn_img_sock *l, const struct cairn_img_so
     return same_bytes(l->local + at, a->local + at, len) || same_bytes(l->local + at, zero, len);
 }
 
+static const struct xrec *end_record(int k, u64 ino, struct cairn_img_sock *s);
+
+static void bcopy_n(uint8_t *d, const uint8_t *from, u64 n)
+{
+    for (u64 i = 0; i < n; i++)
+        d[i] = from[i];
+}
+
+/* UDP socket k of the tree made again at its number: bound to its address and connected to
+ * its peer if it was. */
+static void make_udp(int k)
+{
+    struct cairn_img_sock s;
+    const struct xrec *r = end_record(k, O[k].a, &s);
+    i64 fd = sys3(SYS_socket, s.family, s.type, s.protocol);
+    if (fd < 0)
+        fail(5, "cairn-restore: cannot make a UDP socket of the tree again");
+    set_opt(fd, SOL_SOCKET, SO_REUSEADDR, (s.opts & CAIRN_SOCK_REUSEADDR) != 0);
+    if (s.opts & CAIRN_SOCK_REUSEPORT)
+        set_opt(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+    if (s.family == AF_INET6)
+        set_opt(fd, IPPROTO_IPV6, IPV6_V6ONLY, (s.opts & CAIRN_SOCK_V6ONLY) != 0);
+    i64 e = sys3(SYS_bind, fd, s.local, s.local_len);
+    if (e == 0 && s.peer_len)
+        e = sys3(SYS_connect, fd, s.peer, s.peer_len);
+    if (e != 0)
+        say_sock("cannot bind or connect a UDP socket again to its addresses", r, e);
+    if (put_at(fd, xbase + 2 * k) < 0)
+        fail(5, "cairn-restore: cannot place a UDP socket of the tree (too many open files?)");
+}
+
+/* The datagrams that waited at UDP socket k (its first record that has any), each sent to
+ * its address again from the tree's UDP socket bound to its sender's, or, if none is, from a
+ * new socket (the receiver then sees another sender, which is said). Objects below `n`. */
+static void refill_datagrams(int k, int n)
+{
+    struct cairn_img_sock s, to;
+    const struct xrec *r = 0;
+    for (int i = 0; i < nx && !r; i++)
+        if (X[i].object == k) {
+            sock_of(&X[i], &s);
+            if (s.recv_len)
+                r = &X[i];
+        }
+    if (!r)
+        return;
+    to = s;
+    /* A socket bound to the wildcard address is reached at the loopback one. */
+    static const uint8_t zero[16], lo4[4] = {127, 0, 0, 1}, lo6[16] = {[15] = 1};
+    u64 at = s.family == AF_INET ? 4 : 8, alen = s.family == AF_INET ? 4 : 16;
+    if (same_bytes(to.local + at, zero, alen))
+        bcopy_n(to.local + at, s.family == AF_INET ? lo4 : lo6, alen);
+    static uint8_t msg[64 << 10];
+    u64 base = M[r->member].xdata + r->x.data_off + sizeof s;
+    for (u64 off = 0; off + sizeof(struct cairn_img_datagram) <= s.recv_len;) {
+        struct cairn_img_datagram d;
+        if (sys4(SYS_pread64, M[r->member].fd, &d, sizeof d, base + off) != (i64)sizeof d || d.len > sizeof msg ||
+            d.from_len > sizeof d.from || off + sizeof d + d.len > s.recv_len ||
+            sys4(SYS_pread64, M[r->member].fd, msg, d.len, base + off + sizeof d) != (i64)d.len)
+            fail(4, "cairn-restore: damaged image: a socket's datagrams in flight lie outside it");
+        off += sizeof d + d.len;
+        struct cairn_img_sock from;
+        from.family = s.family;
+        bcopy_n(from.local, d.from, d.from_len);
+        i64 via = -1;
+        for (int j = 0; j < n && via < 0; j++) {
+            struct cairn_img_sock c;
+            if (O[j].kind == CAIRN_XFD_UDP && end_record(j, O[j].a, &c) && listens_for(&c, &from))
+                via = xbase + 2 * j;
+        }
+        i64 own = via < 0 ? sys3(SYS_socket, s.family, s.type, s.protocol) : -1;
+        i64 sent = sys6(SYS_sendto, via < 0 ? own : via, (i64)msg, d.len, MSG_DONTWAIT | MSG_NOSIGNAL, (i64)to.local,
+                        to.local_len);
+        if (own >= 0)
+            sys1(SYS_close, own);
+        if (sent != (i64)d.len)
+            say_sock("cannot send a datagram in flight again to a UDP socket of the tree", r, sent < 0 ? sent : -5);
+        else if (via < 0)
+            say_sock("a datagram in flight comes back from another sender (its sender is not in the tree)", r, 0);
+    }
+}
+
 /* A record of end `ino` of the tree's connections, the one carrying its bytes if any. */
 static const struct xrec *end_record(int k, u64 ino, struct cairn_img_sock *s)
 {
@@ -1758,6 +1840,10 @@ static void make_objects(void)
             used = X[i].object == k;
         if (!used || o->kind == CAIRN_XFD_LISTEN)
             continue;
+        if (o->kind == CAIRN_XFD_UDP) {
+            make_udp(k);
+            continue;
+        }
         if (o->kind == CAIRN_XFD_TCP && o->has[0] && o->has[1]) {
             make_tcp(k);
             continue;
@@ -1813,6 +1899,11 @@ static void make_objects(void)
         if (!o->has[1])
             sys1(SYS_close, second);
     }
+    /* Once every UDP socket is there, the datagrams that waited at each are sent to it again,
+     * each from the socket of the tree that sent it. */
+    for (int k = 0; k < streams; k++)
+        if (O[k].kind == CAIRN_XFD_UDP)
+            refill_datagrams(k, streams);
 }
 
 /* Shared memory without a name (CAIRN_REG_OBJECT) is made once for the tree, by init: a

@@ -264,6 +264,9 @@ pub const XFD_PTM: u32 = 7;
 pub const XFD_PTS: u32 = 8;
 /// An eventfd, made again with its count (`offset`), once per open file description.
 pub const XFD_EVENT: u32 = 9;
+/// A UDP socket (`size` 1 if connected; `peer` then the inode of the socket receiving what it
+/// sends).
+pub const XFD_UDP: u32 = 10;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;

@@ -1126,10 +1126,11 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
     // pair inside the process that always hold the previous step's number; with `pipe`,
     // `pairchild`, `anonchild` and `eventchild`, through a pipe, a socket pair, shared
     // anonymous memory and an eventfd to a child process; with `dgramchild` and `seqchild`,
-    // through Unix datagram and seqpacket pairs to a child, with messages in flight; with
+    // through Unix datagram and seqpacket pairs and UDP sockets to a child, with messages in
+    // flight (at the parent's unconnected UDP socket, sent by the child's); with
     // `inotify`, through inotify watches with a gap in their numbers and a relative path.
     // The modes that print no sum of shared bytes before they end.
-    const PLAIN: [&str; 11] = [
+    const PLAIN: [&str; 12] = [
         "dirs",
         "epoll",
         "selfpipe",
@@ -1140,6 +1141,7 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
         "eventchild",
         "dgramchild",
         "seqchild",
+        "udpchild",
         "inotify",
     ];
     for what in ["shared", "anon"].into_iter().chain(PLAIN) {

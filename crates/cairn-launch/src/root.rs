@@ -311,7 +311,7 @@ struct RootLoop {
 fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
     use cairn_ckpt::{
         Xfd, XFD_CLOSE_UNMATCHED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE,
-        XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP,
+        XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     for f in p.files() {
@@ -335,7 +335,19 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
         {
             continue;
         }
-        let (what, matched) = if x.kind == XFD_PTS {
+        // An unconnected UDP socket is bound again, as a listener is.
+        if x.kind == XFD_UDP && x.size == 0 {
+            continue;
+        }
+        let (what, matched) = if x.kind == XFD_UDP {
+            (
+                format!(
+                    "a UDP socket (socket:[{}]) connected to socket:[{}]",
+                    x.ino, x.peer
+                ),
+                has(&|y: &Xfd| y.kind == XFD_UDP && y.ino == x.peer),
+            )
+        } else if x.kind == XFD_PTS {
             (
                 format!("a pseudo-terminal (/dev/pts/{})", x.ino.saturating_sub(1)),
                 has(&|y: &Xfd| y.kind == XFD_PTM && y.ino == x.ino),

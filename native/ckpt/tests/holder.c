@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|msgq|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|msgq|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -51,13 +51,17 @@
  *            order and bytes (exit 12 if one is wrong), so that messages are in flight at
  *            almost any moment
  *   seqchild the same over a Unix seqpacket socket pair
+ *   udpchild the same over UDP on 127.0.0.1: the parent's socket is bound and not connected
+ *            (it sends to the address the child's first datagram came from), the child's is
+ *            connected to the parent's
  *   msgq     a System V message queue holding one message (not saved: refused)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
  * A checkpoint is refused for pipe, socket, sockets, child and msgq, and for fifo unless
- * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild and seqchild come back. */
+ * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild, seqchild and udpchild
+ * come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -113,7 +117,7 @@ static int inotified(int in, int wd, const char *sub, long step)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|msgq|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|msgq|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -131,6 +135,8 @@ int main(int argc, char **argv)
     volatile long *evtotal = NULL;
     int in = -1, wb = -1, wc = -1, lost_events = 0;
     int messages = -1;
+    struct sockaddr_in udp_to; /* udpchild: where the child's socket is */
+    socklen_t udp_len = 0;
     volatile long *both = NULL;
     if (strcmp(what, "pipe") == 0) {
         int p[2];
@@ -255,6 +261,34 @@ int main(int argc, char **argv)
         }
         close(sp[1]);
         messages = sp[0];
+    } else if (strcmp(what, "udpchild") == 0) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t al = sizeof a;
+        int srv = socket(AF_INET, SOCK_DGRAM, 0);
+        if (srv < 0 || bind(srv, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(srv, (struct sockaddr *)&a, &al) != 0)
+            return 3;
+        child = fork();
+        if (child == 0) {
+            static char m[8192];
+            int c = socket(AF_INET, SOCK_DGRAM, 0);
+            if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a) != 0 || send(c, "hello", 5, 0) != 5)
+                _exit(3);
+            for (;;) {
+                ssize_t n = recv(c, m, sizeof m, 0);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n <= 0 || (n == 3 && memcmp(m, "end", 3) == 0))
+                    _exit(0);
+                while (send(c, m, (size_t)n, 0) != n)
+                    if (errno != EINTR)
+                        _exit(4);
+            }
+        }
+        char hello[8];
+        udp_len = sizeof udp_to;
+        if (recvfrom(srv, hello, sizeof hello, 0, (struct sockaddr *)&udp_to, &udp_len) != 5)
+            return 3;
+        messages = srv;
     } else if (strcmp(what, "msgq") == 0) {
         int q = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
         struct {
@@ -381,7 +415,8 @@ int main(int argc, char **argv)
             for (int k = 0; k < 3; k++) {
                 memset(m, (int)((i * 3 + k) & 0xff), lens[k]);
                 memcpy(m, &i, sizeof i);
-                while (send(messages, m, lens[k], 0) != (ssize_t)lens[k])
+                while (sendto(messages, m, lens[k], 0, udp_len ? (struct sockaddr *)&udp_to : NULL, udp_len) !=
+                       (ssize_t)lens[k])
                     if (errno != EINTR)
                         return 4;
             }
@@ -472,7 +507,7 @@ int main(int argc, char **argv)
         close(wfd);
     if (peer >= 0)
         close(peer);
-    if (messages >= 0 && send(messages, "end", 3, 0) != 3)
+    if (messages >= 0 && sendto(messages, "end", 3, 0, udp_len ? (struct sockaddr *)&udp_to : NULL, udp_len) != 3)
         return 4;
     if (both)
         both[2] = 1;
