@@ -1458,36 +1458,91 @@ static struct cairn_img_xfd *new_xfd(int fd, uint32_t kind, uint64_t ino, uint64
     return x;
 }
 
-/* The parent's descriptor this process's fd shares its open file description with (kcmp),
- * as (parent's pid << 32) | (its fd + 1); 0 if none. Sharing comes from inheritance: a shell
- * and the commands it runs write one log at one offset. */
-static long census_host_ppid; /* the parent's pid as /proc shows it, read once per census */
+/* The processes of the tree with a smaller pid than this one (in the tree's namespace), as
+ * /proc shows them (host pid) and as the tree sees them, found once per census: those in the
+ * same pid namespace. */
+#define MAX_PEERS 1024
+static struct {
+    long host;
+    pid_t pid;
+} census_peers[MAX_PEERS];
+static int ncensus_peers;
 
-static uint64_t shared_with_parent(int fd, const struct stat *st)
+static void find_tree_peers(void)
 {
-    long host_ppid = census_host_ppid;
-    pid_t ppid = getppid();
-    if (host_ppid <= 1 || ppid <= 1)
-        return 0;
-    char dir[64], link[96];
-    snprintf(dir, sizeof dir, "/proc/%ld/fd", host_ppid);
-    DIR *d = opendir(dir);
+    ncensus_peers = 0;
+    char own[64], link[64], ns[64];
+    ssize_t n = readlink("/proc/self/ns/pid", own, sizeof own - 1);
+    if (n <= 0)
+        return;
+    own[n] = 0;
+    DIR *d = opendir("/proc");
     if (!d)
-        return 0;
-    uint64_t found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+        return;
+    pid_t me = getpid();
+    for (struct dirent *e; (e = readdir(d)) && ncensus_peers < MAX_PEERS;) {
+        long host = e->d_name[0] >= '1' && e->d_name[0] <= '9' ? atol(e->d_name) : 0;
+        if (host <= 0)
             continue;
-        int pfd = atoi(e->d_name);
-        struct stat pst;
-        snprintf(link, sizeof link, "%s/%d", dir, pfd);
-        if (stat(link, &pst) != 0 || pst.st_ino != st->st_ino || pst.st_dev != st->st_dev)
+        snprintf(link, sizeof link, "/proc/%ld/ns/pid", host);
+        ssize_t k = readlink(link, ns, sizeof ns - 1);
+        if (k != n || memcmp(ns, own, (size_t)n) != 0)
             continue;
-        if (syscall(SYS_kcmp, getpid(), ppid, 0 /* KCMP_FILE */, fd, pfd) == 0)
-            found = ((uint64_t)ppid << 32) | (uint64_t)(pfd + 1);
+        long ids[8];
+        snprintf(link, sizeof link, "/proc/%ld/status", host);
+        int levels = nspids(link, ids);
+        pid_t pid = levels > 0 ? (pid_t)ids[levels - 1] : 0;
+        if (pid > 1 && pid < me) {
+            census_peers[ncensus_peers].host = host;
+            census_peers[ncensus_peers++].pid = pid;
+        }
     }
     closedir(d);
+}
+
+/* The descriptor of another process of the tree that this process's fd shares its open file
+ * description with (kcmp), as (its pid << 32) | (its fd + 1), choosing the process with the
+ * smallest pid, so that every holder names the same one; 0 if none. Sharing comes from
+ * inheritance (a shell and the commands it runs write one log at one offset) or from a
+ * descriptor passed over a Unix socket. */
+static uint64_t shared_in_tree(int fd, const struct stat *st)
+{
+    uint64_t found = 0;
+    pid_t best = 0;
+    for (int i = 0; i < ncensus_peers; i++) {
+        pid_t pid = census_peers[i].pid;
+        if (best && pid >= best)
+            continue;
+        char dir[64], link[96];
+        snprintf(dir, sizeof dir, "/proc/%ld/fd", census_peers[i].host);
+        DIR *d = opendir(dir);
+        if (!d)
+            continue;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                continue;
+            int pfd = atoi(e->d_name);
+            struct stat pst;
+            snprintf(link, sizeof link, "%s/%d", dir, pfd);
+            if (stat(link, &pst) != 0 || pst.st_ino != st->st_ino || pst.st_dev != st->st_dev)
+                continue;
+            if (syscall(SYS_kcmp, getpid(), pid, 0 /* KCMP_FILE */, fd, pfd) == 0) {
+                found = ((uint64_t)pid << 32) | (uint64_t)(pfd + 1);
+                best = pid;
+                break;
+            }
+        }
+        closedir(d);
+    }
     return found;
+}
+
+/* Whether another process of the tree with a smaller pid holds fd's open file description:
+ * then that one records what is in flight at it. */
+static int held_before(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && shared_in_tree(fd, &st) != 0;
 }
 
 /* In a tree, a regular file is made again by the tree's restorer (image.h), once per open
@@ -1496,7 +1551,7 @@ static uint64_t shared_with_parent(int fd, const struct stat *st)
 static int tree_file(int fd, const struct stat *st, const char *target)
 {
     size_t len = strlen(target) + 1;
-    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_FILE, (uint64_t)st->st_ino, shared_with_parent(fd, st));
+    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_FILE, (uint64_t)st->st_ino, shared_in_tree(fd, st));
     if (!x || len > MAX_INFLIGHT - inflight_used)
         return 0;
     nxfds++;
@@ -1614,19 +1669,19 @@ static void census_fd(int fd, void *dirfd)
     if (strncmp(target, "anon_inode:", 11) == 0) {
         /* In a tree an eventfd, how processes signal each other, is made again by the tree's
          * restorer, once per open file description. Each process makes its other event
-         * descriptors again for itself: an epoll, timer or signal descriptor it shares with its
-         * parent comes back as a copy of its own, which is said. */
-        uint64_t twin = in_tree() ? shared_with_parent(fd, &st) : 0;
-        int with = (int)(twin & 0xffffffffu) - 1, parent = (int)(twin >> 32);
+         * descriptors again for itself: an epoll, timer or signal descriptor it shares with
+         * another process comes back as a copy of its own, which is said. */
+        uint64_t twin = in_tree() ? shared_in_tree(fd, &st) : 0;
+        int with = (int)(twin & 0xffffffffu) - 1, other = (int)(twin >> 32);
         if (in_tree() && strcmp(target, "anon_inode:[eventfd]") == 0) {
             if (!tree_event(fd, twin))
                 unrestorable("fd %d (%s) cannot be recorded (too many shared descriptors?)", fd, target);
         } else if (!save_anon(fd, target))
             unrestorable("fd %d is %s", fd, target);
         else if (twin)
-            say("checkpoint: fd %d (%s), shared with fd %d of the parent process %d, comes back as a copy of its "
-                "own after a restart",
-                fd, target, with, parent);
+            say("checkpoint: fd %d (%s), shared with fd %d of process %d, comes back as a copy of its own after a "
+                "restart",
+                fd, target, with, other);
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
         unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
     } else if (S_ISCHR(st.st_mode) && in_tree() && tree_tty(fd, &st, target)) {
@@ -1804,6 +1859,10 @@ static void tree_sockets(void)
         int first = 1;
         for (int j = 0; j < i && first; j++)
             first = sock_ends[j].ino != e->ino;
+        /* Messages are peeked with the socket's one peek offset: of the processes holding
+         * it, only the one with the smallest pid reads them (and keeps them for all). */
+        if (first && e->type != SOCK_STREAM)
+            first = !held_before(e->fd);
         if (!e->peer) {
             char what[128];
             describe_socket(e->fd, what, sizeof what);
@@ -2122,7 +2181,7 @@ static int tree_udp(int fd, const char *target)
     size_t at = inflight_used;
     if (keep_inflight(&r, sizeof r) != 0)
         return 1;
-    ssize_t got = peek_each(fd, target, 1);
+    ssize_t got = held_before(fd) ? 0 : peek_each(fd, target, 1);
     if (got < 0)
         return 1;
     uint64_t len = (uint64_t)got;
@@ -2576,9 +2635,8 @@ static void census(const struct cairn_img_region *regs, int n)
     nxfds = 0;
     inflight_used = 0;
     nzombies = 0;
-    char status[2048];
-    const char *pp = read_file("/proc/self/status", status, sizeof status) > 0 ? strstr(status, "\nPPid:") : NULL;
-    census_host_ppid = pp ? strtol(pp + 6, NULL, 10) : 0;
+    if (in_tree())
+        find_tree_peers();
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();

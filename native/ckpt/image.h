@@ -177,7 +177,8 @@ struct cairn_img_ipc {
 #define CAIRN_XFD_PIPE_WRITE 2u
 #define CAIRN_XFD_STREAM 3u
 #define CAIRN_XFD_FILE 4u      /* a regular file: its path is its data; `peer` links it to the
-                                * parent's descriptor it shares (one open file description) */
+                                * descriptor of the tree's process with the smallest pid that
+                                * shares its open file description */
 #define CAIRN_XFD_TCP 5u       /* a connected TCP socket (IPv4 or IPv6): its data is a struct
                                 * cairn_img_sock, then the bytes waiting to be read at it, then
                                 * the bytes it sent that its peer had not received yet */
@@ -188,7 +189,7 @@ struct cairn_img_ipc {
 #define CAIRN_XFD_PTS 8u       /* a pseudo-terminal's slave (/dev/pts/N): `ino` as the master's;
                                 * its data a struct cairn_img_tty */
 #define CAIRN_XFD_EVENT 9u     /* an eventfd: `offset` its count, `size` 1 for EFD_SEMAPHORE;
-                                * `peer` links it to the parent's descriptor it shares, as for
+                                * `peer` links it to another process's descriptor it shares, as for
                                 * a file */
 #define CAIRN_XFD_UDP 10u      /* a UDP socket (IPv4 or IPv6): `size` 1 if it is connected, `peer`
                                 * then the inode of the socket that receives what it sends; its
@@ -206,8 +207,8 @@ struct cairn_img_xfd {
     int32_t fd;
     uint32_t kind;           /* CAIRN_XFD_* */
     uint64_t ino;            /* the pipe's or the socket's inode */
-    uint64_t peer;           /* a socket's peer's inode; for a file shared with the parent,
-                              * (parent's pid << 32) | (parent's fd + 1) */
+    uint64_t peer;           /* a socket's peer's inode; for a file or eventfd shared with
+                              * another process, (its pid << 32) | (its fd + 1) */
     uint32_t flags;          /* F_GETFL */
     uint32_t cloexec;
     uint32_t pipe_size;      /* F_GETPIPE_SZ */

@@ -1127,10 +1127,11 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
     // `pairchild`, `anonchild` and `eventchild`, through a pipe, a socket pair, shared
     // anonymous memory and an eventfd to a child process; with `dgramchild` and `seqchild`,
     // through Unix datagram and seqpacket pairs and UDP sockets to a child, with messages in
-    // flight (at the parent's unconnected UDP socket, sent by the child's); with
+    // flight (at the parent's unconnected UDP socket, sent by the child's); with `passfile`,
+    // through a file one child passed to another over a Unix socket (one offset); with
     // `inotify`, through inotify watches with a gap in their numbers and a relative path.
     // The modes that print no sum of shared bytes before they end.
-    const PLAIN: [&str; 12] = [
+    const PLAIN: [&str; 13] = [
         "dirs",
         "epoll",
         "selfpipe",
@@ -1142,6 +1143,7 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
         "dgramchild",
         "seqchild",
         "udpchild",
+        "passfile",
         "inotify",
     ];
     for what in ["shared", "anon"].into_iter().chain(PLAIN) {

@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|msgq|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|passfile|msgq|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -54,14 +54,19 @@
  *   udpchild the same over UDP on 127.0.0.1: the parent's socket is bound and not connected
  *            (it sends to the address the child's first datagram came from), the child's is
  *            connected to the parent's
+ *   passfile two children: the first opens DIR/passed.dat and passes it to the second over a
+ *            Unix socket (SCM_RIGHTS); the parent never holds it. Each step the first writes
+ *            "P<step>" through it, then the second "C<step>", one offset for both; at the end
+ *            the parent reads the file back (exit 14 if the lines are not P1 C1 P2 C2 ...:
+ *            the descriptor was no longer shared)
  *   msgq     a System V message queue holding one message (not saved: refused)
  *   dirs     a directory (DIR, opened O_DIRECTORY), /dev/null and /dev/urandom, used every
  *            step: each step appends a line to DIR/dirlog through openat() on the
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
  * A checkpoint is refused for pipe, socket, sockets, child and msgq, and for fifo unless
- * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild, seqchild and udpchild
- * come back. */
+ * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild, seqchild, udpchild
+ * and passfile come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -111,13 +116,64 @@ static int inotified(int in, int wd, const char *sub, long step)
     return 0;
 }
 
+/* passfile: sends descriptor f over Unix socket s; takes one from s (-1 if none). */
+static int pass_fd(int s, int f)
+{
+    char c = 'f';
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec io = {&c, 1};
+    struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &f, sizeof f);
+    return sendmsg(s, &mh, 0) == 1 ? 0 : -1;
+}
+
+static int take_fd(int s)
+{
+    char c;
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec io = {&c, 1};
+    struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+    int f = -1;
+    if (recvmsg(s, &mh, 0) == 1 && CMSG_FIRSTHDR(&mh))
+        memcpy(&f, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof f);
+    return f;
+}
+
+/* passfile: for each step number read from ctl, writes "<tag><step>" through f and answers
+ * with the step; returns when ctl ends. */
+static int write_steps(int ctl, char tag, int f)
+{
+    for (long step;;) {
+        ssize_t n = read(ctl, &step, sizeof step);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof step)
+            return 0;
+        dprintf(f, "%c%ld\n", tag, step);
+        while (write(ctl, &step, sizeof step) != (ssize_t)sizeof step)
+            if (errno != EINTR)
+                return 4;
+    }
+}
+
 /* What the parent adds to the eventfd of eventchild to end the child. */
 #define EVENT_END 1000000000ull
 
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|msgq|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|passfile|msgq|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -134,7 +190,7 @@ int main(int argc, char **argv)
     int self[2] = {-1, -1}, pair[2] = {-1, -1}, peer = -1, shared_event = -1;
     volatile long *evtotal = NULL;
     int in = -1, wb = -1, wc = -1, lost_events = 0;
-    int messages = -1;
+    int messages = -1, pass_a = -1, pass_b = -1;
     struct sockaddr_in udp_to; /* udpchild: where the child's socket is */
     socklen_t udp_len = 0;
     volatile long *both = NULL;
@@ -289,6 +345,32 @@ int main(int argc, char **argv)
         if (recvfrom(srv, hello, sizeof hello, 0, (struct sockaddr *)&udp_to, &udp_len) != 5)
             return 3;
         messages = srv;
+    } else if (strcmp(what, "passfile") == 0) {
+        /* Two children: A opens the file and passes it to B; the parent never has it. */
+        int pa[2], pb[2], ab[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, pa) != 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, pb) != 0 ||
+            socketpair(AF_UNIX, SOCK_STREAM, 0, ab) != 0)
+            return 3;
+        if (fork() == 0) {
+            close(pa[0]), close(pb[0]), close(pb[1]), close(ab[1]);
+            char path[4200];
+            snprintf(path, sizeof path, "%s/passed.dat", argv[3]);
+            int f = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+            if (f < 0 || pass_fd(ab[0], f) != 0)
+                _exit(3);
+            close(ab[0]);
+            _exit(write_steps(pa[1], 'P', f));
+        }
+        child = fork();
+        if (child == 0) {
+            close(pa[0]), close(pa[1]), close(pb[0]), close(ab[0]);
+            int f = take_fd(ab[1]);
+            close(ab[1]);
+            _exit(f < 0 ? 3 : write_steps(pb[1], 'C', f));
+        }
+        close(pa[1]), close(pb[1]), close(ab[0]), close(ab[1]);
+        pass_a = pa[0];
+        pass_b = pb[0];
     } else if (strcmp(what, "msgq") == 0) {
         int q = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
         struct {
@@ -441,6 +523,17 @@ int main(int argc, char **argv)
                 return 13;
             }
         }
+        for (int k = 0; pass_a >= 0 && k < 2; k++) {
+            long answer = 0;
+            int to = k ? pass_b : pass_a;
+            if (write(to, &i, sizeof i) != (ssize_t)sizeof i)
+                return 4;
+            ssize_t n;
+            while ((n = read(to, &answer, sizeof answer)) < 0 && errno == EINTR)
+                ;
+            if (n != (ssize_t)sizeof answer || answer != i)
+                return 4;
+        }
         if (peer >= 0) {
             long answer = 0;
             if (write(peer, &i, sizeof i) != (ssize_t)sizeof i)
@@ -507,6 +600,29 @@ int main(int argc, char **argv)
         close(wfd);
     if (peer >= 0)
         close(peer);
+    if (pass_a >= 0) {
+        /* One offset for both writers: the lines alternate, none written over. */
+        close(pass_a);
+        close(pass_b);
+        while (wait(NULL) > 0 || errno == EINTR)
+            ;
+        char path[4200], line[64], want[64];
+        snprintf(path, sizeof path, "%s/passed.dat", argv[3]);
+        FILE *f = fopen(path, "r");
+        long k = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            snprintf(want, sizeof want, "%c%ld\n", k % 2 ? 'C' : 'P', k / 2 + 1);
+            if (strcmp(line, want) != 0) {
+                printf("holder: line %ld of the passed file is %s", k + 1, line);
+                return 14;
+            }
+            k++;
+        }
+        if (k != 2 * steps) {
+            printf("holder: the passed file has %ld lines, not %ld\n", k, 2 * steps);
+            return 14;
+        }
+    }
     if (messages >= 0 && sendto(messages, "end", 3, 0, udp_len ? (struct sockaddr *)&udp_to : NULL, udp_len) != 3)
         return 4;
     if (both)
