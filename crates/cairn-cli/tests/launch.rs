@@ -1760,3 +1760,82 @@ fn real_library_a_python_asyncio_program_comes_back() {
         .collect();
     assert_eq!(steps, (1..=1200).collect::<Vec<_>>());
 }
+
+/// `cairn --config CONFIG ARGS` where no pid namespace can be made: in a user namespace (its
+/// user mapped to itself) whose `max_pid_namespaces` is 0, as on a system that allows none.
+/// None, saying why, when this machine cannot make that user namespace.
+fn without_pid_namespaces(config: &Path, args: &[&str]) -> Option<Command> {
+    let probe = Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: `unshare --user --map-root-user` is not allowed here");
+        return None;
+    }
+    let plain = configured(config, args);
+    let mut c = Command::new("unshare");
+    c.args(["--user", "--map-root-user", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_pid_namespaces && exec \"$@\"")
+        .arg("sh")
+        .arg(plain.get_program())
+        .args(plain.get_args());
+    for (k, v) in plain.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    Some(c)
+}
+
+/// Where the system allows no pid namespace, `cairn launch` runs the program without one: a
+/// single process is checkpointed, killed and restarted as usual, and a process with a
+/// child is refused at the checkpoint, naming the child (its pid could not come back).
+#[test]
+fn real_library_without_a_pid_namespace_one_process_restarts_and_a_child_is_refused() {
+    let Some((t, config, holder)) = holder_setup() else {
+        return;
+    };
+    let counter = build_counter(t.path());
+    let imgs = t.path().join("imgs");
+    let (c, d) = (counter.to_str().unwrap(), t.path().to_str().unwrap());
+    let launch = |job: &str, prog: &[&str]| {
+        let mut args = vec![
+            "launch",
+            "--job",
+            job,
+            "--dir",
+            imgs.to_str().unwrap(),
+            "--",
+        ];
+        args.extend_from_slice(prog);
+        without_pid_namespaces(&config, &args)
+    };
+    let Some(mut cmd) = launch("nons", &[c, "1000", "5000", d]) else {
+        return;
+    };
+    let mut job = Running(cmd.stderr(Stdio::null()).spawn().unwrap());
+    let pid = running_pids(t.path(), 1).remove(0);
+    wait_steps(t.path(), 1, 100);
+    checkpoint(t.path());
+    kill9_all(&[pid]);
+    wait_child(&mut job, 30);
+    let o = without_pid_namespaces(&config, &["restart", "--dir", imgs.to_str().unwrap()])
+        .unwrap()
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    check_counters(t.path(), 1, 1000);
+
+    let h = holder.to_str().unwrap();
+    let mut cmd = launch("nons-child", &[h, "pairchild", "600", d]).unwrap();
+    let mut job = Running(cmd.stderr(Stdio::null()).spawn().unwrap());
+    let pid = running_pids(t.path(), 1).remove(0);
+    wait_steps(t.path(), 1, 20);
+    let all = refused_checkpoint(t.path(), &pid);
+    assert!(
+        all.contains("is not under checkpoint control (the job runs without a pid namespace"),
+        "{all}"
+    );
+    assert_eq!(wait_child(&mut job, 60).code(), Some(0));
+}
