@@ -1458,29 +1458,60 @@ static struct cairn_img_xfd *new_xfd(int fd, uint32_t kind, uint64_t ino, uint64
     return x;
 }
 
-/* The processes of the tree with a smaller pid than this one (in the tree's namespace), as
- * /proc shows them (host pid) and as the tree sees them, found once per census: those in the
- * same pid namespace. */
-#define MAX_PEERS 1024
-static struct {
-    long host;
-    pid_t pid;
-} census_peers[MAX_PEERS];
-static int ncensus_peers;
+/* Every descriptor of the processes of the tree with a smaller pid than this one (in the
+ * tree's namespace), with the inode it leads to: listed once per census (those processes are
+ * the ones in the same pid namespace; /proc shows them by host pid), in memory mapped for the
+ * census alone, so that finding the holders of one descriptor reads no directory again. */
+struct peer_fd {
+    pid_t pid; /* in the tree's namespace */
+    int fd;
+    uint64_t dev, ino;
+};
+static struct peer_fd *peer_fds;
+static size_t npeer_fds, peer_fds_len; /* entries, and bytes mapped */
+
+static void peer_fds_of(long host, pid_t pid)
+{
+    char dir[64], link[96];
+    snprintf(dir, sizeof dir, "/proc/%ld/fd", host);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        struct stat st;
+        int fd = atoi(e->d_name);
+        snprintf(link, sizeof link, "%s/%d", dir, fd);
+        if (stat(link, &st) != 0)
+            continue;
+        if ((npeer_fds + 1) * sizeof *peer_fds > peer_fds_len) {
+            void *m = mremap(peer_fds, peer_fds_len, 2 * peer_fds_len, MREMAP_MAYMOVE);
+            if (m == MAP_FAILED) {
+                unrestorable("the descriptors of the tree's processes cannot be listed: %s", strerror(errno));
+                break;
+            }
+            peer_fds = m;
+            peer_fds_len *= 2;
+        }
+        peer_fds[npeer_fds++] = (struct peer_fd){pid, fd, (uint64_t)st.st_dev, (uint64_t)st.st_ino};
+    }
+    closedir(d);
+}
 
 static void find_tree_peers(void)
 {
-    ncensus_peers = 0;
+    npeer_fds = 0;
+    peer_fds_len = 1u << 16;
+    void *m = mmap(NULL, peer_fds_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    peer_fds = m == MAP_FAILED ? NULL : m;
     char own[64], link[64], ns[64];
     ssize_t n = readlink("/proc/self/ns/pid", own, sizeof own - 1);
-    if (n <= 0)
-        return;
-    own[n] = 0;
-    DIR *d = opendir("/proc");
+    DIR *d = peer_fds && n > 0 ? opendir("/proc") : NULL;
     if (!d)
         return;
     pid_t me = getpid();
-    for (struct dirent *e; (e = readdir(d)) && ncensus_peers < MAX_PEERS;) {
+    for (struct dirent *e; (e = readdir(d));) {
         long host = e->d_name[0] >= '1' && e->d_name[0] <= '9' ? atol(e->d_name) : 0;
         if (host <= 0)
             continue;
@@ -1492,12 +1523,19 @@ static void find_tree_peers(void)
         snprintf(link, sizeof link, "/proc/%ld/status", host);
         int levels = nspids(link, ids);
         pid_t pid = levels > 0 ? (pid_t)ids[levels - 1] : 0;
-        if (pid > 1 && pid < me) {
-            census_peers[ncensus_peers].host = host;
-            census_peers[ncensus_peers++].pid = pid;
-        }
+        if (pid > 1 && pid < me)
+            peer_fds_of(host, pid);
     }
     closedir(d);
+}
+
+/* The census is over: the list goes. */
+static void forget_tree_peers(void)
+{
+    if (peer_fds)
+        munmap(peer_fds, peer_fds_len);
+    peer_fds = NULL;
+    npeer_fds = 0;
 }
 
 /* The descriptor of another process of the tree that this process's fd shares its open file
@@ -1509,30 +1547,14 @@ static uint64_t shared_in_tree(int fd, const struct stat *st)
 {
     uint64_t found = 0;
     pid_t best = 0;
-    for (int i = 0; i < ncensus_peers; i++) {
-        pid_t pid = census_peers[i].pid;
-        if (best && pid >= best)
+    for (size_t i = 0; i < npeer_fds; i++) {
+        const struct peer_fd *p = &peer_fds[i];
+        if ((best && p->pid >= best) || p->ino != (uint64_t)st->st_ino || p->dev != (uint64_t)st->st_dev)
             continue;
-        char dir[64], link[96];
-        snprintf(dir, sizeof dir, "/proc/%ld/fd", census_peers[i].host);
-        DIR *d = opendir(dir);
-        if (!d)
-            continue;
-        for (struct dirent *e; (e = readdir(d));) {
-            if (e->d_name[0] < '0' || e->d_name[0] > '9')
-                continue;
-            int pfd = atoi(e->d_name);
-            struct stat pst;
-            snprintf(link, sizeof link, "%s/%d", dir, pfd);
-            if (stat(link, &pst) != 0 || pst.st_ino != st->st_ino || pst.st_dev != st->st_dev)
-                continue;
-            if (syscall(SYS_kcmp, getpid(), pid, 0 /* KCMP_FILE */, fd, pfd) == 0) {
-                found = ((uint64_t)pid << 32) | (uint64_t)(pfd + 1);
-                best = pid;
-                break;
-            }
+        if (syscall(SYS_kcmp, getpid(), p->pid, 0 /* KCMP_FILE */, fd, p->fd) == 0) {
+            found = ((uint64_t)p->pid << 32) | (uint64_t)(p->fd + 1);
+            best = p->pid;
         }
-        closedir(d);
     }
     return found;
 }
@@ -2644,6 +2666,7 @@ static void census(const struct cairn_img_region *regs, int n)
     if (S.nfds >= MAX_FDS)
         unrestorable("more than %d files are open", MAX_FDS);
     each_number("/proc/self/task", census_children, NULL, NULL);
+    forget_tree_peers();
     if (in_tree() && !S.member)
         census_ipc();
     for (int i = 0; i < n; i++) {
