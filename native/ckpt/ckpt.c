@@ -160,6 +160,8 @@ enum fd_kind {
     FD_LISTEN,      /* a listening socket: bound again to `addr` (family, type and protocol in
                      * `sock_type`, `value` and `timer[0]`; SO_REUSEPORT, IPV6_V6ONLY in
                      * `timer[1]`, `timer[2]`) */
+    FD_FIFO,        /* a named FIFO without a writer or bytes waiting, opened again at `path` */
+    FD_UNNAMED,     /* an empty file whose name is gone: a new empty file without a name */
     FD_INOTIFY,     /* an inotify instance: `value` watches from S.watches[first_watch], each
                      * its wd in `fd`, its mask in `events` and its entry of `inotify_paths`
                      * in `data` */
@@ -218,6 +220,7 @@ static struct {
     char coord[128], token[80], job[128];
     int proc, node;
     int sock;
+    uint64_t sock_ino;            /* the inode of `sock`, to tell it from a program's descriptor */
     int wake[2];                  /* the handler asks the manager for a checkpoint */
     char standalone_dir[400];
     uint64_t checkpoints;
@@ -1122,6 +1125,28 @@ static int fdinfo_number(const char *text, const char *key, int base, uint64_t *
 
 /* ---- inotify watches ---------------------------------------------------------------- */
 
+/* A TCP listener gets SO_REUSEADDR once it listens. A restart binds the listener to its port
+ * again while the killed process's connections may still wait in TIME_WAIT on it, some of
+ * them closed long before the checkpoint; the kernel lets a new listener share the port with
+ * them only if they had the option, which an accepted connection takes from its listener.
+ * Set after listen(), it lets nobody else bind the port (a listening socket keeps every
+ * other socket off it), and a port search by bind() (Open MPI's TCP transport tries ports
+ * upwards) sees what it saw without the library. The program reads the option back as 1. */
+EXPORT int listen(int fd, int backlog)
+{
+    int r = (int)syscall(SYS_listen, fd, backlog);
+    if (r == 0) {
+        int saved = errno, on = 1, type = 0, family = 0;
+        socklen_t l = sizeof type;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 && type == SOCK_STREAM &&
+            (l = sizeof family, getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &l)) == 0 &&
+            (family == AF_INET || family == AF_INET6))
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        errno = saved;
+    }
+    return r;
+}
+
 /* The path of every watch the process added (inotify_add_watch, wrapped below), made
  * absolute when it was added: the kernel keeps only the watched inode, which a restart could
  * not find again. */
@@ -1639,6 +1664,27 @@ static void note_pipe_end(int fd, const char *target)
     snprintf(e->target, sizeof e->target, "%s", target);
 }
 
+/* Whether fd is a named FIFO that leads nowhere: open for reading only, nothing waiting in it
+ * and no writer anywhere (Open MPI's launcher keeps such a FIFO for debuggers). tee() into a
+ * scratch pipe looks without taking anything: 0 is end-of-file (no writer, nothing waiting).
+ * Such a FIFO is opened again by its name at restart; one with a writer or bytes waiting may
+ * lead outside the job and is treated as a pipe. */
+static int lone_fifo(int fd, const char *target)
+{
+    int p[2];
+    if ((fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY || pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+        return 0;
+    ssize_t n = tee(fd, p[1], 1, SPLICE_F_NONBLOCK);
+    close(p[0]);
+    close(p[1]);
+    if (n != 0)
+        return 0;
+    if (!new_record(fd, FD_FIFO, target))
+        return 0;
+    S.nfds++;
+    return 1;
+}
+
 /* One descriptor: anything but the standard streams (which a restart takes from the
  * restarting command), the library's own, files, directories and stateless devices. */
 /* In a tree's namespace, under a coordinator: pipes and sockets between the tree's processes
@@ -1704,14 +1750,32 @@ static void census_fd(int fd, void *dirfd)
             say("checkpoint: fd %d (%s), shared with fd %d of process %d, comes back as a copy of its own after a "
                 "restart",
                 fd, target, with, other);
+    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+        /* An empty file whose name is gone (Open MPI's shared-memory probe leaves one open in
+         * every rank): there is nothing in it to save, so a new empty file without a name
+         * stands for it. One shared with another process comes back as a file of each. */
+        uint64_t twin = in_tree() ? shared_in_tree(fd, &st) : 0;
+        struct fd_rec *f = new_record(fd, FD_UNNAMED, target);
+        if (!f)
+            unrestorable("fd %d (%s) cannot be recorded (more than %d files are open)", fd, target, MAX_FDS);
+        else
+            S.nfds++;
+        if (f && twin)
+            say("checkpoint: fd %d (%s, empty), shared with fd %d of process %d, comes back as a file of its own "
+                "after a restart",
+                fd, target, (int)(twin & 0xffffffffu) - 1, (int)(twin >> 32));
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
-        unrestorable("fd %d is a file that no longer has a name (%s)", fd, target);
+        unrestorable("fd %d is a file that no longer has a name (%s, %lld bytes; only an empty "
+                     "one comes back)",
+                     fd, target, (long long)st.st_size);
     } else if (S_ISCHR(st.st_mode) && in_tree() && tree_tty(fd, &st, target)) {
         /* made again once for the tree */
     } else if (S_ISCHR(st.st_mode)) {
         unrestorable("fd %d is the device %s", fd, target);
     } else if (S_ISFIFO(st.st_mode) && strncmp(target, "pipe:[", 6) == 0 && npipe_ends < MAX_FDS) {
         note_pipe_end(fd, target);
+    } else if (S_ISFIFO(st.st_mode) && named && lone_fifo(fd, target)) {
+        /* opened again by its name */
     } else if (S_ISSOCK(st.st_mode) && in_tree() && tree_listener(fd, target)) {
         /* made again once for the tree */
     } else if (S_ISSOCK(st.st_mode) && in_tree() && tcp_end(fd, target)) {
@@ -3019,6 +3083,27 @@ static void place(int fd, const struct fd_rec *f)
     }
 }
 
+/* A named FIFO opened again by its name, without waiting for the other side: a second
+ * descriptor open for reading and writing keeps the open of a write end from failing while
+ * no reader has opened it yet (the reader is restoring too). */
+static void fifo_again(const struct fd_rec *f)
+{
+    int keep = open(f->path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    int fd = keep < 0 ? -1 : open(f->path, (f->flags & ~(O_CREAT | O_TRUNC | O_EXCL)) | O_NONBLOCK);
+    if (fd < 0) {
+        say("cannot open the FIFO %s as fd %d again: %s", f->path, f->fd, strerror(errno));
+        if (keep >= 0)
+            close(keep);
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
+        say("%s, opened again as fd %d, is no longer a FIFO", f->path, f->fd);
+    fcntl(fd, F_SETFL, f->flags);
+    place(fd, f);
+    close(keep);
+}
+
 /* An eventfd, timerfd, signalfd, inotify or epoll instance made again as it was at the checkpoint
  * (an epoll after every descriptor it watches). */
 static void anon_again(const struct fd_rec *f)
@@ -3286,6 +3371,20 @@ static void resume_process(void)
             sockpair_again(f);
             continue;
         }
+        if (f->kind == FD_FIFO) {
+            fifo_again(f);
+            continue;
+        }
+        if (f->kind == FD_UNNAMED) {
+            int fd = memfd_create("cairn-unnamed", 0);
+            if (fd < 0) {
+                say("cannot make the empty file without a name at fd %d again: %s", f->fd, strerror(errno));
+                continue;
+            }
+            fcntl(fd, F_SETFL, f->flags & (O_APPEND | O_NONBLOCK));
+            place(fd, f);
+            continue;
+        }
         if (f->kind != FD_REOPEN) {
             if (f->kind != FD_EPOLL)
                 anon_again(f);
@@ -3363,9 +3462,18 @@ static void resume_process(void)
 
 /* ---- the coordinator protocol (manager side) ----------------------------------------- */
 
+/* Whether S.sock is still the library's connection. A program may close every descriptor it
+ * does not know (Open MPI's launcher does in each child before exec), and the number may then
+ * name a file of the program's, which the library must neither read, write nor close. */
+static int sock_still_ours(void)
+{
+    struct stat st;
+    return S.sock >= 0 && fstat(S.sock, &st) == 0 && S_ISSOCK(st.st_mode) && (uint64_t)st.st_ino == S.sock_ino;
+}
+
 static int send_line(const char *fmt, ...)
 {
-    if (S.sock < 0)
+    if (!sock_still_ours())
         return -1;
     char buf[4096]; /* the protocol's longest line (MAX_LINE in proto.rs) */
     va_list ap;
@@ -3457,6 +3565,8 @@ static int connect_coord(int restarted)
                     freeaddrinfo(ai);
                     pthread_mutex_lock(&conn_lock);
                     S.sock = fd;
+                    struct stat sst;
+                    S.sock_ino = fstat(fd, &sst) == 0 ? (uint64_t)sst.st_ino : 0;
                     connecting = -1;
                     pthread_mutex_unlock(&conn_lock);
                     char host_name[256] = "", job[256], hn[256];
@@ -3528,6 +3638,8 @@ static int read_line(char *buf, size_t len)
             return 2;
         }
         if (p[0].revents) {
+            if ((p[0].revents & POLLNVAL) || !sock_still_ours())
+                return -3; /* the program closed it */
             if (line_have == sizeof line_in)
                 return -1;
             ssize_t n = read(S.sock, line_in + line_have, sizeof line_in - line_have);
@@ -3644,6 +3756,17 @@ static void run_coordinated(int restarted)
         if (r == 2) {
             send_line("CHECKPOINT");
             continue;
+        }
+        if (r == -3) {
+            /* Normal between fork and exec in a launcher that closes what it does not know; the
+             * exec'd program connects again. Otherwise the coordinator sees the connection go
+             * and a checkpoint fails, naming this process. */
+            if (S.verbose)
+                say("the program closed fd %d, the connection to the coordinator: checkpoints of this process "
+                    "fail until it execs",
+                    S.sock);
+            S.sock = -1;
+            return;
         }
         if (r <= 0) {
             say("lost the coordinator; checkpointing stops, the program goes on");

@@ -571,6 +571,8 @@ static void map_failed(struct cairn_img_region *r, i64 err, const char *what)
     fail(3, "");
 }
 
+static int written_in_tree(const struct cairn_img_region *r);
+
 /* Open the file of a region, checking it is the one the process had mapped. */
 static i64 open_region_file(struct cairn_img_region *r)
 {
@@ -592,7 +594,7 @@ static i64 open_region_file(struct cairn_img_region *r)
         i64 e = sys2(SYS_ftruncate, fd, r->file_size);
         if (e < 0)
             map_failed(r, e, "cannot set the file back to its size at the checkpoint");
-    } else if ((u64)st.size != r->file_size || mtime != r->file_mtime_ns) {
+    } else if (((u64)st.size != r->file_size || mtime != r->file_mtime_ns) && !written_in_tree(r)) {
         map_failed(r, 0, "the file changed since the checkpoint");
     }
     return fd;
@@ -1928,8 +1930,8 @@ static int find_shm(u64 dev, u64 ino)
     return -1;
 }
 
-/* Calls each(k, region) for every CAIRN_REG_OBJECT region of every member's image. */
-static void each_object_region(void (*each)(int, struct cairn_img_region *))
+/* Calls each(k, region) for every region of every member's image that has all the flags. */
+static void each_region_with(uint32_t flags, void (*each)(int, struct cairn_img_region *))
 {
     static struct cairn_img_region r;
     for (int k = 0; k < nmembers; k++)
@@ -1937,7 +1939,7 @@ static void each_object_region(void (*each)(int, struct cairn_img_region *))
             u64 at = M[k].regions_off + i * sizeof r;
             if (at + sizeof r > M[k].size || sys4(SYS_pread64, M[k].fd, &r, sizeof r, at) != (i64)sizeof r)
                 fail(4, "cairn-restore: damaged image: its region table lies outside it");
-            if (r.flags & CAIRN_REG_OBJECT)
+            if ((r.flags & flags) == flags)
                 each(k, &r);
         }
 }
@@ -1979,15 +1981,47 @@ static void fill_object(int k, struct cairn_img_region *r)
     }
 }
 
+/* Files a process of the tree maps shared and writable, with its pages under the mapping in its
+ * image: the restart writes them back, so another process's read-only mapping of the same file
+ * (Open MPI's ranks map the launcher's PMIx store this way) gets its bytes from there and
+ * need not find the file unchanged since the checkpoint. */
+#define MAX_WRITTEN 256
+static struct {
+    u64 dev, ino;
+} WRITTEN[MAX_WRITTEN];
+static int nwritten;
+
+static void note_written(int k, struct cairn_img_region *r)
+{
+    (void)k;
+    if (!(r->prot & PROT_WRITE) || nwritten >= MAX_WRITTEN)
+        return;
+    for (int j = 0; j < nwritten; j++)
+        if (WRITTEN[j].dev == r->dev && WRITTEN[j].ino == r->ino)
+            return;
+    WRITTEN[nwritten].dev = r->dev;
+    WRITTEN[nwritten].ino = r->ino;
+    nwritten++;
+}
+
+static int written_in_tree(const struct cairn_img_region *r)
+{
+    for (int j = 0; j < nwritten; j++)
+        if (WRITTEN[j].dev == r->dev && WRITTEN[j].ino == r->ino)
+            return 1;
+    return 0;
+}
+
 static void make_shm_objects(void)
 {
-    each_object_region(size_object);
+    each_region_with(CAIRN_REG_SHARED | CAIRN_REG_FILE | CAIRN_REG_SAVED, note_written);
+    each_region_with(CAIRN_REG_OBJECT, size_object);
     for (int j = 0; j < nshm; j++) {
         i64 fd = sys2(SYS_memfd_create, "cairn-shared", 0);
         if (fd < 0 || sys2(SYS_ftruncate, fd, SHM[j].size) != 0 || put_at(fd, shm_fd(j)) < 0)
             fail(5, "cairn-restore: cannot make a shared memory object of the tree again");
     }
-    each_object_region(fill_object);
+    each_region_with(CAIRN_REG_OBJECT, fill_object);
 }
 
 /* The tree's System V segments and semaphore sets, made once by init from the root's image

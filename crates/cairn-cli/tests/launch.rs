@@ -1839,3 +1839,74 @@ fn real_library_without_a_pid_namespace_one_process_restarts_and_a_child_is_refu
     );
     assert_eq!(wait_child(&mut job, 60).code(), Some(0));
 }
+
+/// `native/ckpt/tests/<name>.c` built with Open MPI's `mpicc` into `dir/<name>`.
+fn build_mpi_program(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../native/ckpt/tests")
+        .join(format!("{name}.c"));
+    let o = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("mpicc (Open MPI) must be installed: `./run test` installs it");
+    assert!(o.status.success(), "{}", text(&o));
+    exe
+}
+
+/// An unmodified MPI job, `mpirun -n 4` with its ranks over `btls` (Open MPI's launcher with
+/// its PMIx server, and the ranks with two messages always in flight around a ring, an
+/// allreduce and a broadcast on a split communicator: native/ckpt/tests/mpiring.c), is
+/// checkpointed, killed and restarted three times in a row, and every rank checks every
+/// message and reduction to the end.
+fn mpi_ring_three_times(job_name: &str, btls: &str) {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let ring = build_mpi_program(t.path(), "mpiring");
+    let steps = 6000u64;
+    let child = configured(&config, &["launch", "--job", job_name, "--dir"])
+        .arg(t.path().join("imgs"))
+        .args([
+            "--",
+            "mpirun",
+            "--oversubscribe",
+            "-n",
+            "4",
+            "--mca",
+            "btl",
+            btls,
+        ])
+        .arg(&ring)
+        .arg(steps.to_string())
+        .arg(t.path())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = running_pids(t.path(), 1).remove(0);
+    let out = t.path().join("out.ring");
+    let mut job = three_cycles(t.path(), &config, job_name, (child, pid), 4, &|| {
+        last_step(&out)
+    });
+    assert!(wait_child(&mut job, 300).success());
+    let out = std::fs::read_to_string(&out).unwrap();
+    assert!(out.contains(&format!("done {steps} ")), "{out}");
+    for r in 0..4 {
+        let end = std::fs::read_to_string(t.path().join(format!("end.{r}"))).unwrap();
+        assert_eq!(end.trim(), format!("rank {r} ok"));
+    }
+}
+
+#[test]
+fn real_library_an_mpi_job_over_shared_memory_comes_back_with_its_messages_in_flight() {
+    mpi_ring_three_times("mpishm", "self,vader");
+}
+
+#[test]
+fn real_library_an_mpi_job_over_tcp_comes_back_with_its_messages_in_flight() {
+    mpi_ring_three_times("mpitcp", "self,tcp");
+}

@@ -313,7 +313,7 @@ pub fn launch(
                 let mut c = Command::new(init);
                 c.arg("--init")
                     .arg("--first-pid")
-                    .arg((FIRST_PID + i as u64 * stride).to_string())
+                    .arg(first_pid(i, stride).to_string())
                     .arg("--exec")
                     .arg(&resolved)
                     .args(command);
@@ -344,10 +344,20 @@ pub fn launch(
     run(o, s, procs, nodes, start, &spawn)
 }
 
-/// The pid of the first launched process in its namespace; process `i` starts at
-/// `FIRST_PID + i * pid_stride(procs)`, so the job's processes and their children have
-/// distinct pids although each tree has a namespace of its own.
+/// Where the pids of a job's trees start: process `i`'s tree counts through
+/// `FIRST_PID + i * pid_stride(procs)` and the `stride` pids after it, so the job's processes
+/// and their children have distinct pids although each tree has a namespace of its own.
 const FIRST_PID: u64 = 1000;
+
+/// The pid of launched process `i` in its namespace: in the first half of its tree's range,
+/// at an offset taken from the launcher's own pid. Two jobs running at once on one host then
+/// start at different pids (no two launchers share a pid), which programs that name files
+/// after their pid need: Open MPI names its session directory and its shared-memory files
+/// after its launcher's pid, and two jobs whose `mpirun` were both pid 1000 shared them.
+fn first_pid(i: usize, stride: u64) -> u64 {
+    let offset = u64::from(std::process::id()) % (stride / 2).max(1);
+    FIRST_PID + i as u64 * stride + offset
+}
 
 /// How many pids each process tree of a job of `procs` processes counts through before it
 /// could meet the next one's: the kernel's pid range shared out.
