@@ -15,9 +15,11 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod net;
 mod threads;
 mod topology;
 
+pub use net::Net;
 pub use threads::Threads;
 pub use topology::Topology;
 
