@@ -778,13 +778,43 @@ static int nspids(const char *status_path, long out[8])
     return n;
 }
 
-/* Where the process stands: its pid as /proc shows it, and whether it runs in a pid
- * namespace below /proc's (cairn launch makes one per process tree). */
+/* Whether /proc is a tree's own: cairn-restore --init mounts one in the tree's namespace, and
+ * is its pid 1. */
+static int tree_proc(void)
+{
+    char exe[CAIRN_IMG_PATH_MAX], cmd[1024];
+    ssize_t n = readlink("/proc/1/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return 0;
+    exe[n] = 0;
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    if (strncmp(base, "cairn-restore", 13) != 0)
+        return 0;
+    /* Its first arguments are enough (a restart's init names every image after them). */
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/1/cmdline", O_RDONLY | O_CLOEXEC);
+    int k = fd < 0 ? -1 : (int)syscall(SYS_read, fd, cmd, sizeof cmd);
+    if (fd >= 0)
+        syscall(SYS_close, fd);
+    for (int at = 0; at < k; at += (int)strnlen(cmd + at, (size_t)(k - at)) + 1)
+        if (k - at >= 7 && memcmp(cmd + at, "--init", 7) == 0)
+            return 1;
+    return 0;
+}
+
+/* Where the process stands: its pid as this host's /proc shows it, and whether it runs in a
+ * pid namespace below the host's (cairn launch makes one per process tree). In a tree with a
+ * /proc of its own (the usual case) the host pid is not to be seen from inside: it stays 0
+ * until the sub-coordinator's WELCOME says it. */
 static void find_host_pid(void)
 {
     long ids[8];
     S.nslevels = nspids("/proc/self/status", ids);
     S.host_pid = S.nslevels > 0 ? (int)ids[0] : (int)getpid();
+    if (S.nslevels == 1 && tree_proc()) {
+        S.nslevels = 2;
+        S.host_pid = 0;
+    }
 }
 
 /* A thread id as /proc/self/task lists it, in the process's own namespace. */
@@ -3573,11 +3603,13 @@ static int connect_coord(int restarted)
                     gethostname(host_name, sizeof host_name - 1);
                     encode(S.job, job, sizeof job);
                     encode(host_name, hn, sizeof hn);
+                    struct stat ns;
+                    unsigned long long pidns = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long long)ns.st_ino : 0;
                     return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d "
-                                     "member=%d nspid=%d ppid=%d ids=%d",
+                                     "member=%d nspid=%d ppid=%d ids=%d pidns=%llu",
                                      S.token, job, S.proc, S.host_pid, hn, S.node, restarted,
                                      S.execed && !restarted, S.member, (int)getpid(), (int)getppid(),
-                                     S.nslevels >= 2);
+                                     S.nslevels >= 2, pidns);
                 }
                 pthread_mutex_lock(&conn_lock);
                 connecting = -1;
@@ -3774,8 +3806,13 @@ static void run_coordinated(int restarted)
             S.sock = -1;
             return;
         }
-        if (strncmp(line, "WELCOME", 7) == 0)
+        if (strncmp(line, "WELCOME", 7) == 0) {
+            char pid[24] = "";
+            field(line, "pid", pid, sizeof pid);
+            if (atoi(pid) > 0)
+                S.host_pid = atoi(pid);
             continue;
+        }
         if (strncmp(line, "DENIED", 6) == 0) {
             say("the coordinator refused this process: %s", line);
             return;

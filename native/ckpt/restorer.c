@@ -78,6 +78,7 @@ typedef unsigned long u64;
 #define SYS_rt_sigtimedwait 128
 #define SYS_prctl 157
 #define SYS_unshare 272
+#define SYS_mount 165
 #define SYS_clone3 435
 #define SYS_sendto 44
 #define SYS_socketpair 53
@@ -151,6 +152,12 @@ typedef unsigned long u64;
 #define CLONE_NEWPID 0x20000000
 #define CLONE_NEWUSER 0x10000000
 #define CLONE_NEWIPC 0x08000000
+#define CLONE_NEWNS 0x00020000
+#define MS_NOSUID 2
+#define MS_NODEV 4
+#define MS_NOEXEC 8
+#define MS_REC 16384
+#define MS_SLAVE (1 << 19)
 #define PR_SET_PDEATHSIG 1
 #define PR_SET_CHILD_SUBREAPER 36
 #define F_SETFL 4
@@ -1066,16 +1073,17 @@ static void id_map(char *out, u64 id)
     out[k] = 0;
 }
 
-/* A new pid namespace for this process's children, and an IPC namespace for the tree (its
- * System V objects are its own, and come back with their ids): as root directly; as another
- * user inside a new user namespace that maps the user to itself. Returns 0 or -errno. */
+/* A new pid namespace for this process's children, an IPC namespace for the tree (its
+ * System V objects are its own, and come back with their ids) and a mount namespace (for its
+ * own /proc): as root directly; as another user inside a new user namespace that maps the
+ * user to itself. Returns 0 or -errno. */
 static i64 make_namespace(void)
 {
-    i64 r = sys1(SYS_unshare, CLONE_NEWPID | CLONE_NEWIPC);
+    i64 r = sys1(SYS_unshare, CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS);
     if (r != -EPERM)
         return r;
     i64 uid = sys1(SYS_getuid, 0), gid = sys1(SYS_getgid, 0);
-    r = sys1(SYS_unshare, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC);
+    r = sys1(SYS_unshare, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS);
     if (r < 0)
         return r;
     char map[64];
@@ -1084,6 +1092,23 @@ static i64 make_namespace(void)
         return -EPERM;
     id_map(map, (u64)gid);
     return write_file("/proc/self/gid_map", map) != 0 ? -EPERM : 0;
+}
+
+/* In the namespace's init: a /proc of the tree's own, so that /proc/<pid> names the process
+ * the tree knows by that pid (and /proc lists the tree's processes only). Mounts below / are
+ * made slaves first: the host's later mounts still show in the tree, and nothing mounted in
+ * the tree shows on the host. Without it, /proc shows the host's pids, which is said. */
+static void mount_own_proc(void)
+{
+    i64 r = sys5(SYS_mount, 0, (i64) "/", 0, MS_REC | MS_SLAVE, 0);
+    if (r == 0)
+        r = sys5(SYS_mount, (i64) "proc", (i64) "/proc", (i64) "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0);
+    if (r != 0) {
+        put("cairn-restore: cannot mount the tree's own /proc (error ");
+        put_num((u64)-r, 10);
+        put("): /proc/<pid> shows this host's pids, not the tree's");
+        flush_msg();
+    }
 }
 
 /* Sets where the namespace's next pid is counted from (the sysctl acts on the writer's own
@@ -2295,6 +2320,7 @@ static int init_main(char **envp)
      * process outside. */
     sys2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
     in_tree = 1;
+    mount_own_proc();
     i64 root;
     if (exec_argv) {
         if (first_pid > 1 && first_pid < pid_max)

@@ -1910,3 +1910,36 @@ fn real_library_an_mpi_job_over_shared_memory_comes_back_with_its_messages_in_fl
 fn real_library_an_mpi_job_over_tcp_comes_back_with_its_messages_in_flight() {
     mpi_ring_three_times("mpitcp", "self,tcp");
 }
+
+/// `/proc` in a launched tree is the tree's own: a shell reads its background child's entry,
+/// `/proc/<pid>`, by the pid `$!` gave it (once the child runs `sleep`), and its own by `$$`,
+/// at every step, through three
+/// checkpoint, kill and restart cycles. With the host's `/proc` those pids name other
+/// processes, or none.
+#[test]
+fn real_library_proc_shows_the_trees_processes_by_their_pids() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let out = t.path().join("out.proc");
+    let script = format!(
+        "sleep 100000 & child=$!; i=0; n=0; \
+         while [ \"$(cat /proc/$child/comm 2>/dev/null)\" != sleep ] && [ $n -lt 500 ]; do \
+           sleep 0.01; n=$((n+1)); done; \
+         while [ $i -lt 2000 ]; do \
+           read comm < /proc/$child/comm; read me < /proc/$$/comm; \
+           while read key value; do [ \"$key\" = PPid: ] && parent=$value; done < /proc/$child/status; \
+           if [ \"$comm $me $parent\" != \"sleep sh $$\" ]; then echo \"BAD $comm $me $parent\" >> {o}; fi; \
+           echo \"step $i\" >> {o}; i=$((i+1)); sleep 0.005; \
+         done; kill $child",
+        o = out.display()
+    );
+    let (job, pid) = launch_one(t.path(), &config, "proc", &["sh", "-c", &script]);
+    let mut job = three_cycles(t.path(), &config, "proc", (job, pid), 1, &|| {
+        last_step(&out)
+    });
+    assert!(wait_child(&mut job, 120).success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains("BAD"), "{text}");
+    assert_eq!(last_step(&out), 1999, "{text}");
+}

@@ -419,10 +419,30 @@ impl NodeLoop {
 
     // ---- processes -----------------------------------------------------------------------
 
-    fn hello(&mut self, id: u64, msg: Msg, writer: TcpStream, peer: SocketAddr) {
+    fn hello(&mut self, id: u64, mut msg: Msg, writer: TcpStream, peer: SocketAddr) {
         let who = format!("node {}: {} from {peer}", self.a.node, msg.verb);
         if msg.verb != Verb::Hello {
             return deny(writer, &format!("expected HELLO, got {}", msg.verb), who);
+        }
+        // A process of a tree with a /proc of its own knows its pid only in its namespace
+        // (pid=0, nspid=, pidns=): this host's /proc tells the rest, and WELCOME says it.
+        if msg.get("pid") == Some("0") {
+            let found = match (msg.num::<u64>("pidns"), msg.num::<u32>("nspid")) {
+                (Ok(ns), Ok(nspid)) => crate::sys::host_pid(ns, nspid),
+                _ => None,
+            };
+            let Some(pid) = found else {
+                return deny(
+                    writer,
+                    "HELLO with pid=0 of a process this host's /proc does not show",
+                    who,
+                );
+            };
+            for (k, v) in msg.fields.iter_mut() {
+                if k == "pid" {
+                    *v = pid.to_string();
+                }
+            }
         }
         if msg.get("member") == Some("1") {
             return self.member_hello(id, msg, writer, who);
@@ -448,7 +468,8 @@ impl NodeLoop {
         p.suspended_for = None;
         p.namespaced = msg.get("ids") == Some("1");
         let mut w = writer;
-        send_or_log(&mut w, &Msg::new(Verb::Welcome).arg("proc", i), &who);
+        let welcome = Msg::new(Verb::Welcome).arg("proc", i).arg("pid", p.pid);
+        send_or_log(&mut w, &welcome, &who);
         self.peers.insert(id, ((i, 0), w));
         let joined = Msg::new(Verb::Joined)
             .arg("proc", i)
@@ -492,7 +513,8 @@ impl NodeLoop {
             self.proc_gone((i, nspid), "replaced itself by exec");
         }
         let mut w = writer;
-        send_or_log(&mut w, &Msg::new(Verb::Welcome).arg("proc", i), &who);
+        let welcome = Msg::new(Verb::Welcome).arg("proc", i).arg("pid", pid);
+        send_or_log(&mut w, &welcome, &who);
         self.peers.insert(id, ((i, nspid), w));
         let p = self.procs.get_mut(&i).expect("checked");
         p.members.insert(

@@ -1,6 +1,7 @@
 //! The system calls the launcher needs that the standard library does not offer: sending
-//! a signal to a process, confining a child to a CPU set between fork and exec, and mapping
-//! image files for the engine.
+//! a signal to a process, confining a child to a CPU set between fork and exec, mapping
+//! image files for the engine, and finding a tree's process on this host by its pid in its
+//! namespace.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -135,4 +136,31 @@ fn unmap(ptr: *mut libc::c_void, len: usize) {
         // SAFETY: `ptr`/`len` is a mapping made by `map` and not used after this.
         unsafe { libc::munmap(ptr, len) };
     }
+}
+
+/// The pid, as this host's `/proc` shows it, of the process that is `nspid` in the pid
+/// namespace whose inode is `ns`. A process of a launched tree sees a `/proc` of its tree's
+/// own and knows only its pid in the namespace; its sub-coordinator finds the rest here.
+pub fn host_pid(ns: u64, nspid: u32) -> Option<u32> {
+    let want = std::path::PathBuf::from(format!("pid:[{ns}]"));
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok() != Some(want.clone()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let innermost = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            .and_then(|id| id.parse::<u32>().ok());
+        if innermost == Some(nspid) {
+            return Some(pid);
+        }
+    }
+    None
 }
