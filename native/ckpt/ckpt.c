@@ -398,6 +398,21 @@ static void update_pid_env(void)
     memcpy(v, pid, PID_WIDTH);
 }
 
+/* After a restart the coordinator has a new address and token: they go into the environment
+ * too, or a program the process execs (a child's exec, or its own in place) would knock at
+ * the old coordinator's door and never join, and a checkpoint would find it outside the job.
+ * Written over the old value when it fits (no lock taken: a thread may have been stopped
+ * inside setenv at the checkpoint), else set. */
+static void refresh_env(const char *name, const char *value)
+{
+    char *v = getenv(name);
+    if (v && strlen(v) >= strlen(value)) {
+        memmove(v, value, strlen(value) + 1);
+        return;
+    }
+    setenv(name, value, 1);
+}
+
 static void set_pid_env(void)
 {
     char pid[PID_WIDTH + 1];
@@ -1962,8 +1977,15 @@ static void tree_pipes(void)
         int first_reader = !e->write;
         for (int j = 0; j < i && first_reader; j++)
             first_reader = !(pipe_ends[j].ino == e->ino && !pipe_ends[j].write);
-        add_xfd(e->fd, e->write ? CAIRN_XFD_PIPE_WRITE : CAIRN_XFD_PIPE_READ, e->ino, 0, e->target,
-                first_reader ? copy_pipe : NULL);
+        struct cairn_img_xfd *x = add_xfd(e->fd, e->write ? CAIRN_XFD_PIPE_WRITE : CAIRN_XFD_PIPE_READ, e->ino, 0,
+                                          e->target, first_reader ? copy_pipe : NULL);
+        /* A pipe whose other end nobody holds any more (a child that wrote a shell's command
+         * substitution and ended) is a pipe with that end closed, wherever its process ran:
+         * it comes back so, with the bytes that wait in it. poll() says it: POLLHUP at a
+         * read end without writers, POLLERR at a write end without readers. */
+        struct pollfd pf = {e->fd, e->write ? POLLOUT : POLLIN, 0};
+        if (x && poll(&pf, 1, 0) >= 0 && (pf.revents & (e->write ? POLLERR : POLLHUP)))
+            x->how |= CAIRN_XFD_ENDED;
     }
 }
 
@@ -3483,6 +3505,10 @@ static void resume_process(void)
     }
     snprintf(S.coord, sizeof S.coord, "%s", CONTROL.coord_addr);
     snprintf(S.token, sizeof S.token, "%s", CONTROL.token);
+    if (S.coord[0]) {
+        refresh_env("CAIRN_COORD_ADDR", S.coord);
+        refresh_env("CAIRN_COORD_TOKEN", S.token);
+    }
     S.proc = CONTROL.proc;
     S.affinity = CONTROL.affinity;
     if (S.verbose)

@@ -202,6 +202,9 @@ struct cairn_img_ipc {
 #define CAIRN_XFD_STDIO 0x2u           /* fd 0-2, or a copy of one (which, in `offset`): if its
                                         * other end is not in the tree, the restart's own
                                         * stream takes its place */
+#define CAIRN_XFD_ENDED 0x4u           /* a pipe end whose other end no process held at the
+                                        * checkpoint: it comes back with that end closed (and
+                                        * its bytes waiting), a standard stream too */
 
 struct cairn_img_xfd {
     int32_t fd;
@@ -212,7 +215,7 @@ struct cairn_img_xfd {
     uint32_t flags;          /* F_GETFL */
     uint32_t cloexec;
     uint32_t pipe_size;      /* F_GETPIPE_SZ */
-    uint32_t how;            /* CAIRN_XFD_CLOSE_UNMATCHED | CAIRN_XFD_STDIO */
+    uint32_t how;            /* CAIRN_XFD_CLOSE_UNMATCHED | CAIRN_XFD_STDIO | CAIRN_XFD_ENDED */
     uint64_t data_off;       /* bytes in flight, after the table: in the pipe (read end), or */
     uint64_t data_len;       /* waiting to be read at this socket; a file's path */
     int64_t offset, size;    /* a file's offset and size at the checkpoint */

@@ -1846,7 +1846,7 @@ static void make_objects(void)
     /* A standard stream whose other end is not in the tree is the restart's own. */
     for (int i = 0; i < nx; i++)
         if (X[i].x.kind != CAIRN_XFD_FILE && X[i].x.kind != CAIRN_XFD_EVENT && (X[i].x.how & CAIRN_XFD_STDIO) &&
-            !(O[X[i].object].has[0] && O[X[i].object].has[1]))
+            !(X[i].x.how & CAIRN_XFD_ENDED) && !(O[X[i].object].has[0] && O[X[i].object].has[1]))
             X[i].object = -1;
     int streams = no;
     make_files();

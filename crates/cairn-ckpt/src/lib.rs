@@ -273,6 +273,9 @@ pub const XFD_CLOSE_UNMATCHED: u32 = 1;
 /// `Xfd::how`: descriptor 0, 1 or 2; with its other end outside the tree the restart's own
 /// stream takes its place.
 pub const XFD_STDIO: u32 = 2;
+/// `Xfd::how`: a pipe end whose other end no process held at the checkpoint; it comes back
+/// with that end closed and its bytes waiting.
+pub const XFD_ENDED: u32 = 4;
 
 /// `struct cairn_img_xfd` (native/ckpt/image.h): a pipe end or Unix stream socket a process
 /// of a tree may share with other processes of it.

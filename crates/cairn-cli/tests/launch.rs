@@ -1943,3 +1943,52 @@ fn real_library_proc_shows_the_trees_processes_by_their_pids() {
     assert!(!text.contains("BAD"), "{text}");
     assert_eq!(last_step(&out), 1999, "{text}");
 }
+
+/// A pipe whose writer has ended while its reader has not read yet (`echo | (sleep; cat)`,
+/// or a shell's command substitution) is a pipe with its write end closed: checkpointed
+/// while the reader sleeps, it comes back with its line waiting and end-of-file after it,
+/// three times in a row, and every line arrives once, in order. The programs the shell
+/// starts after each restart join the job.
+#[test]
+fn real_library_a_pipe_whose_writer_has_ended_comes_back_closed_with_its_bytes() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let out = t.path().join("out.pipe");
+    let steps = 12u64;
+    // The reader sleeps 1 s: the checkpoint comes 0.15 s into it and the kill right after,
+    // before `cat` appends the line (a line appended after the checkpoint to a file nobody
+    // had open then would be appended again after the restart).
+    let script = format!(
+        "i=0; while [ $i -lt {steps} ]; do echo \"step $i\" | (sleep 1; cat >> {o}); i=$((i+1)); done",
+        o = out.display()
+    );
+    let (job, mut pid) = launch_one(t.path(), &config, "pipe", &["sh", "-c", &script]);
+    let mut job = Running(job);
+    for k in 1..=3u64 {
+        wait_for("the next line", 30, || {
+            (last_step(&out) >= 3 * k).then_some(())
+        });
+        // Into the reader's sleep: the writer has written its line and ended.
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        checkpoint(t.path());
+        // The reader and its `sleep`, started by fork and exec after the previous restart,
+        // are processes of the job (a program exec'd after a restart joins the new
+        // coordinator).
+        let m = manifest(t.path(), "pipe", k);
+        let members = m["procs"][0]["members"].as_array().map_or(0, |a| a.len());
+        assert!(members >= 2, "checkpoint {k}: {m}");
+        kill9_all(&[pid]);
+        wait_child(&mut job, 30);
+        let (again, pids) = restart_in_background(&config, t.path(), 1);
+        job.0 = again;
+        pid = pids[0].clone();
+    }
+    assert!(wait_child(&mut job, 120).success());
+    let seen: Vec<u64> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
+        .collect();
+    assert_eq!(seen, (0..steps).collect::<Vec<_>>());
+}

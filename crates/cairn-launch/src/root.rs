@@ -310,8 +310,8 @@ struct RootLoop {
 /// a standard stream (the restart gives its own).
 fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
     use cairn_ckpt::{
-        Xfd, XFD_CLOSE_UNMATCHED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ, XFD_PIPE_WRITE,
-        XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
+        Xfd, XFD_CLOSE_UNMATCHED, XFD_ENDED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ,
+        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     for f in p.files() {
@@ -328,10 +328,11 @@ fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), 
     let mut outside = Vec::new();
     for (who, x) in &all {
         // Files are reopened by path, eventfds made with their count, listeners bound again
-        // and terminal masters made with a new slave; the ends of pipes and connections, and
-        // terminal slaves, need their other end.
+        // and terminal masters made with a new slave, and a pipe end whose other end nobody
+        // held comes back with it closed; the ends of pipes and connections, and terminal
+        // slaves, need their other end.
         if matches!(x.kind, XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM)
-            || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO) != 0
+            || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO | XFD_ENDED) != 0
         {
             continue;
         }
