@@ -1956,11 +1956,11 @@ fn real_library_a_pipe_whose_writer_has_ended_comes_back_closed_with_its_bytes()
     };
     let out = t.path().join("out.pipe");
     let steps = 12u64;
-    // The reader sleeps 1 s: the checkpoint comes 0.15 s into it and the kill right after,
+    // The reader sleeps 2 s: the checkpoint comes 0.15 s into it and the kill right after,
     // before `cat` appends the line (a line appended after the checkpoint to a file nobody
     // had open then would be appended again after the restart).
     let script = format!(
-        "i=0; while [ $i -lt {steps} ]; do echo \"step $i\" | (sleep 1; cat >> {o}); i=$((i+1)); done",
+        "i=0; while [ $i -lt {steps} ]; do echo \"step $i\" | (sleep 2; cat >> {o}); i=$((i+1)); done",
         o = out.display()
     );
     let (job, mut pid) = launch_one(t.path(), &config, "pipe", &["sh", "-c", &script]);
