@@ -7,6 +7,10 @@
 //! node-local tier (a directory or the shared-memory store), redundancy across the simulated
 //! nodes, flushes to the global tier, compression and incremental block hashing.
 //!
+//! [`Images::start_ranks`] runs some ranks of a world other processes share instead (a
+//! [`cairn_comm::Net`] world across hosts, each host's sub-coordinator running its own
+//! processes' ranks and storing their images on its own node-local tier).
+//!
 //! Each rank is a thread that owns its engine and waits for commands; an operation sends the
 //! same command to every rank and collects one reply from each. Engine calls are collective
 //! and end in an agreement, so the ranks always reply alike (all done, or all failed with
@@ -25,7 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{self, EngineRecord};
 use crate::stage::Staging;
 use crate::sys::MappingMut;
-use cairn_comm::Threads;
+use cairn_comm::{Comm, Threads};
 use cairn_core::part::FileRegion;
 use cairn_core::{Config, Engine, NodeLocal, OwnedRegion, Shape};
 use std::collections::BTreeSet;
@@ -116,7 +120,9 @@ struct Ranks {
 /// The engine job that stores a launched job's images; see the module documentation.
 pub struct Images {
     name: String,
-    procs: usize,
+    /// The ranks of the engine's world this process runs, in order: all of them in the
+    /// root ([`Images::start`]), or one host's ([`Images::start_ranks`]).
+    hosted: Vec<usize>,
     /// The global tier's root, absolute.
     global: PathBuf,
     record: EngineRecord,
@@ -127,7 +133,20 @@ impl Images {
     /// Starts the engine job: `procs` ranks on `nodes` simulated nodes, checkpoints named
     /// `job`. Fails (with the engine's reason) when the configuration cannot protect or
     /// store the job, e.g. a redundancy scheme that needs more nodes.
-    pub fn start(mut cfg: Config, job: &str, procs: usize, nodes: usize) -> Result<Images> {
+    pub fn start(cfg: Config, job: &str, procs: usize, nodes: usize) -> Result<Images> {
+        Images::start_ranks(cfg, job, nodes, Threads::world(procs))
+    }
+
+    /// As [`Images::start`], for the ranks `comms` of a world that other processes share
+    /// (each host's ranks, say, over [`cairn_comm::Net`]): every process of the world calls it
+    /// with its own ranks, and every later call is collective over all of them in the same
+    /// way. Per-process arguments and results are then this process's ranks', in order.
+    pub fn start_ranks<C: Comm + Send + 'static>(
+        mut cfg: Config,
+        job: &str,
+        nodes: usize,
+        comms: Vec<C>,
+    ) -> Result<Images> {
         // The engine's listings skip names that look like node directories.
         if let Err(e) = cairn_format::check_name(job) {
             crate::error::bail!(Usage, "job id {job:?} cannot name engine checkpoints: {e}");
@@ -146,21 +165,23 @@ impl Images {
         let record = EngineRecord::describe(&cfg, job);
         let global = PathBuf::from(&record.global);
         let (reply_tx, replies) = channel();
-        let mut cmds = Vec::with_capacity(procs);
-        let mut threads = Vec::with_capacity(procs);
-        for comm in Threads::world(procs) {
+        let hosted: Vec<usize> = comms.iter().map(|c| c.rank()).collect();
+        let mut cmds = Vec::with_capacity(comms.len());
+        let mut threads = Vec::with_capacity(comms.len());
+        for (slot, comm) in comms.into_iter().enumerate() {
             let (tx, rx) = channel();
             let (cfg, name, reply) = (cfg.clone(), job.to_string(), reply_tx.clone());
             let t = std::thread::Builder::new()
-                .name(format!("cairn-image-{}", cairn_comm::Comm::rank(&comm)))
-                .spawn(move || rank_main(comm, cfg, name, rx, reply))
+                .name(format!("cairn-image-{}", comm.rank()))
+                .spawn(move || rank_main(slot, comm, cfg, name, rx, reply))
                 .map_err(|e| Error::io("start the engine's ranks", e))?;
             cmds.push(tx);
             threads.push(t);
         }
+        let n = hosted.len();
         let mut images = Images {
             name: job.to_string(),
-            procs,
+            hosted,
             global,
             record,
             ranks: Mutex::new(Ranks {
@@ -172,7 +193,7 @@ impl Images {
             }),
         };
         let ranks = images.ranks.get_mut().expect("engine lock");
-        let started = collect(ranks, procs).map_err(|e| engine_error("start the engine", e))?;
+        let started = collect(ranks, n).map_err(|e| engine_error("start the engine", e))?;
         if let Some(Reply::Started(plan)) = started.first() {
             images.record.redundancy = plan.clone();
         }
@@ -184,8 +205,9 @@ impl Images {
         &self.record
     }
 
+    /// How many ranks this process runs (every process of the job, in the root).
     pub fn procs(&self) -> usize {
-        self.procs
+        self.hosted.len()
     }
 
     /// The versions of the job that have a directory on the global tier: durable ones, and
@@ -222,7 +244,7 @@ impl Images {
             version,
             images: trees.next().expect("one tree per rank").clone(),
         })?;
-        let mut stored = Vec::with_capacity(self.procs);
+        let mut stored = Vec::with_capacity(self.procs());
         let mut incremental = true;
         for r in replies {
             if let Reply::Stored {
@@ -266,10 +288,10 @@ impl Images {
         nodes: &[usize],
     ) -> Result<(u64, Vec<Vec<RestoredImage>>), RestoreError> {
         let v = engine_version(version).map_err(RestoreError::Other)?;
-        let mut nodes = nodes.iter().enumerate();
+        let mut nodes = self.hosted.iter().zip(nodes);
         let replies = self
             .run_raw(|_| {
-                let (proc, &node) = nodes.next().expect("one node per rank");
+                let (&proc, &node) = nodes.next().expect("one node per rank");
                 Cmd::Restore {
                     version: v,
                     proc,
@@ -284,14 +306,14 @@ impl Images {
                 e => RestoreError::Other(engine_error("restore the images", e)),
             })?;
         let mut restored = None;
-        let mut trees = Vec::with_capacity(self.procs);
+        let mut trees = Vec::with_capacity(self.procs());
         for r in replies {
             if let Reply::Restored(v, tree) = r {
                 restored = Some(v);
                 trees.push(tree);
             }
         }
-        let Some(r) = restored.filter(|_| trees.len() == self.procs) else {
+        let Some(r) = restored.filter(|_| trees.len() == self.procs()) else {
             return Err(RestoreError::Other(Error::new(
                 ErrorKind::Engine,
                 "the engine gave no answer",
@@ -310,7 +332,7 @@ impl Images {
         }
         ranks.finalized = true;
         let r = send_all(&mut ranks, |_| Cmd::Finalize)
-            .and_then(|()| collect(&mut ranks, self.procs))
+            .and_then(|()| collect(&mut ranks, self.hosted.len()))
             .map(|_| ())
             .map_err(|e| engine_error("finalize the engine", e));
         for t in ranks.threads.drain(..) {
@@ -330,7 +352,7 @@ impl Images {
             return Err(RunError::Gone);
         }
         send_all(&mut ranks, make)?;
-        collect(&mut ranks, self.procs)
+        collect(&mut ranks, self.hosted.len())
     }
 }
 
@@ -380,11 +402,11 @@ fn send_all(ranks: &mut Ranks, mut make: impl FnMut(usize) -> Cmd) -> Result<(),
     Ok(())
 }
 
-/// One reply from every rank, by rank. Ranks agree on the outcome, so either all succeeded
+/// One reply from every rank of this process, in order. Ranks agree on the outcome, so either all succeeded
 /// or all failed; the error returned is the failing rank's own (the others say `Peer`).
-fn collect(ranks: &mut Ranks, procs: usize) -> Result<Vec<Reply>, RunError> {
-    let mut out: Vec<Option<cairn_core::Result<Reply>>> = (0..procs).map(|_| None).collect();
-    for _ in 0..procs {
+fn collect(ranks: &mut Ranks, n: usize) -> Result<Vec<Reply>, RunError> {
+    let mut out: Vec<Option<cairn_core::Result<Reply>>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
         match ranks.replies.recv() {
             Ok((i, r)) => out[i] = Some(r),
             Err(_) => {
@@ -407,16 +429,16 @@ fn collect(ranks: &mut Ranks, procs: usize) -> Result<Vec<Reply>, RunError> {
 
 /// One rank: creates its engine (collective), then runs commands until told to finalize or
 /// until the commands end.
-fn rank_main(
-    comm: Threads,
+fn rank_main<C: Comm + Send + 'static>(
+    slot: usize,
+    comm: C,
     cfg: Config,
     name: String,
     cmds: Receiver<Cmd>,
     replies: Sender<RankReply>,
 ) {
-    let rank = cairn_comm::Comm::rank(&comm);
     let reply = |r: cairn_core::Result<Reply>| {
-        let _ = replies.send((rank, r));
+        let _ = replies.send((slot, r));
     };
     let mut engine = match Engine::new(Box::new(comm), cfg) {
         Ok(e) => {
@@ -600,4 +622,79 @@ fn check_mem_env(job: &str) -> Result<()> {
 pub fn prepare_env(job: &str) {
     std::env::set_var("CAIRN_JOB", job);
     std::env::remove_var("CAIRN_NODE");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_comm::Net;
+    use std::net::{TcpListener, TcpStream};
+
+    /// Two processes' worth of ranks (0, 1 and 2, 3), each pair run by an `Images` of its own
+    /// over one `Net` world, as two hosts' sub-coordinators would: every image is stored by
+    /// its own side on its own node's tier, and restored there bit for bit.
+    #[test]
+    fn two_halves_of_a_world_store_and_restore_their_own_images() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            local: Some(t.path().join("local")),
+            global: t.path().join("global"),
+            fsync_global: false,
+            ..Config::default()
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        let owner = vec![0, 0, 1, 1];
+        let sides = [
+            Net::world(0, owner.clone(), vec![None, Some(a)]).unwrap(),
+            Net::world(1, owner, vec![Some(b), None]).unwrap(),
+        ];
+        let job_dir = t.path().join("job");
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let image = |r: usize| -> Vec<u8> {
+            (0..20_000u32)
+                .map(|i| (i as usize * 7 + r * 13) as u8)
+                .collect()
+        };
+        let threads: Vec<_> = sides
+            .into_iter()
+            .enumerate()
+            .map(|(side, comms)| {
+                let (cfg, dir, job_dir) = (cfg.clone(), t.path().to_path_buf(), job_dir.clone());
+                std::thread::spawn(move || {
+                    let images = Images::start_ranks(cfg.clone(), "halves", 2, comms).unwrap();
+                    assert_eq!(images.procs(), 2);
+                    let trees: Vec<Vec<TreeImage>> = (0..2)
+                        .map(|k| {
+                            let r = side * 2 + k;
+                            let path = dir.join(format!("img{r}"));
+                            std::fs::write(&path, image(r)).unwrap();
+                            vec![TreeImage { id: 0, path }]
+                        })
+                        .collect();
+                    images.checkpoint(1, &trees).unwrap();
+                    let staging = Staging::new(&cfg, &job_dir, "halves", 2);
+                    let (v, restored) = images.restore(1, &staging, &[side, side]).unwrap();
+                    assert_eq!(v, 1);
+                    for (k, tree) in restored.iter().enumerate() {
+                        let r = side * 2 + k;
+                        assert_eq!(std::fs::read(&tree[0].path).unwrap(), image(r), "rank {r}");
+                    }
+                    images.finalize().unwrap();
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        // Each side's node stored its own ranks' parts, and only those.
+        for (node, mine) in [(0, [0, 1]), (1, [2, 3])] {
+            let v1 = t.path().join(format!("local/node{node}/halves/v1"));
+            for r in 0..4 {
+                let part = v1.join(format!("rank{r}.ckpt"));
+                assert_eq!(part.exists(), mine.contains(&r), "{}", part.display());
+            }
+        }
+    }
 }
