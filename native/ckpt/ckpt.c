@@ -1530,8 +1530,9 @@ static struct cairn_img_xfd *new_xfd(int fd, uint32_t kind, uint64_t ino, uint64
 
 /* Every descriptor of the processes of the tree with a smaller pid than this one (in the
  * tree's namespace), with the inode it leads to: listed once per census (those processes are
- * the ones in the same pid namespace; /proc shows them by host pid), in memory mapped for the
- * census alone, so that finding the holders of one descriptor reads no directory again. */
+ * the ones in the same pid namespace; the tree's own /proc shows them by that pid, the host's
+ * by their host pid), in memory mapped for the census alone, so that finding the holders of
+ * one descriptor reads no directory again. */
 struct peer_fd {
     pid_t pid; /* in the tree's namespace */
     int fd;
@@ -3135,17 +3136,13 @@ static void place(int fd, const struct fd_rec *f)
     }
 }
 
-/* A named FIFO opened again by its name, without waiting for the other side: a second
- * descriptor open for reading and writing keeps the open of a write end from failing while
- * no reader has opened it yet (the reader is restoring too). */
+/* A named FIFO opened again by its name for reading (lone_fifo records no other kind), which
+ * O_NONBLOCK keeps from waiting for a writer; then its own flags. */
 static void fifo_again(const struct fd_rec *f)
 {
-    int keep = open(f->path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    int fd = keep < 0 ? -1 : open(f->path, (f->flags & ~(O_CREAT | O_TRUNC | O_EXCL)) | O_NONBLOCK);
+    int fd = open(f->path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         say("cannot open the FIFO %s as fd %d again: %s", f->path, f->fd, strerror(errno));
-        if (keep >= 0)
-            close(keep);
         return;
     }
     struct stat st;
@@ -3153,7 +3150,18 @@ static void fifo_again(const struct fd_rec *f)
         say("%s, opened again as fd %d, is no longer a FIFO", f->path, f->fd);
     fcntl(fd, F_SETFL, f->flags);
     place(fd, f);
-    close(keep);
+}
+
+/* An empty file whose name was gone: a new one without a name, with the flags it had. */
+static void unnamed_again(const struct fd_rec *f)
+{
+    int fd = memfd_create("cairn-unnamed", 0);
+    if (fd < 0) {
+        say("cannot make the empty file without a name at fd %d again: %s", f->fd, strerror(errno));
+        return;
+    }
+    fcntl(fd, F_SETFL, f->flags & (O_APPEND | O_NONBLOCK));
+    place(fd, f);
 }
 
 /* An eventfd, timerfd, signalfd, inotify or epoll instance made again as it was at the checkpoint
@@ -3428,13 +3436,7 @@ static void resume_process(void)
             continue;
         }
         if (f->kind == FD_UNNAMED) {
-            int fd = memfd_create("cairn-unnamed", 0);
-            if (fd < 0) {
-                say("cannot make the empty file without a name at fd %d again: %s", f->fd, strerror(errno));
-                continue;
-            }
-            fcntl(fd, F_SETFL, f->flags & (O_APPEND | O_NONBLOCK));
-            place(fd, f);
+            unnamed_again(f);
             continue;
         }
         if (f->kind != FD_REOPEN) {

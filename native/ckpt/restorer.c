@@ -2019,11 +2019,8 @@ static int nwritten;
 static void note_written(int k, struct cairn_img_region *r)
 {
     (void)k;
-    if (!(r->prot & PROT_WRITE) || nwritten >= MAX_WRITTEN)
+    if (!(r->prot & PROT_WRITE) || nwritten >= MAX_WRITTEN || written_in_tree(r))
         return;
-    for (int j = 0; j < nwritten; j++)
-        if (WRITTEN[j].dev == r->dev && WRITTEN[j].ino == r->ino)
-            return;
     WRITTEN[nwritten].dev = r->dev;
     WRITTEN[nwritten].ino = r->ino;
     nwritten++;
