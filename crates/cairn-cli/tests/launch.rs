@@ -908,10 +908,33 @@ fn restart_from(config: &Path, t: &Path, version: u64) -> String {
 fn restart_in_background(config: &Path, t: &Path, procs: usize) -> (Child, Vec<String>) {
     let job = configured(config, &["restart", "--dir"])
         .arg(t.join("imgs"))
-        .stderr(Stdio::null())
+        .stderr(job_log(t))
         .spawn()
         .unwrap();
     (job, running_pids(t, procs))
+}
+
+/// `t/job.log`, which the standard error of the launches and restarts of a test that has
+/// no other use for it goes to (appended), for [`log_tail`] to show when the test fails.
+fn job_log(t: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(t.join("job.log"))
+        .unwrap()
+}
+
+/// Waits for the job of test directory `t` to end, and checks it ended well.
+fn ended_well(job: &mut Child, t: &Path) {
+    let st = wait_child(job, 300);
+    assert!(st.success(), "{st}; the job's messages:\n{}", log_tail(t));
+}
+
+/// The last lines of `t/job.log`.
+fn log_tail(t: &Path) -> String {
+    let all = std::fs::read_to_string(t.join("job.log")).unwrap_or_default();
+    let lines: Vec<&str> = all.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// The pids of the job's `procs` processes in `t/imgs`, once all run again.
@@ -1437,7 +1460,7 @@ fn real_library_a_shell_pipeline_comes_back_with_the_bytes_in_its_pipes() {
     let mut job = three_cycles(t.path(), &config, "pipeline", (job, pid), 3, &|| {
         last_step(&out)
     });
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t.path());
     let out = std::fs::read_to_string(t.path().join("out.consumer")).unwrap();
     assert!(!out.contains("BAD"), "{out}");
     assert!(
@@ -1478,7 +1501,7 @@ fn real_library_a_python_multiprocessing_pool_comes_back() {
     let args = ["python3", script.to_str().unwrap(), out.to_str().unwrap()];
     let launched = launch_one(t.path(), &config, "pool", &args);
     let mut job = three_cycles(t.path(), &config, "pool", launched, 3, &|| last_step(&out));
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t.path());
     let text = std::fs::read_to_string(&out).unwrap();
     let n: u64 = 30000;
     let total = n * (n + 1) * (2 * n + 1) / 6;
@@ -1505,7 +1528,7 @@ fn real_library_a_forking_tcp_server_and_its_clients_come_back_connected() {
     let launched = launch_one(t.path(), &config, "tcp", &args);
     let out0 = t.path().join("out.client0");
     let mut job = three_cycles(t.path(), &config, "tcp", launched, 6, &|| last_step(&out0));
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t.path());
     for i in 0..3 {
         let out = std::fs::read_to_string(t.path().join(format!("out.client{i}"))).unwrap();
         assert!(!out.contains("BAD"), "client {i}: {out}");
@@ -1543,7 +1566,7 @@ fn producer_and_consumer(t: &Path, config: &Path, program: &str, job: &str) {
     let launched = launch_one(t, config, job, &args);
     let out = t.join("out.consumer");
     let mut job = three_cycles(t, config, job, launched, 1, &|| last_step(&out));
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t);
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(!text.contains("BAD"), "{text}");
     assert!(text.ends_with("consumer: done OK\n"), "{text}");
@@ -1597,7 +1620,7 @@ fn real_library_a_program_on_a_pseudo_terminal_comes_back_with_its_terminal() {
     let launched = launch_one(t.path(), &config, "tty", &["sh", "-c", &script]);
     let out = t.path().join("out.tty");
     let mut job = three_cycles(t.path(), &config, "tty", launched, 2, &|| last_step(&out));
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t.path());
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(!text.contains("BAD"), "{text}");
     assert!(text.ends_with(&format!("tty: done {steps} OK\n")), "{text}");
@@ -1679,7 +1702,7 @@ fn real_library_a_log_shared_by_a_shell_and_its_commands_keeps_one_offset() {
     };
     let launched = launch_one(t.path(), &config, "log", &["sh", "-c", &script]);
     let mut job = three_cycles(t.path(), &config, "log", launched, 3, &progress);
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t.path());
     let text = std::fs::read_to_string(&log).unwrap();
     let want: String = (1..=rounds)
         .map(|i| format!("round {i} consumer: done 150000 OK\n"))
@@ -1884,7 +1907,7 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
         .arg(t.path())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stderr(Stdio::null())
+        .stderr(job_log(t.path()))
         .spawn()
         .unwrap();
     let pid = running_pids(t.path(), 1).remove(0);
@@ -1892,7 +1915,7 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
     let mut job = three_cycles(t.path(), &config, job_name, (child, pid), 4, &|| {
         last_step(&out)
     });
-    assert!(wait_child(&mut job, 300).success());
+    ended_well(&mut job, t.path());
     let out = std::fs::read_to_string(&out).unwrap();
     assert!(out.contains(&format!("done {steps} ")), "{out}");
     for r in 0..4 {

@@ -172,6 +172,17 @@ impl Net {
                     format!("rank {src} is in process {p}, whose connection is gone: {why}"),
                 ));
             }
+            // Every collective involves every rank: once any process is gone, none can
+            // complete, and a rank waiting on one of this process's own ranks (rank 0,
+            // which gave up on the gone process) would otherwise wait forever.
+            if chan == COLL {
+                if let Some((q, why)) = mail.gone.iter().min_by_key(|(q, _)| **q) {
+                    return Err(err(
+                        op,
+                        format!("process {q}, part of the world, is gone: {why}"),
+                    ));
+                }
+            }
             mail = sh.arrived.wait(mail).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -390,5 +401,22 @@ mod tests {
         // Ranks of a process still there are reached as before.
         w[1][0].send(b"hi", 0).unwrap();
         assert_eq!(w[0][0].recv(1).unwrap(), b"hi");
+    }
+
+    #[test]
+    fn a_lost_process_fails_every_collective_even_one_waiting_on_a_rank_of_its_own_process() {
+        let mut w = worlds();
+        let link = w[2][0].shared.links[0].as_ref().unwrap();
+        link.lock()
+            .unwrap()
+            .shutdown(std::net::Shutdown::Both)
+            .unwrap();
+        // Rank 3 waits in a barrier on rank 0, which lives in its own process and never
+        // joins: it must learn that process 2 is gone rather than wait forever.
+        let r3 = w[0].pop().unwrap();
+        assert_eq!(r3.rank(), 3);
+        let t = std::thread::spawn(move || r3.barrier());
+        let e = t.join().unwrap().unwrap_err();
+        assert!(e.msg.contains("process 2") && e.msg.contains("gone"), "{e}");
     }
 }

@@ -7,6 +7,7 @@
 //! accepted.
 
 use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// How a key's value is parsed.
@@ -162,8 +163,10 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
 
-/// Resolved configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// Resolved configuration. It serializes (serde) so that a process can hand the configuration
+/// it resolved to another, e.g. the launcher to the sub-coordinators that run the engine on
+/// each host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     /// Node-local tier root, or `None` when disabled or in memory (`local_mem`).
     pub local: Option<PathBuf>,
@@ -221,7 +224,7 @@ pub struct Config {
 }
 
 /// `[tiers.mem]`: the shared-memory chunk store.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemConfig {
     pub prefix: String,
     pub size: u64,
@@ -855,6 +858,20 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<Vec<_>>()
             .into_iter()
+    }
+
+    #[test]
+    fn a_resolved_configuration_survives_json() {
+        let mut c = Config::default();
+        c.apply_toml(
+            "[tiers]\nlocal = \"mem\"\n[tiers.mem]\nsize = \"64M\"\nspill_dir = \"/tmp/s\"\n\
+             [reduction]\ncompress = \"zstd\"\nincremental = true\n[redundancy]\nscheme = \"rs\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let back: Config = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert_ne!(back, Config::default());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// What kind of failure an [`Error`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// Bad options or arguments (a malformed CPU list, an invalid job id, too many nodes).

@@ -36,6 +36,8 @@ pub enum Event {
         version: u64,
         result: Result<crate::images::Stored, String>,
     },
+    /// The launcher started the engine job: the root may take checkpoints.
+    Begin(Box<crate::root::Begun>),
     /// Stop the coordinator.
     Stop,
 }

@@ -1,15 +1,15 @@
 //! The job's process images as checkpoints of Cairn's engine: [`Images`] runs one
-//! [`Engine`] per process index, as the ranks of one job inside the root's process (a
-//! [`Threads`] world, with `[topology] sim_nodes` set to the launch's node count so that rank
-//! `i` lives on the node process `i` runs on). A checkpoint of the job is then an ordinary
+//! [`Engine`] per process index, as ranks of one job (with `[topology] sim_nodes` set to the
+//! launch's node count so that rank `i` lives on the node process `i` runs on). A checkpoint of the job is then an ordinary
 //! engine checkpoint named after the job, one part per process holding its image as one byte
 //! region, and everything the engine does for application data applies to it: the
 //! node-local tier (a directory or the shared-memory store), redundancy across the simulated
 //! nodes, flushes to the global tier, compression and incremental block hashing.
 //!
-//! [`Images::start_ranks`] runs some ranks of a world other processes share instead (a
-//! [`cairn_comm::Net`] world across hosts, each host's sub-coordinator running its own
-//! processes' ranks and storing their images on its own node-local tier).
+//! [`Images::start_ranks`] runs some ranks of a world other processes share (a
+//! [`cairn_comm::Net`] world across hosts): each node's sub-coordinator runs its own
+//! processes' ranks and stores their images on its own node-local tier (`crate::engines`).
+//! [`Images::start`] runs every rank as threads of one process (a [`Threads`] world).
 //!
 //! Each rank is a thread that owns its engine and waits for commands; an operation sends the
 //! same command to every rank and collects one reply from each. Engine calls are collective
@@ -32,6 +32,7 @@ use crate::sys::MappingMut;
 use cairn_comm::{Comm, Threads};
 use cairn_core::part::FileRegion;
 use cairn_core::{Config, Engine, NodeLocal, OwnedRegion, Shape};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -49,7 +50,7 @@ pub fn engine_config(file: Option<&Path>, overrides: &[(&str, &str)]) -> Result<
 }
 
 /// What the engine did with one checkpoint of the job.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stored {
     /// Per process, the bytes the engine stored for its image (after zero blocks, unchanged
     /// blocks and compression were taken out).
@@ -77,14 +78,14 @@ enum Cmd {
 
 /// One image of a process tree: its region id in the engine (0 for the launched process,
 /// else the process's pid in the tree's namespace) and its file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TreeImage {
     pub id: i32,
     pub path: PathBuf,
 }
 
 /// Where the engine restored one image of a tree (see [`Images::restore`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoredImage {
     pub id: i32,
     pub path: PathBuf,
@@ -205,7 +206,7 @@ impl Images {
         &self.record
     }
 
-    /// How many ranks this process runs (every process of the job, in the root).
+    /// How many ranks this process runs.
     pub fn procs(&self) -> usize {
         self.hosted.len()
     }
@@ -215,27 +216,15 @@ impl Images {
     /// (`[cache] keep_global`), whatever the node-local window says. Reads the engine's
     /// layout (`cairn_core::catalog`: `<global>/<name>/v<version>/`).
     pub fn global_versions(&self) -> BTreeSet<u64> {
-        let Ok(rd) = std::fs::read_dir(self.global.join(&self.name)) else {
-            return BTreeSet::new();
-        };
-        rd.filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let n = e.file_name();
-                let v = n.to_str()?.strip_prefix('v')?;
-                v.bytes()
-                    .all(|b| b.is_ascii_digit())
-                    .then(|| v.parse().ok())
-                    .flatten()
-            })
-            .collect()
+        global_versions(&self.global, &self.name)
     }
 
     /// Collective over the ranks: checkpoint `version` of the job from the images of each
-    /// process's tree (`trees`, one entry per process, in order), each a region of its own
-    /// length. The root has checked that every image is a regular file; one that cannot be
-    /// read fails the checkpoint on every rank with its rank's reason. Returns once the engine
-    /// reports the checkpoint captured (and protected, and durable if its flush is
-    /// synchronous) on every rank.
+    /// process's tree (`trees`, one entry per rank this process runs, in order), each a
+    /// region of its own length. The root has checked that every image is a regular file;
+    /// one that cannot be read fails the checkpoint on every rank with its rank's reason.
+    /// Returns once the engine reports the checkpoint captured (and protected, and durable if
+    /// its flush is synchronous) on every rank.
     pub fn checkpoint(&self, version: u64, trees: &[Vec<TreeImage>]) -> Result<Stored> {
         let t0 = Instant::now();
         let version = engine_version(version)?;
@@ -275,12 +264,12 @@ impl Images {
 
     /// Collective: restores version `version` (or, if it is damaged beyond repair, the
     /// newest older one the engine can restore), and returns the version restored and, per
-    /// process, where each image of its tree is. An image still where its process wrote it
-    /// (taken over by the tier, or kept in its version's directory of `staging` on the
-    /// process's node, `nodes[proc]`) is checked block by block against the checkpoint and
-    /// left there; any other is copied into a new private file in the node's restart
-    /// directory, named as in its staging directory. The engine repairs damaged parts from
-    /// redundancy.
+    /// rank this process runs, where each image of its tree is. An image still where its
+    /// process wrote it (taken over by the tier, or kept in its version's directory of
+    /// `staging` on the process's node, `nodes[k]` for the k-th rank) is checked block by
+    /// block against the checkpoint and left there; any other is copied into a new private
+    /// file in the node's restart directory, named as in its staging directory. The engine
+    /// repairs damaged parts from redundancy.
     pub fn restore(
         &self,
         version: u64,
@@ -380,6 +369,23 @@ enum RunError {
     /// A rank thread is gone, or the engine was finalized.
     Gone,
     Engine(cairn_core::Error),
+}
+
+/// The versions of checkpoint `name` that have a directory on the global tier `global`.
+pub(crate) fn global_versions(global: &Path, name: &str) -> BTreeSet<u64> {
+    let Ok(rd) = std::fs::read_dir(global.join(name)) else {
+        return BTreeSet::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let n = e.file_name();
+            let v = n.to_str()?.strip_prefix('v')?;
+            v.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| v.parse().ok())
+                .flatten()
+        })
+        .collect()
 }
 
 fn engine_error(what: &str, e: RunError) -> Error {
@@ -591,8 +597,9 @@ fn private_file(p: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// The shared-memory tier names a node's store after `CAIRN_JOB` and takes `CAIRN_NODE` as
-/// the node of every rank of the process: in the root, which holds the ranks of every node,
-/// the first must name this job and the second must be unset. `cairn launch` and `cairn
+/// the node of every rank of the process: in a process that holds ranks of several nodes
+/// (or whose ranks' node is the engine's to say), the first must name this job and the
+/// second must be unset. `cairn launch` and `cairn
 /// restart` set them so before starting any thread ([`prepare_env`]).
 fn check_mem_env(job: &str) -> Result<()> {
     let named = cairn_core::memstore::job_name();

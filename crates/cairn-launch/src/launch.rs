@@ -1,17 +1,19 @@
-//! Starting a job: the job directory and its coordinator file, the engine job that stores the
-//! images ([`Images`]), the root, one sub-coordinator process per node, then the processes
+//! Starting a job: the job directory and its coordinator file, the root, one sub-coordinator
+//! process per node, the engine job that stores the images across them ([`Engines`]), then
+//! the processes
 //! (the program with the checkpoint library preloaded, or for a restart the restorer, on the
 //! images the engine restored), and waiting for them all.
 //!
 //! What the checkpoint library and the restorer get from here (besides the protocol) is
 //! listed in `docs/coordinator.md`: the variables [`JOB_ENV`] and the restorer's arguments.
 
+use crate::engines::Engines;
 use crate::error::{bail, Error, ErrorKind, Result};
-use crate::images::{Images, RestoreError, RestoredImage};
+use crate::images::{RestoreError, RestoredImage};
 use crate::jobdir::{self, CoordInfo, Token};
 use crate::manifest::{self, Affinity, LaunchRecord, Manifest};
 use crate::node::NodeArgs;
-use crate::root::{KillFn, LastCheckpoint, Root, RootConfig};
+use crate::root::{Begun, KillFn, LastCheckpoint, Root, RootConfig};
 use crate::stage::Staging;
 use crate::{net, node_of, sys, TOKEN_ENV};
 use std::ffi::{OsStr, OsString};
@@ -333,15 +335,17 @@ pub fn launch(
     };
     check_job(o, s, procs, nodes)?;
     check_not_running(&job_dir)?;
-    let images = start_images(o, s, procs, nodes)?;
-    let start = Start {
+    let mut start = Some(Start {
         record,
         first_version: 1,
         last: None,
-        images,
         restart_staged: false,
-    };
-    run(o, s, procs, nodes, start, &spawn)
+        settings: s.clone(),
+        spawn: Box::new(spawn),
+    });
+    run(o, s, procs, nodes, &mut |_, _| {
+        Ok(start.take().expect("the job starts once"))
+    })
 }
 
 /// Where the pids of a job's trees start: process `i`'s tree counts through
@@ -367,13 +371,6 @@ fn pid_stride(procs: usize) -> u64 {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(32768);
     (max.saturating_sub(FIRST_PID) / procs.max(1) as u64).clamp(1, 1 << 20)
-}
-
-/// Starts the engine job that stores the images, with [`Settings::keep`] as `[cache] keep`.
-fn start_images(o: &Options, s: &Settings, procs: usize, nodes: usize) -> Result<Images> {
-    let mut cfg = o.engine.clone();
-    cfg.keep = s.keep;
-    Images::start(cfg, &o.job, procs, nodes)
 }
 
 /// The job `cairn restart` takes: `job` if given, else the job under `dir` whose newest
@@ -445,65 +442,67 @@ pub fn restart(
     };
     let s = settings(&cands[0].launch);
     check_job(o, &s, procs, nodes)?;
-    let images = start_images(o, &s, procs, nodes)?;
-    let staging = Staging::new(&o.engine, &job_dir, &o.job, nodes);
-    let (m, trees) = restore_images(&images, &staging, &o.job, &cands)?;
-    let images_paths: Vec<PathBuf> = trees.iter().map(|t| t[0].path.clone()).collect();
-    let namespaced = check_images_fit(&images_paths, m.version)?;
-    let s = settings(&m.launch);
-    let rec = &m.launch;
-    let record = LaunchRecord {
-        affinity: s.affinity,
-        cpus: s.cpus.as_ref().map(|c| c.to_string()).or(rec.cpus.clone()),
-        interval_secs: s.interval.map(|i| i.as_secs_f64()),
-        timeout_secs: s.timeout.as_secs_f64(),
-        keep: s.keep,
-        restarts: rec.restarts + 1,
-        ..rec.clone()
-    };
-    // The run goes on from m: newer versions are not its past. The engine has removed their
-    // data; their manifests go too.
-    for v in manifest::versions(&job_dir)?
-        .iter()
-        .filter(|v| v.version > m.version)
-    {
-        manifest::remove_version(&job_dir, v.version)?;
-    }
-    let affinity = s.affinity;
-    let cpus = s.cpus.clone();
-    let spawn = move |i: usize, addr: &str, token: &Token| {
-        let mut c = Command::new(restorer);
-        if namespaced[i] {
-            c.arg("--init");
+    let restorer = restorer.to_path_buf();
+    run(o, &s, procs, nodes, &mut |images, staging| {
+        let (m, trees) = restore_images(images, staging, &o.job, &cands)?;
+        let images_paths: Vec<PathBuf> = trees.iter().map(|t| t[0].path.clone()).collect();
+        let namespaced = check_images_fit(&images_paths, m.version)?;
+        let s = settings(&m.launch);
+        let rec = &m.launch;
+        let record = LaunchRecord {
+            affinity: s.affinity,
+            cpus: s.cpus.as_ref().map(|c| c.to_string()).or(rec.cpus.clone()),
+            interval_secs: s.interval.map(|i| i.as_secs_f64()),
+            timeout_secs: s.timeout.as_secs_f64(),
+            keep: s.keep,
+            restarts: rec.restarts + 1,
+            ..rec.clone()
+        };
+        // The run goes on from m: newer versions are not its past. The engine has removed
+        // their data; their manifests go too.
+        for v in manifest::versions(&job_dir)?
+            .iter()
+            .filter(|v| v.version > m.version)
+        {
+            manifest::remove_version(&job_dir, v.version)?;
         }
-        c.arg(&trees[i][0].path);
-        for member in &trees[i][1..] {
-            c.arg("--member").arg(&member.path);
-        }
-        c.arg("--coord")
-            .arg(addr)
-            .arg("--token")
-            .arg(token.hex())
-            .arg("--proc")
-            .arg(i.to_string())
-            .arg("--affinity")
-            .arg(affinity.as_str());
-        if let Some(cpus) = &cpus {
-            c.arg("--cpus").arg(cpus.to_string());
-        }
-        c
-    };
-    let start = Start {
-        record,
-        first_version: m.version + 1,
-        last: Some(LastCheckpoint {
-            version: m.version,
-            when: m.created,
-        }),
-        images,
-        restart_staged: true,
-    };
-    run(o, &s, procs, nodes, start, &spawn)
+        let affinity = s.affinity;
+        let cpus = s.cpus.clone();
+        let restorer = restorer.clone();
+        let spawn = move |i: usize, addr: &str, token: &Token| {
+            let mut c = Command::new(&restorer);
+            if namespaced[i] {
+                c.arg("--init");
+            }
+            c.arg(&trees[i][0].path);
+            for member in &trees[i][1..] {
+                c.arg("--member").arg(&member.path);
+            }
+            c.arg("--coord")
+                .arg(addr)
+                .arg("--token")
+                .arg(token.hex())
+                .arg("--proc")
+                .arg(i.to_string())
+                .arg("--affinity")
+                .arg(affinity.as_str());
+            if let Some(cpus) = &cpus {
+                c.arg("--cpus").arg(cpus.to_string());
+            }
+            c
+        };
+        Ok(Start {
+            record,
+            first_version: m.version + 1,
+            last: Some(LastCheckpoint {
+                version: m.version,
+                when: m.created,
+            }),
+            restart_staged: true,
+            settings: s,
+            spawn: Box::new(spawn),
+        })
+    })
 }
 
 /// Puts each process's restored images in the order of its manifest (its own first) and
@@ -584,7 +583,7 @@ fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<Vec<bool>> {
 /// nodes held from redundancy and checks every block; a version it cannot restore on every
 /// process is passed over, with a warning that says why.
 fn restore_images(
-    images: &Images,
+    images: &Engines,
     staging: &Staging,
     job: &str,
     cands: &[Manifest],
@@ -840,17 +839,23 @@ impl Drop for Forwarder {
 /// How process `i` is started, given its node's sub-coordinator address and the token.
 type Spawn<'a> = dyn Fn(usize, &str, &Token) -> Command + 'a;
 
-/// What differs between a launch and a restart once the engine job is up.
-struct Start {
+/// What differs between a launch and a restart once the engine job is up (a restart learns
+/// it from the version the engine restored).
+struct Start<'a> {
     record: LaunchRecord,
     /// The number of the first checkpoint the root takes.
     first_version: u64,
     /// The checkpoint a restart came from.
     last: Option<LastCheckpoint>,
-    images: Images,
     /// A restart had the engine copy images into the staging's restart directories.
     restart_staged: bool,
+    /// The interval, timeout and window the root keeps from then on.
+    settings: Settings,
+    spawn: Box<Spawn<'a>>,
 }
+
+/// Decides how the job starts, given its engine job, once the sub-coordinators are up.
+type Prepare<'a, 'b> = dyn FnMut(&Engines, &Staging) -> Result<Start<'a>> + 'b;
 
 /// Checks a job's shape and settings before anything is started or created.
 fn check_job(o: &Options, s: &Settings, procs: usize, nodes: usize) -> Result<()> {
@@ -904,20 +909,22 @@ fn check_not_running(job_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs a job: the root, one sub-coordinator per node, the engine job spread over them
+/// (`crate::engines`), then what `prepare` decides (a restart restores the images there),
+/// then the processes; returns when every process has exited. `s` gives the engine's
+/// `[cache] keep` and the root's settings until `prepare` says otherwise.
 fn run(
     o: &Options,
     s: &Settings,
     procs: usize,
     nodes: usize,
-    start: Start,
-    spawn: &Spawn<'_>,
+    prepare: &mut Prepare<'_, '_>,
 ) -> Result<JobExit> {
     let job_dir = o.dir.join(&o.job);
     jobdir::create_private_dir(&o.dir)?;
     jobdir::create_private_dir(&job_dir)?;
     check_not_running(&job_dir)?;
     let staging = Staging::new(&o.engine, &job_dir, &o.job, nodes);
-    let images = Arc::new(start.images);
     let token = Token::random()?;
     let children = Arc::new(Children::default());
     let weak = Arc::downgrade(&children);
@@ -933,12 +940,7 @@ fn run(
             timeout: s.timeout,
             interval: s.interval,
             keep: s.keep,
-            images: images.clone(),
             staging: staging.clone(),
-            restart_staged: start.restart_staged,
-            launch: start.record,
-            first_version: start.first_version,
-            last: start.last,
             kill: Some(kill),
         },
     )?;
@@ -998,6 +1000,23 @@ fn run(
             }
             Ok(())
         })?;
+    let links: Vec<String> = addrs.iter().map(|a| a.links.clone()).collect();
+    let mut engine_cfg = o.engine.clone();
+    engine_cfg.keep = s.keep;
+    let images = Arc::new(Engines::start(&engine_cfg, &o.job, procs, &links, &token)?);
+    let start = prepare(&images, &staging)?;
+    let root = tree.root.as_ref().expect("running");
+    root.begin(Begun {
+        images: images.clone(),
+        launch: start.record,
+        first_version: start.first_version,
+        last: start.last,
+        restart_staged: start.restart_staged,
+        interval: start.settings.interval,
+        timeout: start.settings.timeout,
+        keep: start.settings.keep,
+    });
+    let s = &start.settings;
     let _forwarder = if o.forward_signals {
         Some(Forwarder::start(Arc::downgrade(&children))?)
     } else {
@@ -1005,8 +1024,8 @@ fn run(
     };
     for i in 0..procs {
         let node = node_of(i, procs, nodes);
-        let addr = &addrs[node];
-        let mut c = spawn(i, addr, &token);
+        let addr = &addrs[node].procs;
+        let mut c = (start.spawn)(i, addr, &token);
         cairn_ckpt::standard_streams_only(&mut c);
         sys::die_with_parent(&mut c);
         // The library writes this process's own pid there (a stale one would make the
@@ -1048,6 +1067,12 @@ fn run(
         .map(exit_code)
         .find(|&c| c != 0)
         .unwrap_or(0);
+    // The job has ended: the engine finishes its flushes and makes the newest checkpoint
+    // durable on the global tier (as `[checkpoint] finalize` says), on every node while
+    // the sub-coordinators still run.
+    if let Err(e) = images.finalize() {
+        tracing::warn!("job {}: {e}", o.job);
+    }
     drop(tree);
     if start.restart_staged {
         // Processes that never registered left their restored images behind.
@@ -1056,11 +1081,6 @@ fn run(
     if code == 0 {
         // Every process finished well: no restart will read the images kept for one.
         staging.remove_versions_all();
-    }
-    // The job has ended: the engine finishes its flushes and makes the newest checkpoint
-    // durable on the global tier (as `[checkpoint] finalize` says).
-    if let Err(e) = images.finalize() {
-        tracing::warn!("job {}: {e}", o.job);
     }
     Ok(JobExit {
         job: o.job.clone(),

@@ -5,7 +5,8 @@
 //! [`Root`] inside the `cairn` process and one sub-coordinator per (simulated) node
 //! ([`node`], a separate `cairn coord-node` process). A checkpoint is a sequence of global
 //! barriers (SUSPEND, WRITE, RESUME) with a timeout per phase. Between WRITE and RESUME the
-//! images go through Cairn's engine ([`Images`]: one engine rank per process, so the
+//! images go through Cairn's engine ([`Images`]: one engine rank per process, run by its
+//! node's sub-coordinator and driven by the root through [`engines::Engines`], so the
 //! node-local tier, redundancy, flushes, compression and incremental checkpoints apply to
 //! them); the root then writes the version's manifest ([`Manifest`]), which alone makes it
 //! complete. `cairn restart` has the engine restore the images and starts the same tree
@@ -14,7 +15,8 @@
 //! - [`proto`]: the text protocol's lines ([`Msg`], [`Verb`]) and connections ([`Conn`]).
 //! - [`net`]: staggered exponential back-off ([`Backoff`]) and listeners.
 //! - [`root`], [`node`]: the two levels of the tree, each one state-machine thread.
-//! - [`images`]: the engine job that stores and restores the images.
+//! - [`images`]: the engine ranks that store and restore the images.
+//! - [`engines`]: those ranks spread over the sub-coordinators, and the root's side.
 //! - [`mod@launch`]: spawning the tree and the processes ([`launch()`], [`restart()`]).
 //! - [`client`]: `cairn checkpoint` and `cairn status` ([`Client`]).
 //! - [`manifest`], [`jobdir`]: what is on disk (`docs/coordinator.md`).
@@ -29,6 +31,7 @@
 #![deny(unsafe_code)]
 
 pub mod client;
+pub mod engines;
 pub mod error;
 mod hub;
 pub mod images;

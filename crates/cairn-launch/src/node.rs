@@ -154,6 +154,8 @@ pub fn main(args: &[String]) -> i32 {
     crate::init_logging();
     let run = || -> Result<()> {
         let a = NodeArgs::parse(args)?;
+        // The engine's shared-memory tier names its stores after these (still one thread).
+        crate::images::prepare_env(&a.job);
         let token = std::env::var(TOKEN_ENV).map_err(|_| {
             Error::new(ErrorKind::Usage, format!("coord-node: {TOKEN_ENV} not set"))
         })?;
@@ -174,6 +176,12 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
     let my_addr = listener
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
+    // The address the root's engine connection and the other nodes' links come to.
+    let links = net::listen(a.bind)?;
+    let links_addr = links
+        .local_addr()
+        .map_err(|e| Error::io("listener address", e))?;
+    crate::engines::serve(links, token.clone(), a.node)?;
     let expected: Vec<usize> = procs_of_node(a.node, a.procs, a.nodes).collect();
     // The link to the root, staggered by node index like processes are by theirs.
     let stream = net::connect(&a.root, a.node as u64)?;
@@ -185,6 +193,7 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
             .arg("node", a.node)
             .arg("procs", expected.len())
             .arg("addr", my_addr)
+            .arg("links", links_addr)
             .arg("pid", std::process::id()),
     )?;
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -393,7 +402,7 @@ impl NodeLoop {
                     break;
                 }
                 Some(Event::Closed { id, .. }) => self.proc_closed(id),
-                Some(Event::Stored { .. }) | None => {}
+                Some(Event::Stored { .. } | Event::Begin(_)) | None => {}
             }
             if self.phase.as_ref().is_some_and(|p| {
                 Instant::now() >= p.deadline && (!p.reported || p.kind == Kind::Resume)

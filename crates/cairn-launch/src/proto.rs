@@ -49,6 +49,9 @@ verbs! {
     Checkpoint = "CHECKPOINT",
     // A sub-coordinator and the root.
     Subcoord = "SUBCOORD",
+    // The root and a sub-coordinator's engine, and two sub-coordinators (`engines`).
+    Engine = "ENGINE",
+    Link = "LINK",
     Joined = "JOINED",
     Left = "LEFT",
     // A client (`cairn checkpoint`, `cairn status`) and the root.

@@ -17,9 +17,10 @@
 //! engine's work in STORE runs on a thread of its own, which reports with
 //! `Event::Stored`, so the root keeps answering status requests meanwhile.
 
+use crate::engines::Engines;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hub::{self, deny, named, send_or_log, Acceptor, Event};
-use crate::images::{Images, Stored, TreeImage};
+use crate::images::{Stored, TreeImage};
 use crate::jobdir::Token;
 use crate::manifest::{self, LaunchRecord, Manifest, MemberImage, ProcImage};
 use crate::proto::{Msg, Verb};
@@ -57,22 +58,40 @@ pub struct RootConfig {
     /// How many complete versions' manifests to keep (the node-local tier's window); those
     /// the engine holds on the global tier are kept too.
     pub keep: usize,
-    /// The engine job that stores the images.
-    pub images: Arc<Images>,
     /// Where the processes write their images.
     pub staging: Staging,
-    /// A restart had the engine copy images into the staging's restart directories: they
-    /// are removed once every restored process has registered (its restorer has read its
-    /// images by then).
-    pub restart_staged: bool,
+    /// Carries out `CLIENT cmd=kill`.
+    pub kill: Option<KillFn>,
+}
+
+/// What the root learns once the sub-coordinators are up and their engines started
+/// ([`Root::begin`]): until then it takes no checkpoint.
+pub struct Begun {
+    /// The engine job that stores the images, one part on each node.
+    pub images: Arc<Engines>,
     /// Recorded in every manifest.
     pub launch: LaunchRecord,
     /// The number of the first checkpoint this root takes.
     pub first_version: u64,
-    /// The newest complete checkpoint when the root starts (the one a restart came from).
+    /// The newest complete checkpoint when the job starts (the one a restart came from).
     pub last: Option<LastCheckpoint>,
-    /// Carries out `CLIENT cmd=kill`.
-    pub kill: Option<KillFn>,
+    /// A restart had the engine copy images into the staging's restart directories: they
+    /// are removed once every restored process has registered (its restorer has read its
+    /// images by then).
+    pub restart_staged: bool,
+    /// The settings the root keeps from then on (a restart's come with the version it
+    /// restored).
+    pub interval: Option<Duration>,
+    pub timeout: Duration,
+    pub keep: usize,
+}
+
+/// Where a node's sub-coordinator listens: for its processes, and for the root's engine
+/// connection and the other nodes' links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddrs {
+    pub procs: String,
+    pub links: String,
 }
 
 /// The newest complete checkpoint.
@@ -86,7 +105,7 @@ pub struct LastCheckpoint {
 /// What the launcher waits on: the sub-coordinators' addresses, filled in as they register.
 #[derive(Default)]
 struct Shared {
-    node_addrs: Vec<Option<String>>,
+    node_addrs: Vec<Option<NodeAddrs>>,
     stopped: bool,
 }
 
@@ -132,6 +151,12 @@ impl Root {
         self.addr
     }
 
+    /// Hands the root the engine job and what the launch or restart decided; from now on it
+    /// takes checkpoints (and its interval starts).
+    pub fn begin(&self, b: Begun) {
+        let _ = self.tx.send(Event::Begin(Box::new(b)));
+    }
+
     /// Waits until every node's sub-coordinator has registered and returns their addresses,
     /// by node. `check` is called every 100 ms and may give up early (a sub-coordinator that
     /// exited, say).
@@ -139,7 +164,7 @@ impl Root {
         &self,
         limit: Duration,
         mut check: impl FnMut() -> Result<()>,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<NodeAddrs>> {
         let deadline = Instant::now() + limit;
         let (lock, cv) = &*self.shared;
         let mut g = lock.lock().expect("root state lock");
@@ -302,6 +327,8 @@ struct RootLoop {
     next_version: u64,
     last: Option<LastCheckpoint>,
     next_interval: Option<Instant>,
+    /// Set by [`Root::begin`].
+    begun: Option<Begun>,
 }
 
 /// Every pipe and Unix stream socket a process of a tree recorded (`cairn_ckpt::Xfd`) must have
@@ -433,9 +460,10 @@ impl RootLoop {
             })
             .collect();
         RootLoop {
-            next_version: cfg.first_version,
-            last: cfg.last,
-            next_interval: cfg.interval.map(|i| Instant::now() + i),
+            next_version: 1,
+            last: None,
+            next_interval: None,
+            begun: None,
             cfg,
             rx,
             tx,
@@ -466,6 +494,15 @@ impl RootLoop {
                 Some(Event::Line { id, msg }) => self.line(id, msg),
                 Some(Event::Closed { id, why }) => self.closed(id, why),
                 Some(Event::Stored { version, result }) => self.stored(version, result),
+                Some(Event::Begin(b)) => {
+                    self.next_version = b.first_version;
+                    self.last = b.last;
+                    self.cfg.interval = b.interval;
+                    self.cfg.timeout = b.timeout;
+                    self.cfg.keep = b.keep;
+                    self.next_interval = self.cfg.interval.map(|i| Instant::now() + i);
+                    self.begun = Some(*b);
+                }
                 None => {}
             }
             self.timers();
@@ -516,6 +553,7 @@ impl RootLoop {
             Verb::Subcoord => match self.check_node(&msg) {
                 Ok(n) => {
                     let addr = msg.get("addr").unwrap_or("").to_string();
+                    let links = msg.get("links").unwrap_or("").to_string();
                     let slot = &mut self.nodes[n];
                     slot.conn = Some(id);
                     slot.addr = Some(addr.clone());
@@ -533,7 +571,8 @@ impl RootLoop {
                     self.peers.insert(id, peer);
                     tracing::debug!("node {n}: sub-coordinator at {addr} registered");
                     let (lock, cv) = &*self.shared;
-                    lock.lock().expect("root state lock").node_addrs[n] = Some(addr);
+                    lock.lock().expect("root state lock").node_addrs[n] =
+                        Some(NodeAddrs { procs: addr, links });
                     cv.notify_all();
                 }
                 Err(why) => deny(writer, &why, who),
@@ -858,6 +897,17 @@ impl RootLoop {
     /// A checkpoint was asked for. A request joins the running checkpoint while it has not
     /// written anything yet; later ones get a new checkpoint after it.
     fn request(&mut self, client: Option<u64>, by: String) {
+        if self.begun.is_none() {
+            let done = Msg::new(Verb::Done)
+                .arg("ckpt", 0)
+                .arg("ok", 0)
+                .arg("why", "the job is still starting: its engine is not up yet");
+            if let Some(mut p) = client.and_then(|id| self.peers.remove(&id)) {
+                send_or_log(&mut p.writer, &done, "client");
+                let _ = p.writer.shutdown(Shutdown::Both);
+            }
+            return;
+        }
         match &mut self.ckpt {
             Some(c) if matches!(c.phase, Phase::Register | Phase::Suspend) => {
                 c.clients.extend(client);
@@ -1082,7 +1132,8 @@ impl RootLoop {
                     .collect()
             })
             .collect();
-        let (images, tx) = (self.cfg.images.clone(), self.tx.clone());
+        let images = self.begun.as_ref().expect("begun").images.clone();
+        let tx = self.tx.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("cairn-store-{v}"))
             .spawn(move || {
@@ -1127,7 +1178,8 @@ impl RootLoop {
             }
         }
         c.total_stored = stored.stored.iter().sum();
-        let mut engine = self.cfg.images.record().clone();
+        let begun = self.begun.as_ref().expect("begun");
+        let mut engine = begun.images.record().clone();
         engine.incremental = stored.incremental;
         let m = Manifest {
             format: manifest::FORMAT,
@@ -1138,7 +1190,7 @@ impl RootLoop {
             bytes: c.total_bytes,
             procs: c.images.clone(),
             engine,
-            launch: self.cfg.launch.clone(),
+            launch: begun.launch.clone(),
         };
         let dir = manifest::version_dir(&self.cfg.job_dir, c.version);
         crate::jobdir::create_private_dir(&dir)
@@ -1183,8 +1235,13 @@ impl RootLoop {
     /// Once every restored process has registered, their images are read: the restart's
     /// staging directories go.
     fn drop_restart_stage(&mut self) {
-        if self.cfg.restart_staged && self.procs.iter().all(|p| p.state == ProcState::Running) {
-            self.cfg.restart_staged = false;
+        let all_running = self.procs.iter().all(|p| p.state == ProcState::Running);
+        if let Some(b) = self
+            .begun
+            .as_mut()
+            .filter(|b| b.restart_staged && all_running)
+        {
+            b.restart_staged = false;
             self.cfg.staging.remove_restart();
         }
     }
@@ -1267,7 +1324,9 @@ impl RootLoop {
                 c.total_stored,
                 dir.display()
             );
-            let on_global = self.cfg.images.global_versions();
+            let on_global = (self.begun.as_ref())
+                .map(|b| b.images.global_versions())
+                .unwrap_or_default();
             self.cfg.staging.prune(c.version);
             let removed = manifest::prune(&self.cfg.job_dir, self.cfg.keep, &on_global, c.version);
             if !removed.is_empty() {

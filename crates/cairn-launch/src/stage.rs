@@ -13,12 +13,13 @@
 
 use crate::error::{Error, Result};
 use cairn_core::{Config, NodeLocal};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The staging directories of a job, one root per node (see the module documentation).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Staging {
     roots: Vec<PathBuf>,
     /// `<dir>/<job>/stage`: the root when the tier is not a directory, and where a job

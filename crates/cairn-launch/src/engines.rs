@@ -1,0 +1,641 @@
+//! The engine job of a launched job, spread over its nodes: each node's sub-coordinator runs
+//! the engine ranks of its own processes ([`Images::start_ranks`] over a [`Net`] world that
+//! the sub-coordinators join among themselves), so every image is read, protected and stored
+//! by the host whose processes wrote it, on that host's node-local tier. The root drives them
+//! through [`Engines`], which has the calls of [`Images`]: it sends each sub-coordinator the
+//! part of a command that concerns its ranks and joins the answers. What crosses the root is
+//! paths, versions and byte counts, never a byte of an image.
+//!
+//! Each sub-coordinator listens on a second address, its link address, which it tells the
+//! root when it registers (`SUBCOORD links=`). A connection to it opens with one line:
+//!
+//! - `ENGINE token=<hex>` from the root, then frames `length (u64, little-endian) | JSON`:
+//!   the [`Brief`] (the engine configuration the launcher resolved, the job's shape and every
+//!   node's link address), answered by `Started` once the engine is up; then one request per
+//!   frame, each answered by one frame.
+//! - `LINK token=<hex> node=<k>` from the sub-coordinator of node `k`, which is smaller than
+//!   this one's: the connection then carries the [`Net`] world's frames between the two.
+//!
+//! Every node connects to the nodes before it and accepts the nodes after it, so each pair
+//! has one connection. A line with the wrong token, or a second `ENGINE`, is refused.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::images::{Images, RestoreError, RestoredImage, Stored, TreeImage};
+use crate::jobdir::Token;
+use crate::manifest::EngineRecord;
+use crate::proto::{Msg, Verb, MAX_LINE};
+use crate::stage::Staging;
+use crate::{net, node_of, procs_of_node};
+use cairn_comm::Net;
+use cairn_core::Config;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a sub-coordinator waits for the root's brief and for the links of the nodes
+/// after it.
+const LINK_LIMIT: Duration = Duration::from_secs(60);
+/// The largest frame either side accepts (a brief or a command names paths, not data).
+const MAX_FRAME: u64 = 64 << 20;
+
+/// What the root tells each sub-coordinator before its engine starts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Brief {
+    pub config: Config,
+    pub job: String,
+    pub node: usize,
+    pub nodes: usize,
+    pub procs: usize,
+    /// The link address of every node, by node.
+    pub links: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Request {
+    Checkpoint {
+        version: u64,
+        trees: Vec<Vec<TreeImage>>,
+    },
+    Newest,
+    Restore {
+        version: u64,
+        staging: Staging,
+        nodes: Vec<usize>,
+    },
+    Finalize,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Answer {
+    /// The engine is up; its redundancy plan.
+    Started(String),
+    Stored(Stored),
+    Newest(Option<u64>),
+    Restored(u64, Vec<Vec<RestoredImage>>),
+    Finalized,
+    Failed {
+        kind: ErrorKind,
+        msg: String,
+        /// The restore found no such version everywhere (the caller passes it over).
+        not_found: bool,
+    },
+}
+
+fn failed(e: &Error) -> Answer {
+    Answer::Failed {
+        kind: e.kind(),
+        msg: e.message().to_string(),
+        not_found: false,
+    }
+}
+
+fn write_frame<T: Serialize>(w: &mut impl Write, what: &T) -> std::io::Result<()> {
+    let body = serde_json::to_vec(what).map_err(std::io::Error::other)?;
+    let mut buf = Vec::with_capacity(8 + body.len());
+    buf.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    buf.extend_from_slice(&body);
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> std::io::Result<T> {
+    let mut len = [0u8; 8];
+    r.read_exact(&mut len)?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "a frame of {len} bytes (at most {MAX_FRAME})"
+        )));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+/// Reads one line byte by byte, so that nothing after it is taken from the stream (it carries
+/// frames next).
+fn read_line(s: &mut TcpStream) -> std::io::Result<String> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while line.len() < MAX_LINE {
+        if s.read(&mut b)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if b[0] == b'\n' {
+            return String::from_utf8(line).map_err(std::io::Error::other);
+        }
+        line.push(b[0]);
+    }
+    Err(std::io::Error::other(
+        "a line longer than the protocol allows",
+    ))
+}
+
+// ---- the root's side ---------------------------------------------------------------------
+
+struct Link {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    /// How many ranks the node runs.
+    ranks: usize,
+}
+
+struct Links {
+    nodes: Vec<Link>,
+    /// A call failed half-way (a node is gone, or answered out of turn): no further call
+    /// can be trusted to line up.
+    broken: bool,
+    finalized: bool,
+}
+
+/// The engine job of a launched job, as the root drives it; see the module documentation.
+pub struct Engines {
+    name: String,
+    procs: usize,
+    /// The global tier's root, absolute.
+    global: PathBuf,
+    record: EngineRecord,
+    links: Mutex<Links>,
+}
+
+impl Engines {
+    /// Connects to each node's sub-coordinator at its link address (`links[n]`), hands it
+    /// the brief and waits until every node's engine is up. Fails with the first node's
+    /// reason when one cannot start (a redundancy scheme that needs more nodes, say).
+    pub fn start(
+        cfg: &Config,
+        job: &str,
+        procs: usize,
+        links: &[String],
+        token: &Token,
+    ) -> Result<Engines> {
+        let nodes = links.len();
+        let mut conns = Vec::with_capacity(nodes);
+        for (n, addr) in links.iter().enumerate() {
+            let mut s = net::connect(addr, n as u64)?;
+            let hello = Msg::new(Verb::Engine).arg("token", token.hex()).encode();
+            let brief = Brief {
+                config: cfg.clone(),
+                job: job.to_string(),
+                node: n,
+                nodes,
+                procs,
+                links: links.to_vec(),
+            };
+            s.write_all(hello.as_bytes())
+                .and_then(|()| write_frame(&mut s, &brief))
+                .map_err(|e| Error::io(format_args!("brief node {n}'s engine at {addr}"), e))?;
+            let reader = BufReader::new(
+                s.try_clone()
+                    .map_err(|e| Error::io("clone a connection", e))?,
+            );
+            conns.push(Link {
+                reader,
+                writer: s,
+                ranks: procs_of_node(n, procs, nodes).count(),
+            });
+        }
+        let mut record = EngineRecord::describe(cfg, job);
+        let engines = Engines {
+            name: job.to_string(),
+            procs,
+            global: PathBuf::from(&record.global),
+            record: record.clone(),
+            links: Mutex::new(Links {
+                nodes: conns,
+                broken: false,
+                finalized: false,
+            }),
+        };
+        let answers = {
+            let mut l = engines.links.lock().expect("engine links");
+            collect(&mut l, "start the engine").map_err(CallError::into_error)?
+        };
+        if let Some(Answer::Started(plan)) = answers.first() {
+            record.redundancy = plan.clone();
+        }
+        Ok(Engines { record, ..engines })
+    }
+
+    /// The engine record manifests carry (where images go, and how).
+    pub fn record(&self) -> &EngineRecord {
+        &self.record
+    }
+
+    /// The job's process count (one engine rank each).
+    pub fn procs(&self) -> usize {
+        self.procs
+    }
+
+    /// As [`Images::global_versions`]: read from the global tier, which every host shares.
+    pub fn global_versions(&self) -> BTreeSet<u64> {
+        crate::images::global_versions(&self.global, &self.name)
+    }
+
+    /// As [`Images::checkpoint`], `trees` holding every process's images in order; each
+    /// node's engine reads its own processes' images.
+    pub fn checkpoint(&self, version: u64, trees: &[Vec<TreeImage>]) -> Result<Stored> {
+        if trees.len() != self.procs {
+            crate::error::bail!(
+                Engine,
+                "{} processes' images for a job of {}",
+                trees.len(),
+                self.procs
+            );
+        }
+        let mut rest = trees;
+        let answers = self.call("checkpoint the images", |ranks| {
+            let (mine, after) = rest.split_at(ranks);
+            rest = after;
+            Request::Checkpoint {
+                version,
+                trees: mine.to_vec(),
+            }
+        })?;
+        let mut all = Stored {
+            stored: Vec::with_capacity(self.procs),
+            incremental: false,
+            secs: 0.0,
+        };
+        for a in answers {
+            let Answer::Stored(s) = a else {
+                return Err(out_of_turn("checkpoint"));
+            };
+            all.stored.extend(s.stored);
+            all.incremental |= s.incremental;
+            all.secs = all.secs.max(s.secs);
+        }
+        Ok(all)
+    }
+
+    /// As [`Images::newest`].
+    pub fn newest(&self) -> Result<Option<u64>> {
+        match self
+            .call("find the newest checkpoint", |_| Request::Newest)?
+            .first()
+        {
+            Some(Answer::Newest(v)) => Ok(*v),
+            _ => Err(out_of_turn("newest")),
+        }
+    }
+
+    /// As [`Images::restore`], `nodes` naming every process's node: each node's engine
+    /// restores its own processes' images on its host.
+    pub fn restore(
+        &self,
+        version: u64,
+        staging: &Staging,
+        nodes: &[usize],
+    ) -> Result<(u64, Vec<Vec<RestoredImage>>), RestoreError> {
+        let mut rest = nodes;
+        let answers = self
+            .call_raw("restore the images", |ranks| {
+                let (mine, after) = rest.split_at(ranks.min(rest.len()));
+                rest = after;
+                Request::Restore {
+                    version,
+                    staging: staging.clone(),
+                    nodes: mine.to_vec(),
+                }
+            })
+            .map_err(|e| match e {
+                CallError::NotFound(why) => RestoreError::NotFound(why),
+                CallError::Other(e) => RestoreError::Other(e),
+            })?;
+        let mut restored = None;
+        let mut trees = Vec::with_capacity(self.procs);
+        for a in answers {
+            let Answer::Restored(v, t) = a else {
+                return Err(RestoreError::Other(out_of_turn("restore")));
+            };
+            if restored.is_some_and(|r| r != v) {
+                return Err(RestoreError::Other(Error::new(
+                    ErrorKind::Engine,
+                    format!(
+                        "the nodes' engines restored different versions ({} and {v})",
+                        restored.unwrap_or(0)
+                    ),
+                )));
+            }
+            restored = Some(v);
+            trees.extend(t);
+        }
+        match restored {
+            Some(v) if trees.len() == self.procs => Ok((v, trees)),
+            _ => Err(RestoreError::Other(out_of_turn("restore"))),
+        }
+    }
+
+    /// As [`Images::finalize`]: every node's engine finishes its flushes and stops. Later
+    /// calls do nothing.
+    pub fn finalize(&self) -> Result<()> {
+        {
+            let l = self.links.lock().expect("engine links");
+            if l.finalized || l.broken {
+                return Ok(());
+            }
+        }
+        let r = self.call("finalize the engine", |_| Request::Finalize);
+        self.links.lock().expect("engine links").finalized = true;
+        r.map(|_| ())
+    }
+
+    fn call(&self, what: &str, make: impl FnMut(usize) -> Request) -> Result<Vec<Answer>> {
+        self.call_raw(what, make).map_err(CallError::into_error)
+    }
+
+    /// Sends each node its request (`make` gets the node's rank count, nodes in order), then
+    /// collects one answer from each, in node order.
+    fn call_raw(
+        &self,
+        what: &str,
+        mut make: impl FnMut(usize) -> Request,
+    ) -> Result<Vec<Answer>, CallError> {
+        let mut l = self.links.lock().expect("engine links");
+        if l.broken || l.finalized {
+            return Err(CallError::Other(Error::new(
+                ErrorKind::Engine,
+                format!("cannot {what}: the engine job has ended"),
+            )));
+        }
+        for n in 0..l.nodes.len() {
+            let req = make(l.nodes[n].ranks);
+            if let Err(e) = write_frame(&mut l.nodes[n].writer, &req) {
+                l.broken = true;
+                return Err(CallError::Other(Error::io(
+                    format_args!("{what}: node {n}'s engine"),
+                    e,
+                )));
+            }
+        }
+        collect(&mut l, what)
+    }
+}
+
+enum CallError {
+    NotFound(String),
+    Other(Error),
+}
+
+impl CallError {
+    fn into_error(self) -> Error {
+        match self {
+            CallError::NotFound(why) => Error::new(ErrorKind::NotFound, why),
+            CallError::Other(e) => e,
+        }
+    }
+}
+
+fn out_of_turn(op: &str) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        format!("a node's engine answered {op} out of turn"),
+    )
+}
+
+/// One answer from every node, in node order; the first failure (after all have answered,
+/// so the next call lines up) is the call's.
+fn collect(l: &mut Links, what: &str) -> Result<Vec<Answer>, CallError> {
+    let mut answers = Vec::with_capacity(l.nodes.len());
+    let mut first_failure = None;
+    for n in 0..l.nodes.len() {
+        match read_frame::<Answer>(&mut l.nodes[n].reader) {
+            Ok(Answer::Failed {
+                kind,
+                msg,
+                not_found,
+            }) => {
+                if first_failure.is_none() {
+                    first_failure = Some(if not_found {
+                        CallError::NotFound(msg)
+                    } else {
+                        CallError::Other(Error::new(kind, format!("{what}: {msg}")))
+                    });
+                }
+            }
+            Ok(a) => answers.push(a),
+            Err(e) => {
+                l.broken = true;
+                return Err(CallError::Other(Error::new(
+                    ErrorKind::Engine,
+                    format!(
+                        "{what}: node {n}'s engine is gone ({})",
+                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            "its sub-coordinator closed the link".to_string()
+                        } else {
+                            e.to_string()
+                        }
+                    ),
+                )));
+            }
+        }
+    }
+    match first_failure {
+        Some(f) => Err(f),
+        None => Ok(answers),
+    }
+}
+
+// ---- a sub-coordinator's side -----------------------------------------------------------
+
+/// The links other nodes opened to this one, by node, until the engine takes them.
+#[derive(Default)]
+struct Arrived {
+    links: HashMap<usize, TcpStream>,
+    engine_taken: bool,
+}
+
+/// Accepts on `listener` (this node's link address) for as long as the process runs: the
+/// root's engine connection starts this node's engine on a thread of its own; links from
+/// other nodes wait for it.
+pub fn serve(listener: TcpListener, token: Token, node: usize) -> Result<()> {
+    let arrived = Arc::new((Mutex::new(Arrived::default()), Condvar::new()));
+    std::thread::Builder::new()
+        .name("cairn-links".into())
+        .spawn(move || {
+            for s in listener.incoming() {
+                let Ok(s) = s else { continue };
+                let (token, arrived) = (token.clone(), arrived.clone());
+                // A handshake of its own, so that a silent connection holds up nobody.
+                let _ = std::thread::Builder::new()
+                    .name("cairn-link".into())
+                    .spawn(move || accepted(s, &token, node, arrived));
+            }
+        })
+        .map_err(|e| Error::io("start accepting links", e))?;
+    Ok(())
+}
+
+fn accepted(mut s: TcpStream, token: &Token, node: usize, arrived: Arc<(Mutex<Arrived>, Condvar)>) {
+    let peer = s
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let msg = match read_line(&mut s)
+        .map_err(|e| e.to_string())
+        .and_then(|l| Msg::parse(&l).map_err(|e| e.to_string()))
+    {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("node {node}: link from {peer}: {e}");
+            return;
+        }
+    };
+    let refuse = |mut s: TcpStream, why: &str| {
+        tracing::warn!("node {node}: refused {} from {peer}: {why}", msg.verb);
+        let _ = s.write_all(Msg::new(Verb::Denied).arg("why", why).encode().as_bytes());
+    };
+    if !msg.get("token").is_some_and(|t| token.matches(t)) {
+        return refuse(s, "wrong token");
+    }
+    let _ = s.set_read_timeout(None);
+    let (lock, cv) = &*arrived;
+    match msg.verb {
+        Verb::Engine => {
+            let mut g = lock.lock().expect("links lock");
+            if g.engine_taken {
+                drop(g);
+                return refuse(s, "this node's engine is already driven");
+            }
+            g.engine_taken = true;
+            drop(g);
+            let _ = s.set_nodelay(true);
+            run_engine(s, node, token, &arrived);
+        }
+        Verb::Link => match msg.num::<usize>("node") {
+            Ok(k) if k > node && k < usize::from(u16::MAX) => {
+                let mut g = lock.lock().expect("links lock");
+                if g.links.contains_key(&k) {
+                    drop(g);
+                    return refuse(s, &format!("node {k} is already linked"));
+                }
+                g.links.insert(k, s);
+                cv.notify_all();
+            }
+            _ => refuse(s, "LINK needs node=<k> of a node after this one"),
+        },
+        v => refuse(s, &format!("unexpected first line {v}")),
+    }
+}
+
+/// This node's engine: the brief, the world, then one request after another until the root
+/// closes the connection.
+fn run_engine(mut s: TcpStream, node: usize, token: &Token, arrived: &(Mutex<Arrived>, Condvar)) {
+    let _ = s.set_read_timeout(Some(LINK_LIMIT));
+    let brief: Brief = match read_frame(&mut s) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!("node {node}: no brief from the root: {e}");
+            return;
+        }
+    };
+    let _ = s.set_read_timeout(None);
+    let images = match start(&brief, node, token, arrived) {
+        Ok(i) => i,
+        Err(e) => {
+            let _ = write_frame(&mut s, &failed(&e));
+            return;
+        }
+    };
+    let plan = images.record().redundancy.clone();
+    if write_frame(&mut s, &Answer::Started(plan)).is_err() {
+        return;
+    }
+    let mut reader = BufReader::new(match s.try_clone() {
+        Ok(r) => r,
+        Err(_) => return,
+    });
+    loop {
+        let req: Request = match read_frame(&mut reader) {
+            Ok(r) => r,
+            // The root is done with the engine (or gone): dropping it stops the ranks.
+            Err(_) => return,
+        };
+        let answer = match req {
+            Request::Checkpoint { version, trees } => images
+                .checkpoint(version, &trees)
+                .map_or_else(|e| failed(&e), Answer::Stored),
+            Request::Newest => images.newest().map_or_else(|e| failed(&e), Answer::Newest),
+            Request::Restore {
+                version,
+                staging,
+                nodes,
+            } => match images.restore(version, &staging, &nodes) {
+                Ok((v, trees)) => Answer::Restored(v, trees),
+                Err(RestoreError::NotFound(msg)) => Answer::Failed {
+                    kind: ErrorKind::NotFound,
+                    msg,
+                    not_found: true,
+                },
+                Err(RestoreError::Other(e)) => failed(&e),
+            },
+            Request::Finalize => images
+                .finalize()
+                .map_or_else(|e| failed(&e), |()| Answer::Finalized),
+        };
+        if write_frame(&mut s, &answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// Joins the world (connecting to the nodes before this one, waiting for those after it)
+/// and starts this node's ranks.
+fn start(
+    b: &Brief,
+    node: usize,
+    token: &Token,
+    arrived: &(Mutex<Arrived>, Condvar),
+) -> Result<Images> {
+    if b.node != node || b.nodes != b.links.len() || node >= b.nodes || b.nodes > b.procs {
+        crate::error::bail!(
+            Protocol,
+            "node {node}: a brief for node {} of {} with {} links and {} processes",
+            b.node,
+            b.nodes,
+            b.links.len(),
+            b.procs
+        );
+    }
+    let mut links: Vec<Option<TcpStream>> = (0..b.nodes).map(|_| None).collect();
+    for (k, addr) in b.links.iter().enumerate().take(node) {
+        let mut s = net::connect(addr, node as u64)?;
+        let hello = Msg::new(Verb::Link)
+            .arg("token", token.hex())
+            .arg("node", node)
+            .encode();
+        s.write_all(hello.as_bytes())
+            .map_err(|e| Error::io(format_args!("link to node {k} at {addr}"), e))?;
+        links[k] = Some(s);
+    }
+    let deadline = Instant::now() + LINK_LIMIT;
+    let (lock, cv) = arrived;
+    let mut g = lock.lock().expect("links lock");
+    for (k, slot) in links.iter_mut().enumerate().skip(node + 1) {
+        while !g.links.contains_key(&k) {
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<usize> =
+                    (k..b.nodes).filter(|m| !g.links.contains_key(m)).collect();
+                crate::error::bail!(
+                    Timeout,
+                    "node {node}: {} did not link within {:.0} s",
+                    crate::hub::named("node", missing),
+                    LINK_LIMIT.as_secs_f64()
+                );
+            }
+            g = cv.wait_timeout(g, deadline - now).expect("links lock").0;
+        }
+        *slot = g.links.remove(&k);
+    }
+    drop(g);
+    let owner: Vec<usize> = (0..b.procs).map(|r| node_of(r, b.procs, b.nodes)).collect();
+    let world = Net::world(node, owner, links)
+        .map_err(|e| Error::new(ErrorKind::Engine, format!("node {node}: {e}")))?;
+    Images::start_ranks(b.config.clone(), &b.job, b.nodes, world)
+}
