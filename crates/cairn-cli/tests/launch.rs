@@ -696,6 +696,32 @@ fn real_library_images_survive_a_lost_node_through_partner_copies() {
         list[1]["stored_bytes"].as_u64().unwrap() >= second,
         "{list:?}"
     );
+    // Each node's sub-coordinator stored its own processes' parts and its partner's
+    // copies; the root, which orders the phases and writes manifests, moved no image.
+    let st = status(&t.path().join("imgs"));
+    // Parts are written with write(2), which wchar counts (images are read through
+    // mappings, which rchar would not).
+    let wchar = |pid: &str| -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("wchar:")?.trim().parse().ok())
+            .unwrap()
+    };
+    let stored = |p: usize| m1["procs"][p]["stored"].as_u64().unwrap();
+    for (k, procs) in [(0, [0, 1]), (1, [2, 3])] {
+        let pid = st["nodes"][k]["pid"].to_string().replace('"', "");
+        let w = wchar(&pid);
+        let own = stored(procs[0]) + stored(procs[1]);
+        assert!(
+            w >= own,
+            "node {k} wrote {w} bytes, its parts hold {own}: {st}"
+        );
+    }
+    let w = wchar(&job.id().to_string());
+    assert!(
+        w < (first + second) / 8,
+        "the root wrote {w} bytes for {first} + {second} stored"
+    );
     // Kill every process for real, then lose node 1's storage.
     kill9_all(&pids);
     wait_child(&mut job, 30);
