@@ -639,3 +639,117 @@ fn start(
         .map_err(|e| Error::new(ErrorKind::Engine, format!("node {node}: {e}")))?;
     Images::start_ranks(b.config.clone(), &b.job, b.nodes, world)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(token: &Token, n: usize) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        serve(l, token.clone(), n).unwrap();
+        addr
+    }
+
+    /// The first line `line` sent to `addr`, and the answer, if any.
+    fn answer(addr: &str, line: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    /// Two nodes' sub-coordinators (here, two `serve` in one process) with two ranks each,
+    /// driven through `Engines` as the root drives them: each node stores its own ranks'
+    /// images on its own node's tier, and only those; a restore gives every image back bit
+    /// for bit; a version nobody has is "not found", which the restart passes over.
+    #[test]
+    fn two_nodes_store_and_restore_their_own_images_as_the_root_drives_them() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            local: Some(t.path().join("local")),
+            global: t.path().join("global"),
+            fsync_global: false,
+            ..Config::default()
+        };
+        let token = Token::random().unwrap();
+        let links = [node(&token, 0), node(&token, 1)];
+        let engines = Engines::start(&cfg, "halves", 4, &links, &token).unwrap();
+        assert_eq!(engines.record().redundancy, "single");
+        let image = |r: usize| -> Vec<u8> {
+            (0..20_000u32)
+                .map(|i| (i as usize * 7 + r * 13) as u8)
+                .collect()
+        };
+        let trees: Vec<Vec<TreeImage>> = (0..4)
+            .map(|r| {
+                let path = t.path().join(format!("img{r}"));
+                std::fs::write(&path, image(r)).unwrap();
+                vec![TreeImage { id: 0, path }]
+            })
+            .collect();
+        let stored = engines.checkpoint(1, &trees).unwrap();
+        assert_eq!(stored.stored.len(), 4);
+        assert_eq!(engines.newest().unwrap(), Some(1));
+        for (n, mine) in [(0, [0, 1]), (1, [2, 3])] {
+            let v1 = t.path().join(format!("local/node{n}/halves/v1"));
+            for r in 0..4 {
+                let part = v1.join(format!("rank{r}.ckpt"));
+                assert_eq!(part.exists(), mine.contains(&r), "{}", part.display());
+            }
+        }
+        let job_dir = t.path().join("job");
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let staging = Staging::new(&cfg, &job_dir, "halves", 2);
+        staging.create_restart().unwrap();
+        match engines.restore(7, &staging, &[0, 0, 1, 1]) {
+            Err(RestoreError::NotFound(_)) => {}
+            Err(RestoreError::Other(e)) => panic!("{e}"),
+            Ok((v, _)) => panic!("restored v{v} for v7"),
+        }
+        let (v, restored) = engines.restore(1, &staging, &[0, 0, 1, 1]).unwrap();
+        assert_eq!(v, 1);
+        for (r, tree) in restored.iter().enumerate() {
+            assert_eq!(std::fs::read(&tree[0].path).unwrap(), image(r), "rank {r}");
+        }
+        engines.finalize().unwrap();
+        let e = engines.newest().unwrap_err();
+        assert!(e.message().contains("ended"), "{e}");
+    }
+
+    #[test]
+    fn links_refuse_a_wrong_token_a_second_engine_and_links_out_of_order() {
+        let token = Token::random().unwrap();
+        let addr = node(&token, 1);
+        let good = token.hex();
+        let wrong = "0".repeat(32);
+        let denied = |line: String, why: &str| {
+            let a = answer(&addr, &line);
+            let m = Msg::parse(&a).unwrap_or_else(|e| panic!("{line}: {a:?}: {e}"));
+            assert_eq!(m.verb, Verb::Denied, "{line}: {a}");
+            assert!(m.get("why").unwrap().contains(why), "{line}: {a}");
+        };
+        denied(format!("LINK token={wrong} node=2\n"), "wrong token");
+        denied(format!("ENGINE token={wrong}\n"), "wrong token");
+        denied(format!("LINK token={good} node=0\n"), "after this one");
+        denied(format!("LINK token={good} node=1\n"), "after this one");
+        denied(format!("HELLO token={good}\n"), "unexpected");
+        // The first ENGINE drives the node (it waits for its brief); a second is refused.
+        let mut first = TcpStream::connect(&addr).unwrap();
+        first
+            .write_all(format!("ENGINE token={good}\n").as_bytes())
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let a = answer(&addr, &format!("ENGINE token={good}\n"));
+            if a.contains("already") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{a}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(first);
+    }
+}
