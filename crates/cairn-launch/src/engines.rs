@@ -199,26 +199,24 @@ impl Engines {
                 ranks: procs_of_node(n, procs, nodes).count(),
             });
         }
-        let mut record = EngineRecord::describe(cfg, job);
-        let engines = Engines {
+        let record = EngineRecord::describe(cfg, job);
+        let mut engines = Engines {
             name: job.to_string(),
             procs,
             global: PathBuf::from(&record.global),
-            record: record.clone(),
+            record,
             links: Mutex::new(Links {
                 nodes: conns,
                 broken: false,
                 finalized: false,
             }),
         };
-        let answers = {
-            let mut l = engines.links.lock().expect("engine links");
-            collect(&mut l, "start the engine").map_err(CallError::into_error)?
-        };
+        let l = engines.links.get_mut().expect("engine links");
+        let answers = collect(l, "start the engine").map_err(CallError::into_error)?;
         if let Some(Answer::Started(plan)) = answers.first() {
-            record.redundancy = plan.clone();
+            engines.record.redundancy = plan.clone();
         }
-        Ok(Engines { record, ..engines })
+        Ok(engines)
     }
 
     /// The engine record manifests carry (where images go, and how).
