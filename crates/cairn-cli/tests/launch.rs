@@ -164,6 +164,74 @@ fn launch_gives_each_process_its_environment_and_returns_the_job_status() {
     assert!(!job_dir.join("coord").exists());
 }
 
+/// The processes of `group` whose command line starts with `prog`, by reading `/proc`.
+fn group_members(group: u32, prog: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let (Ok(stat), Ok(cmd)) = (
+            std::fs::read_to_string(e.path().join("stat")),
+            std::fs::read(e.path().join("cmdline")),
+        ) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...: the fields after the last ')'.
+        let pgrp = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok());
+        if pgrp == Some(group) && cmd.starts_with(prog.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn process_0_reads_standard_input_and_a_ctrl_c_reaches_every_process() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let script = format!(
+        "read line; echo \"$CAIRN_PROC [$line]\" >> {}; exec sleep 60",
+        out.display()
+    );
+    let mut job = fake(&["launch", "--job", "c1", "-n", "3", "--sim-nodes", "2"])
+        .current_dir(t.path())
+        .args(["--", "sh", "-c", &script, "sh"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        // As a shell starts a foreground job: a process group of its own.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    job.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let lines = wait_for("every process to read its input", 20, || {
+        let s = std::fs::read_to_string(&out).ok()?;
+        (s.lines().count() == 3).then_some(s)
+    });
+    let mut rows: Vec<&str> = lines.lines().collect();
+    rows.sort();
+    // Like mpirun: process 0 reads the launcher's standard input, the others read nothing.
+    assert_eq!(rows, ["0 [hello]", "1 []", "2 []"], "{lines}");
+    // Their sub-coordinators start them (two nodes), in the launcher's process group: the
+    // terminal's Ctrl-C goes to that group, and ends the job.
+    let group = job.id();
+    let members = wait_for("the processes in the launcher's group", 20, || {
+        let m = group_members(group, "sleep");
+        (m.len() == 3).then_some(m)
+    });
+    assert!(!members.contains(&group));
+    rustix::process::kill_process_group(
+        rustix::process::Pid::from_raw(group as i32).unwrap(),
+        Signal::INT,
+    )
+    .unwrap();
+    assert_eq!(wait_child(&mut job, 20).code(), Some(128 + 2));
+}
+
 #[test]
 fn launch_refuses_what_it_cannot_run() {
     let t = tempfile::tempdir().unwrap();

@@ -20,10 +20,12 @@
 //! has one connection. A line with the wrong token, or a second `ENGINE`, is refused.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::hub::Event;
 use crate::images::{Images, RestoreError, RestoredImage, Stored, TreeImage};
 use crate::jobdir::Token;
 use crate::manifest::EngineRecord;
 use crate::proto::{Msg, Verb, MAX_LINE};
+use crate::spawn::ProcStart;
 use crate::stage::Staging;
 use crate::{net, node_of, procs_of_node};
 use cairn_comm::Net;
@@ -33,6 +35,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,6 +70,9 @@ enum Request {
         nodes: Vec<usize>,
     },
     Finalize,
+    /// Start these processes of the node (not an engine call: the connection is the
+    /// launcher's to the node, and this is the one thing it asks besides the engine).
+    Spawn(Vec<ProcStart>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +83,8 @@ enum Answer {
     Newest(Option<u64>),
     Restored(u64, Vec<Vec<RestoredImage>>),
     Finalized,
+    /// The pids of the processes started, in order.
+    Spawned(Vec<u32>),
     Failed {
         kind: ErrorKind,
         msg: String,
@@ -342,6 +350,33 @@ impl Engines {
         r.map(|_| ())
     }
 
+    /// Has each node's sub-coordinator start its own processes (`starts` holds every
+    /// process of the job, in order); returns their pids on their hosts, in order.
+    pub fn spawn(&self, starts: &[ProcStart]) -> Result<Vec<u32>> {
+        if starts.len() != self.procs || starts.iter().enumerate().any(|(i, s)| s.proc != i) {
+            crate::error::bail!(
+                Usage,
+                "{} process descriptions for a job of {}",
+                starts.len(),
+                self.procs
+            );
+        }
+        let mut rest = starts;
+        let answers = self.call("start the processes", |ranks| {
+            let (mine, after) = rest.split_at(ranks);
+            rest = after;
+            Request::Spawn(mine.to_vec())
+        })?;
+        let mut pids = Vec::with_capacity(self.procs);
+        for a in answers {
+            let Answer::Spawned(p) = a else {
+                return Err(out_of_turn("spawn"));
+            };
+            pids.extend(p);
+        }
+        Ok(pids)
+    }
+
     fn call(&self, what: &str, make: impl FnMut(usize) -> Request) -> Result<Vec<Answer>> {
         self.call_raw(what, make).map_err(CallError::into_error)
     }
@@ -449,8 +484,14 @@ struct Arrived {
 
 /// Accepts on `listener` (this node's link address) for as long as the process runs: the
 /// root's engine connection starts this node's engine on a thread of its own; links from
-/// other nodes wait for it.
-pub fn serve(listener: TcpListener, token: Token, node: usize) -> Result<()> {
+/// other nodes wait for it. `spawner` starts the node's processes when the launcher asks
+/// (`None`: this node starts none, and says so).
+pub(crate) fn serve(
+    listener: TcpListener,
+    token: Token,
+    node: usize,
+    spawner: Option<Sender<Event>>,
+) -> Result<()> {
     let arrived = Arc::new((Mutex::new(Arrived::default()), Condvar::new()));
     std::thread::Builder::new()
         .name("cairn-links".into())
@@ -458,17 +499,24 @@ pub fn serve(listener: TcpListener, token: Token, node: usize) -> Result<()> {
             for s in listener.incoming() {
                 let Ok(s) = s else { continue };
                 let (token, arrived) = (token.clone(), arrived.clone());
+                let spawner = spawner.clone();
                 // A handshake of its own, so that a silent connection holds up nobody.
                 let _ = std::thread::Builder::new()
                     .name("cairn-link".into())
-                    .spawn(move || accepted(s, &token, node, arrived));
+                    .spawn(move || accepted(s, &token, node, arrived, spawner));
             }
         })
         .map_err(|e| Error::io("start accepting links", e))?;
     Ok(())
 }
 
-fn accepted(mut s: TcpStream, token: &Token, node: usize, arrived: Arc<(Mutex<Arrived>, Condvar)>) {
+fn accepted(
+    mut s: TcpStream,
+    token: &Token,
+    node: usize,
+    arrived: Arc<(Mutex<Arrived>, Condvar)>,
+    spawner: Option<Sender<Event>>,
+) {
     let peer = s
         .peer_addr()
         .map(|a| a.to_string())
@@ -503,7 +551,7 @@ fn accepted(mut s: TcpStream, token: &Token, node: usize, arrived: Arc<(Mutex<Ar
             g.engine_taken = true;
             drop(g);
             let _ = s.set_nodelay(true);
-            run_engine(s, node, token, &arrived);
+            run_engine(s, node, token, &arrived, spawner);
         }
         Verb::Link => match msg.num::<usize>("node") {
             Ok(k) if k > node && k < usize::from(u16::MAX) => {
@@ -523,7 +571,13 @@ fn accepted(mut s: TcpStream, token: &Token, node: usize, arrived: Arc<(Mutex<Ar
 
 /// This node's engine: the brief, the world, then one request after another until the root
 /// closes the connection.
-fn run_engine(mut s: TcpStream, node: usize, token: &Token, arrived: &(Mutex<Arrived>, Condvar)) {
+fn run_engine(
+    mut s: TcpStream,
+    node: usize,
+    token: &Token,
+    arrived: &(Mutex<Arrived>, Condvar),
+    spawner: Option<Sender<Event>>,
+) {
     let _ = s.set_read_timeout(Some(LINK_LIMIT));
     let brief: Brief = match read_frame(&mut s) {
         Ok(b) => b,
@@ -575,11 +629,32 @@ fn run_engine(mut s: TcpStream, node: usize, token: &Token, arrived: &(Mutex<Arr
             Request::Finalize => images
                 .finalize()
                 .map_or_else(|e| failed(&e), |()| Answer::Finalized),
+            Request::Spawn(starts) => spawn_here(node, spawner.as_ref(), starts)
+                .map_or_else(|e| failed(&e), Answer::Spawned),
         };
         if write_frame(&mut s, &answer).is_err() {
             return;
         }
     }
+}
+
+/// Hands `starts` to the thread that owns this node's processes and waits for its answer.
+fn spawn_here(
+    node: usize,
+    spawner: Option<&Sender<Event>>,
+    starts: Vec<ProcStart>,
+) -> Result<Vec<u32>> {
+    let Some(spawner) = spawner else {
+        crate::error::bail!(Usage, "node {node} does not start processes");
+    };
+    let (reply, answer) = channel();
+    spawner
+        .send(Event::Spawn { starts, reply })
+        .map_err(|_| Error::new(ErrorKind::Io, format!("node {node} is stopping")))?;
+    answer
+        .recv()
+        .map_err(|_| Error::new(ErrorKind::Io, format!("node {node} is stopping")))?
+        .map_err(|e| Error::new(e.kind(), format!("node {node}: {}", e.message())))
 }
 
 /// Joins the world (connecting to the nodes before this one, waiting for those after it)
@@ -645,7 +720,7 @@ mod tests {
     fn node(token: &Token, n: usize) -> String {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
-        serve(l, token.clone(), n).unwrap();
+        serve(l, token.clone(), n, None).unwrap();
         addr
     }
 

@@ -38,6 +38,16 @@ pub enum Event {
     },
     /// The launcher started the engine job: the root may take checkpoints.
     Begin(Box<crate::root::Begun>),
+    /// Start these processes of the node (the sub-coordinator's engine connection asks, and
+    /// waits for the pids or the error on `reply`).
+    Spawn {
+        starts: Vec<crate::spawn::ProcStart>,
+        reply: Sender<crate::error::Result<Vec<u32>>>,
+    },
+    /// A child of the sub-coordinator may have ended (SIGCHLD).
+    Reap,
+    /// Send this signal to every process of the job (the root tells the nodes).
+    Signal(i32),
     /// Stop the coordinator.
     Stop,
 }

@@ -13,17 +13,18 @@ use crate::images::{RestoreError, RestoredImage};
 use crate::jobdir::{self, CoordInfo, Token};
 use crate::manifest::{self, Affinity, LaunchRecord, Manifest};
 use crate::node::NodeArgs;
-use crate::root::{Begun, KillFn, LastCheckpoint, Root, RootConfig};
+use crate::root::{Begun, LastCheckpoint, Root, RootConfig};
+use crate::spawn::ProcStart;
 use crate::stage::Staging;
 use crate::{net, node_of, sys, TOKEN_ENV};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -238,12 +239,7 @@ pub struct JobExit {
     pub statuses: Vec<ExitStatus>,
 }
 
-/// `status` as a shell reports it.
-pub fn exit_code(status: &ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}
+pub use crate::spawn::exit_code;
 
 /// Runs `command` as `procs` processes on `nodes` simulated nodes, with `preload` (the
 /// checkpoint library) preloaded, under a new root and sub-coordinators; returns when every
@@ -306,32 +302,29 @@ pub fn launch(
         keep: s.keep,
         restarts: 0,
     };
-    let cpus = s.cpus.clone();
     let init = o.init.clone();
     let stride = pid_stride(procs);
-    let spawn = move |i: usize, _addr: &str, _token: &Token| {
-        let mut c = match &init {
-            Some(init) => {
-                let mut c = Command::new(init);
-                c.arg("--init")
-                    .arg("--first-pid")
-                    .arg(first_pid(i, stride).to_string())
-                    .arg("--exec")
-                    .arg(&resolved)
-                    .args(command);
-                c
+    let spawn = move |i: usize, _addr: &str| match &init {
+        Some(init) => {
+            let mut args: Vec<OsString> = vec![
+                "--init".into(),
+                "--first-pid".into(),
+                first_pid(i, stride).to_string().into(),
+                "--exec".into(),
+                resolved.clone().into(),
+            ];
+            args.extend(command.iter().cloned());
+            Argv {
+                program: init.clone().into(),
+                args,
+                preload: Some(ld_preload.clone()),
             }
-            None => {
-                let mut c = Command::new(program);
-                c.args(&command[1..]);
-                c
-            }
-        };
-        c.env("LD_PRELOAD", &ld_preload);
-        if let Some(cpus) = &cpus {
-            sys::confine_on_exec(&mut c, cpus.cpus());
         }
-        c
+        None => Argv {
+            program: program.clone(),
+            args: command[1..].to_vec(),
+            preload: Some(ld_preload.clone()),
+        },
     };
     check_job(o, s, procs, nodes)?;
     check_not_running(&job_dir)?;
@@ -469,27 +462,33 @@ pub fn restart(
         let affinity = s.affinity;
         let cpus = s.cpus.clone();
         let restorer = restorer.clone();
-        let spawn = move |i: usize, addr: &str, token: &Token| {
-            let mut c = Command::new(&restorer);
+        // The restorer finds the token in the environment (CAIRN_COORD_TOKEN): a token on
+        // the command line is readable by every user.
+        let spawn = move |i: usize, addr: &str| {
+            let mut args: Vec<OsString> = Vec::new();
             if namespaced[i] {
-                c.arg("--init");
+                args.push("--init".into());
             }
-            c.arg(&trees[i][0].path);
+            args.push(trees[i][0].path.clone().into());
             for member in &trees[i][1..] {
-                c.arg("--member").arg(&member.path);
+                args.extend(["--member".into(), member.path.clone().into()]);
             }
-            c.arg("--coord")
-                .arg(addr)
-                .arg("--token")
-                .arg(token.hex())
-                .arg("--proc")
-                .arg(i.to_string())
-                .arg("--affinity")
-                .arg(affinity.as_str());
+            args.extend([
+                "--coord".into(),
+                addr.into(),
+                "--proc".into(),
+                i.to_string().into(),
+                "--affinity".into(),
+                affinity.as_str().into(),
+            ]);
             if let Some(cpus) = &cpus {
-                c.arg("--cpus").arg(cpus.to_string());
+                args.extend(["--cpus".into(), cpus.to_string().into()]);
             }
-            c
+            Argv {
+                program: restorer.clone().into(),
+                args,
+                preload: None,
+            }
         };
         Ok(Start {
             record,
@@ -725,81 +724,17 @@ impl Drop for Tree {
     }
 }
 
-/// The job's processes. Reaping and signalling happen under one lock, so a signal never
-/// reaches a pid that was reaped (and maybe reused).
-#[derive(Default)]
-struct Children {
-    slots: Mutex<Vec<(Child, Option<ExitStatus>)>>,
-}
-
-impl Children {
-    fn push(&self, c: Child) {
-        self.slots.lock().expect("children lock").push((c, None));
-    }
-
-    /// Sends `sig` to every process still running; returns how many.
-    fn signal_all(&self, sig: i32) -> usize {
-        let slots = self.slots.lock().expect("children lock");
-        slots
-            .iter()
-            .filter(|(_, st)| st.is_none())
-            .filter(|(c, _)| sys::kill(c.id(), sig).is_ok())
-            .count()
-    }
-
-    /// Reaps what has exited, reporting processes that failed; true when every process has.
-    fn reap(&self) -> bool {
-        let mut slots = self.slots.lock().expect("children lock");
-        for (i, (c, st)) in slots
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, (_, st))| st.is_none())
-        {
-            match c.try_wait() {
-                Ok(Some(s)) => {
-                    if !s.success() {
-                        tracing::warn!("proc {i} (pid {}) ended: {s}", c.id());
-                    }
-                    *st = Some(s)
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!("wait for pid {}: {e}", c.id());
-                    *st = Some(ExitStatus::from_raw(255 << 8));
-                }
-            }
-        }
-        slots.iter().all(|(_, st)| st.is_some())
-    }
-
-    fn statuses(&self) -> Vec<ExitStatus> {
-        let slots = self.slots.lock().expect("children lock");
-        slots.iter().filter_map(|(_, st)| *st).collect()
-    }
-}
-
-impl Drop for Children {
-    /// Processes still running when the launch gives up (a later process could not be
-    /// started) are killed rather than left behind.
-    fn drop(&mut self) {
-        let slots = self.slots.get_mut().expect("children lock");
-        for (c, st) in slots.iter_mut().filter(|(_, st)| st.is_none()) {
-            let _ = c.kill();
-            *st = c.wait().ok();
-        }
-    }
-}
-
 /// Forwards SIGINT and SIGTERM sent to this process (by `kill`, a batch system...) to the
-/// job's processes. Signals from the terminal are not forwarded: the terminal already
-/// delivered them to the whole foreground process group, the job's processes included.
+/// job's processes, through the root and their sub-coordinators. Signals from the terminal
+/// are not forwarded: the terminal already delivered them to the whole foreground process
+/// group, the job's processes included (they run in the launcher's group).
 struct Forwarder {
     handle: signal_hook::iterator::Handle,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Forwarder {
-    fn start(children: Weak<Children>) -> Result<Forwarder> {
+    fn start(signal: impl Fn(i32) + Send + 'static) -> Result<Forwarder> {
         use signal_hook::consts::{SIGINT, SIGTERM};
         use signal_hook::iterator::exfiltrator::WithOrigin;
         use signal_hook::iterator::SignalsInfo;
@@ -814,9 +749,7 @@ impl Forwarder {
                     if matches!(origin.cause, Cause::Kernel) {
                         continue;
                     }
-                    let Some(ch) = children.upgrade() else { return };
-                    let n = ch.signal_all(origin.signal);
-                    tracing::info!("signal {} forwarded to {n} processes", origin.signal);
+                    signal(origin.signal);
                 }
             })
             .map_err(|e| Error::io("start the signal thread", e))?;
@@ -836,8 +769,17 @@ impl Drop for Forwarder {
     }
 }
 
-/// How process `i` is started, given its node's sub-coordinator address and the token.
-type Spawn<'a> = dyn Fn(usize, &str, &Token) -> Command + 'a;
+/// The command line of process `i`, given its node's sub-coordinator address; the
+/// launcher adds the environment.
+type Spawn<'a> = dyn Fn(usize, &str) -> Argv + 'a;
+
+/// A process's command line, and the `LD_PRELOAD` it starts with (none for the restorer,
+/// which must not load the library it restores).
+struct Argv {
+    program: OsString,
+    args: Vec<OsString>,
+    preload: Option<OsString>,
+}
 
 /// What differs between a launch and a restart once the engine job is up (a restart learns
 /// it from the version the engine restored).
@@ -926,9 +868,6 @@ fn run(
     check_not_running(&job_dir)?;
     let staging = Staging::new(&o.engine, &job_dir, &o.job, nodes);
     let token = Token::random()?;
-    let children = Arc::new(Children::default());
-    let weak = Arc::downgrade(&children);
-    let kill: KillFn = Arc::new(move |sig| weak.upgrade().map_or(0, |c| c.signal_all(sig)));
     let root = Root::start(
         net::listen(o.bind)?,
         RootConfig {
@@ -941,7 +880,6 @@ fn run(
             interval: s.interval,
             keep: s.keep,
             staging: staging.clone(),
-            kill: Some(kill),
         },
     )?;
     let root_addr = root.addr();
@@ -957,6 +895,8 @@ fn run(
         pid: std::process::id(),
     }
     .write(&job_dir)?;
+    // The processes join the launcher's process group, as they would as its children.
+    let group = sys::process_group();
     for n in 0..nodes {
         let args = NodeArgs {
             root: root_addr.to_string(),
@@ -966,16 +906,23 @@ fn run(
             job: o.job.clone(),
             timeout: s.timeout,
             bind: o.bind,
+            group: Some(group),
         };
         let mut c = Command::new(&o.subcoord.program);
         c.args(&o.subcoord.args)
             .args(args.to_args())
             .env(TOKEN_ENV, token.hex())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            // Node 0 runs process 0, which reads the launcher's standard input.
+            .stdin(if n == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             // Its own process group: a Ctrl-C at the terminal is for the program, and the
             // sub-coordinator must outlive it to see the processes out.
             .process_group(0);
+        cairn_ckpt::standard_streams_only(&mut c);
+        sys::die_with_parent(&mut c);
         let child = c.spawn().map_err(|e| {
             Error::io(
                 format_args!("start the sub-coordinator {}", o.subcoord.program.display()),
@@ -1018,50 +965,57 @@ fn run(
     });
     let s = &start.settings;
     let _forwarder = if o.forward_signals {
-        Some(Forwarder::start(Arc::downgrade(&children))?)
+        Some(Forwarder::start(root.signaller())?)
     } else {
         None
     };
-    for i in 0..procs {
-        let node = node_of(i, procs, nodes);
-        let addr = &addrs[node].procs;
-        let mut c = (start.spawn)(i, addr, &token);
-        cairn_ckpt::standard_streams_only(&mut c);
-        sys::die_with_parent(&mut c);
-        // The library writes this process's own pid there (a stale one would make the
-        // process leave the job).
-        c.env_remove("CAIRN_CKPT_PID");
-        c.env("CAIRN_COORD_ADDR", addr)
-            .env(TOKEN_ENV, token.hex())
-            .env("CAIRN_JOB", &o.job)
-            .env("CAIRN_PROC", i.to_string())
-            .env("CAIRN_NODE", node.to_string())
-            .env("CAIRN_CKPT_AFFINITY", s.affinity.as_str());
-        match &s.cpus {
-            Some(cpus) => c.env("CAIRN_CKPT_CPUS", cpus.to_string()),
-            None => c.env_remove("CAIRN_CKPT_CPUS"),
-        };
-        // Like mpirun: the first process reads the terminal, the others read nothing.
-        if i > 0 {
-            c.stdin(Stdio::null());
-        }
-        let child = c.spawn().map_err(|e| {
-            Error::io(
-                format_args!("start proc {i} ({})", Path::new(c.get_program()).display()),
-                e,
-            )
-        })?;
-        children.push(child);
-    }
+    // What a fresh process inherits from the launcher, without the per-run variables.
+    let inherited: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            k != "LD_PRELOAD" && k != "CAIRN_CKPT_PID" && !JOB_ENV.iter().any(|j| k == j)
+        })
+        .collect();
+    let cwd = std::env::current_dir().map_err(|e| Error::io("the working directory", e))?;
+    let starts: Vec<ProcStart> = (0..procs)
+        .map(|i| {
+            let node = node_of(i, procs, nodes);
+            let addr = &addrs[node].procs;
+            let argv = (start.spawn)(i, addr);
+            let mut env = inherited.clone();
+            if let Some(p) = argv.preload {
+                env.push(("LD_PRELOAD".into(), p));
+            }
+            let mut job_env = vec![
+                ("CAIRN_COORD_ADDR", addr.clone()),
+                (TOKEN_ENV, token.hex().to_string()),
+                ("CAIRN_JOB", o.job.clone()),
+                ("CAIRN_PROC", i.to_string()),
+                ("CAIRN_NODE", node.to_string()),
+                ("CAIRN_CKPT_AFFINITY", s.affinity.as_str().to_string()),
+            ];
+            if let Some(cpus) = &s.cpus {
+                job_env.push(("CAIRN_CKPT_CPUS", cpus.to_string()));
+            }
+            env.extend(job_env.into_iter().map(|(k, v)| (k.into(), v.into())));
+            ProcStart {
+                proc: i,
+                program: argv.program,
+                args: argv.args,
+                env,
+                cwd: cwd.clone(),
+                cpus: s.cpus.as_ref().map(|c| c.cpus().to_vec()),
+                // Like mpirun: the first process reads the terminal, the others nothing.
+                stdin: i == 0,
+            }
+        })
+        .collect();
+    images.spawn(&starts)?;
     tracing::info!(
         "job {}: {procs} processes on {nodes} nodes, root coordinator at {root_addr}, images in {}",
         o.job,
         job_dir.display()
     );
-    while !children.reap() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let statuses = children.statuses();
+    let statuses = root.wait_ended();
     let code = statuses
         .iter()
         .map(exit_code)

@@ -42,6 +42,7 @@ pub mod net;
 pub mod node;
 pub mod proto;
 pub mod root;
+pub mod spawn;
 pub mod stage;
 mod sys;
 

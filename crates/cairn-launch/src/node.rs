@@ -11,9 +11,11 @@ use crate::error::{bail, Error, ErrorKind, Result};
 use crate::hub::{self, deny, ranges, send_or_log, Acceptor, Event};
 use crate::jobdir::{check_job_id, Token};
 use crate::proto::{Conn, Msg, Verb};
+use crate::spawn::Procs;
 use crate::{manifest, net, procs_of_node, TOKEN_ENV};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
@@ -74,11 +76,15 @@ pub struct NodeArgs {
     pub timeout: Duration,
     /// The address to listen on (any port).
     pub bind: IpAddr,
+    /// The process group the node's processes join: the launcher's, when the node runs on
+    /// its host (so that a Ctrl-C at the terminal reaches them as it reaches the launcher's
+    /// own children); otherwise they stay in the sub-coordinator's.
+    pub group: Option<i32>,
 }
 
 impl NodeArgs {
     pub fn to_args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--root".into(),
             self.root.clone(),
             "--node".into(),
@@ -93,7 +99,11 @@ impl NodeArgs {
             format!("{:.3}", self.timeout.as_secs_f64()),
             "--bind".into(),
             self.bind.to_string(),
-        ]
+        ];
+        if let Some(g) = self.group {
+            args.extend(["--group".into(), g.to_string()]);
+        }
+        args
     }
 
     pub fn parse(args: &[String]) -> Result<NodeArgs> {
@@ -133,6 +143,15 @@ impl NodeArgs {
             bind: get("bind")?
                 .parse()
                 .map_err(|_| Error::new(ErrorKind::Usage, "coord-node: bad --bind"))?,
+            group: match map.get("group") {
+                None => None,
+                Some(g) => Some(
+                    g.parse()
+                        .ok()
+                        .filter(|g: &i32| *g > 0)
+                        .ok_or_else(|| Error::new(ErrorKind::Usage, "coord-node: bad --group"))?,
+                ),
+            },
         };
         check_job_id(&a.job)?;
         if a.nodes == 0 || a.node >= a.nodes || a.nodes > a.procs {
@@ -170,7 +189,7 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-/// Runs a sub-coordinator until the root closes its link.
+/// Runs a sub-coordinator until the root closes its link; its processes end with it.
 pub fn run(a: NodeArgs, token: Token) -> Result<()> {
     let listener = net::listen(a.bind)?;
     let my_addr = listener
@@ -181,7 +200,11 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
     let links_addr = links
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
-    crate::engines::serve(links, token.clone(), a.node)?;
+    let (tx, rx) = channel();
+    // The root's engine connection asks this thread (the main one, which lives as long as
+    // the node) to start the node's processes: they die with the thread that starts them.
+    crate::engines::serve(links, token.clone(), a.node, Some(tx.clone()))?;
+    reap_on_sigchld(tx.clone())?;
     let expected: Vec<usize> = procs_of_node(a.node, a.procs, a.nodes).collect();
     // The link to the root, staggered by node index like processes are by theirs.
     let stream = net::connect(&a.root, a.node as u64)?;
@@ -210,7 +233,6 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
     }
     conn.set_read_timeout(None)?;
     let (reader, root_w) = conn.split();
-    let (tx, rx) = channel();
     hub::spawn_reader(
         ROOT,
         reader,
@@ -250,9 +272,31 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
         writing: BTreeSet::new(),
         writing_for: 0,
         wrote: Vec::new(),
+        children: Procs::default(),
     };
     lp.run();
     acceptor.stop();
+    // Dropping the loop kills the processes still running: the job is over (the root
+    // closed the link) or lost (the root is gone).
+    drop(lp);
+    Ok(())
+}
+
+/// Turns each SIGCHLD into [`Event::Reap`] (signals coalesce: each reap looks at every
+/// child).
+fn reap_on_sigchld(tx: std::sync::mpsc::Sender<Event>) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGCHLD])
+        .map_err(|e| Error::io("install the SIGCHLD handler", e))?;
+    std::thread::Builder::new()
+        .name("cairn-sigchld".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if tx.send(Event::Reap).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| Error::io("start the SIGCHLD thread", e))?;
     Ok(())
 }
 
@@ -374,6 +418,8 @@ struct NodeLoop {
     writing_for: u64,
     /// The processes sent WRITE in the current checkpoint.
     wrote: Vec<Slot>,
+    /// The node's processes as its children (started on the launcher's request).
+    children: Procs,
 }
 
 impl NodeLoop {
@@ -402,7 +448,12 @@ impl NodeLoop {
                     break;
                 }
                 Some(Event::Closed { id, .. }) => self.proc_closed(id),
-                Some(Event::Stored { .. } | Event::Begin(_)) | None => {}
+                Some(Event::Spawn { starts, reply }) => {
+                    let r = self.children.spawn(&starts, self.a.group);
+                    let _ = reply.send(r);
+                }
+                Some(Event::Reap) => self.reap(),
+                Some(Event::Stored { .. } | Event::Begin(_) | Event::Signal(_)) | None => {}
             }
             if self.phase.as_ref().is_some_and(|p| {
                 Instant::now() >= p.deadline && (!p.reported || p.kind == Kind::Resume)
@@ -424,6 +475,18 @@ impl NodeLoop {
 
     fn up(&mut self, msg: Msg) {
         send_or_log(&mut self.root_w, &msg, "the root");
+    }
+
+    /// Reports each process that ended to the root, with its wait status.
+    fn reap(&mut self) {
+        for (i, st) in self.children.reap() {
+            if !st.success() {
+                tracing::warn!("node {}: proc {i} ended: {st}", self.a.node);
+            }
+            self.up(Msg::new(Verb::Ended)
+                .arg("proc", i)
+                .arg("status", st.into_raw()));
+        }
     }
 
     // ---- processes -----------------------------------------------------------------------
@@ -848,6 +911,16 @@ impl NodeLoop {
     // ---- the root ------------------------------------------------------------------------
 
     fn on_root_line(&mut self, msg: Msg) {
+        if msg.verb == Verb::Kill {
+            match msg.num::<i32>("signal") {
+                Ok(sig) if sig > 0 && sig < 65 => {
+                    let n = self.children.signal(sig);
+                    tracing::info!("node {}: signal {sig} sent to {n} processes", self.a.node);
+                }
+                _ => tracing::warn!("node {}: from the root: {msg}: bad signal", self.a.node),
+            }
+            return;
+        }
         let v = match msg.num::<u64>("ckpt") {
             Ok(v) => v,
             Err(e) => {

@@ -49,6 +49,8 @@ verbs! {
     Checkpoint = "CHECKPOINT",
     // A sub-coordinator and the root.
     Subcoord = "SUBCOORD",
+    Ended = "ENDED",
+    Kill = "KILL",
     // The root and a sub-coordinator's engine, and two sub-coordinators (`engines`).
     Engine = "ENGINE",
     Link = "LINK",

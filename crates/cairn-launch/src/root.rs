@@ -28,7 +28,9 @@ use crate::stage::Staging;
 use crate::{node_of, procs_of_node};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -39,9 +41,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// its own processes' timeouts by name when the phase timeout expires, and that report should
 /// arrive before the root gives up on the node as a whole.
 pub const NODE_MARGIN: Duration = Duration::from_secs(1);
-
-/// Signals the job's processes (the launcher owns them): returns how many were signalled.
-pub type KillFn = Arc<dyn Fn(i32) -> usize + Send + Sync>;
 
 /// What the root needs to know about the job.
 pub struct RootConfig {
@@ -60,8 +59,6 @@ pub struct RootConfig {
     pub keep: usize,
     /// Where the processes write their images.
     pub staging: Staging,
-    /// Carries out `CLIENT cmd=kill`.
-    pub kill: Option<KillFn>,
 }
 
 /// What the root learns once the sub-coordinators are up and their engines started
@@ -102,10 +99,12 @@ pub struct LastCheckpoint {
     pub when: u64,
 }
 
-/// What the launcher waits on: the sub-coordinators' addresses, filled in as they register.
+/// What the launcher waits on: the sub-coordinators' addresses, filled in as they register,
+/// and each process's wait status, as its sub-coordinator reports it (`ENDED`).
 #[derive(Default)]
 struct Shared {
     node_addrs: Vec<Option<NodeAddrs>>,
+    ended: Vec<Option<ExitStatus>>,
     stopped: bool,
 }
 
@@ -125,6 +124,7 @@ impl Root {
         let shared = Arc::new((
             Mutex::new(Shared {
                 node_addrs: vec![None; cfg.nodes],
+                ended: vec![None; cfg.procs],
                 stopped: false,
             }),
             Condvar::new(),
@@ -194,6 +194,31 @@ impl Root {
             drop(g);
             check()?;
             g = lock.lock().expect("root state lock");
+        }
+    }
+
+    /// Waits until every process has ended (or its node was lost, which counts as killed
+    /// by SIGKILL: its processes die with their sub-coordinator) and returns their wait
+    /// statuses, by process. Returns what it has if the root stops first, counting the
+    /// rest as killed.
+    pub fn wait_ended(&self) -> Vec<ExitStatus> {
+        let (lock, cv) = &*self.shared;
+        let mut g = lock.lock().expect("root state lock");
+        while !g.stopped && g.ended.iter().any(Option::is_none) {
+            g = cv.wait(g).expect("root state lock");
+        }
+        g.ended
+            .iter()
+            .map(|s| s.unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL)))
+            .collect()
+    }
+
+    /// Something that sends a signal to every process of the job, through their nodes'
+    /// sub-coordinators (what `cairn kill` and the launcher's forwarded signals do).
+    pub fn signaller(&self) -> impl Fn(i32) + Send + Sync + 'static {
+        let tx = Mutex::new(self.tx.clone());
+        move |sig| {
+            let _ = tx.lock().expect("signal sender").send(Event::Signal(sig));
         }
     }
 
@@ -494,6 +519,11 @@ impl RootLoop {
                 Some(Event::Line { id, msg }) => self.line(id, msg),
                 Some(Event::Closed { id, why }) => self.closed(id, why),
                 Some(Event::Stored { version, result }) => self.stored(version, result),
+                Some(Event::Signal(sig)) => {
+                    let n = self.signal(sig);
+                    tracing::info!("signal {sig} forwarded to {n} processes");
+                }
+                Some(Event::Spawn { .. } | Event::Reap) => {}
                 Some(Event::Begin(b)) => {
                     self.next_version = b.first_version;
                     self.last = b.last;
@@ -636,8 +666,12 @@ impl RootLoop {
                 self.request(Some(id), "a client".into());
             }
             Some("kill") => {
-                let sig = msg.num::<i32>("signal").unwrap_or(libc::SIGKILL);
-                let n = self.cfg.kill.as_ref().map(|k| k(sig)).unwrap_or(0);
+                let sig = msg
+                    .num::<i32>("signal")
+                    .ok()
+                    .filter(|s| *s > 0 && *s < 65)
+                    .unwrap_or(libc::SIGKILL);
+                let n = self.signal(sig);
                 tracing::info!("job {}: signal {sig} sent to {n} processes", self.cfg.job);
                 let done = Msg::new(Verb::Done).arg("ok", 1).arg("killed", n);
                 send_or_log(&mut writer, &done, "client");
@@ -720,6 +754,44 @@ impl RootLoop {
         out
     }
 
+    /// Has every connected node send `sig` to its running processes; returns how many
+    /// processes that is, as far as the root knows (those that have not ended).
+    fn signal(&mut self, sig: i32) -> usize {
+        let ended = {
+            let (lock, _) = &*self.shared;
+            lock.lock().expect("root state lock").ended.clone()
+        };
+        let mut count = 0;
+        for n in 0..self.nodes.len() {
+            let Some(id) = self.nodes[n].conn else {
+                continue;
+            };
+            if let Some(p) = self.peers.get_mut(&id) {
+                send_or_log(
+                    &mut p.writer,
+                    &Msg::new(Verb::Kill).arg("signal", sig),
+                    "sub-coordinator",
+                );
+                count += self.nodes[n]
+                    .procs
+                    .iter()
+                    .filter(|&&i| ended[i].is_none())
+                    .count();
+            }
+        }
+        count
+    }
+
+    /// Records process `i`'s end for the launcher.
+    fn set_ended(&mut self, i: usize, st: ExitStatus) {
+        let (lock, cv) = &*self.shared;
+        let mut g = lock.lock().expect("root state lock");
+        if g.ended[i].is_none() {
+            g.ended[i] = Some(st);
+            cv.notify_all();
+        }
+    }
+
     fn closed(&mut self, id: u64, why: Option<String>) {
         let Some(peer) = self.peers.remove(&id) else {
             return;
@@ -743,6 +815,8 @@ impl RootLoop {
                     if matches!(self.procs[i].state, ProcState::Running | ProcState::Missing) {
                         self.procs[i].state = ProcState::Lost;
                     }
+                    // They die with their sub-coordinator.
+                    self.set_ended(i, ExitStatus::from_raw(libc::SIGKILL));
                 }
                 let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
                 let report = format!(
@@ -803,6 +877,32 @@ impl RootLoop {
                         None => ProcState::Lost,
                     };
                 }
+                if self
+                    .ckpt
+                    .as_ref()
+                    .is_some_and(|c| c.phase == Phase::Register)
+                {
+                    self.check_registered();
+                }
+            }
+            Verb::Ended => {
+                let i: usize = msg.num("proc")?;
+                if !self.procs.get(i).is_some_and(|p| p.node == n) {
+                    return Err(Error::new(
+                        ErrorKind::Protocol,
+                        "not a process of this node",
+                    ));
+                }
+                let st = ExitStatus::from_raw(msg.num("status")?);
+                let p = &mut self.procs[i];
+                if matches!(p.state, ProcState::Running | ProcState::Missing) {
+                    // It ended without saying BYE (killed, or before it could join).
+                    p.state = match st.code() {
+                        Some(c) => ProcState::Exited(c),
+                        None => ProcState::Lost,
+                    };
+                }
+                self.set_ended(i, st);
                 if self
                     .ckpt
                     .as_ref()

@@ -21,6 +21,12 @@ pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
     }
 }
 
+/// This process's process group.
+pub fn process_group() -> i32 {
+    // SAFETY: getpgrp(2) takes nothing and cannot fail.
+    unsafe { libc::getpgrp() }
+}
+
 /// Makes `cmd`'s child run on `cpus` only: `sched_setaffinity` after fork, before exec, so
 /// the program and every thread it creates start inside the set.
 pub fn confine_on_exec(cmd: &mut Command, cpus: &[usize]) {
@@ -46,9 +52,10 @@ pub fn confine_on_exec(cmd: &mut Command, cpus: &[usize]) {
 }
 
 /// Makes the process `cmd` starts end (SIGKILL) when the thread that starts it does: a job
-/// process ends with the launcher that runs it, as an MPI rank ends with its mpirun, rather
-/// than run on as an orphan that a restart would then duplicate. The launcher starts its
-/// processes from its main thread, which lives until the job ends.
+/// process ends with the sub-coordinator that runs it, and a sub-coordinator on the
+/// launcher's host with the launcher, as an MPI rank ends with its mpirun, rather than run
+/// on as an orphan that a restart would then duplicate. Both start their children from
+/// their main thread, which lives until the job ends.
 pub fn die_with_parent(cmd: &mut Command) {
     // SAFETY: the closure runs in the child between fork and exec and makes only
     // async-signal-safe system calls (prctl, getppid), allocating nothing.

@@ -383,7 +383,8 @@ mod fake {
         }
     }
 
-    /// `<image> --coord ADDR --token HEX --proc I --affinity on|off [--cpus LIST]`.
+    /// `<image> --coord ADDR --proc I --affinity on|off [--cpus LIST]`, the token in
+    /// `CAIRN_COORD_TOKEN`.
     pub fn restore_main(args: &[String]) -> i32 {
         let image = std::fs::read_to_string(&args[0]).expect("the image");
         let field = |k: &str| {
@@ -408,7 +409,7 @@ mod fake {
         let saved: Vec<String> = field("args").split('\u{1f}').map(String::from).collect();
         let r = Restored {
             coord: flag("--coord"),
-            token: flag("--token"),
+            token: std::env::var("CAIRN_COORD_TOKEN").expect("the token in the environment"),
             proc,
             node: field("node").parse().unwrap(),
             job: field("job"),
@@ -1170,9 +1171,12 @@ fn restart_runs_the_restorer_and_checkpoints_again() {
     for i in 0..4 {
         let log = std::fs::read_to_string(logs.join(format!("proc{i}.log"))).unwrap();
         let node_addr = s.nodes[i / 2].get("subcoord").unwrap();
-        let want =
-            format!("restorer --coord {node_addr} --token {token} --proc {i} --affinity off");
+        let want = format!("restorer --coord {node_addr} --proc {i} --affinity off");
         assert!(log.contains(&want), "proc {i}: {log}");
+        assert!(
+            !log.contains(&token),
+            "the token is on a command line: {log}"
+        );
         assert!(log.contains("restarted=1"), "{log}");
     }
     // A checkpoint after the restart gets the next version and records the restart.
