@@ -71,10 +71,12 @@ ensure_system() {
 }
 
 # What only the tests use: a real Slurm (controller, node daemon, client commands and munge)
-# that the batch-system tests start on this machine with private state directories.
+# that the batch-system tests start on this machine with private state directories, and
+# iproute2 and unshare, with which the tests of jobs across hosts make their hosts
+# (tools/nshost).
 ensure_test_system() {
     local missing=()
-    for cmd in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do
+    for cmd in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge ip:iproute2 unshare:util-linux; do
         command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd#*:}")
     done
     install_missing "${missing[@]}"

@@ -211,6 +211,8 @@ fn measure(
             fsync_global: false,
             ..cairn_core::Config::default()
         },
+        hosts: Vec::new(),
+        agent: Vec::new(),
         init: None,
     };
     let settings = cairn_launch::launch::Settings {

@@ -23,7 +23,9 @@ pub(crate) const LAUNCH_HELP: &str = "\
 Runs N copies of an unmodified, dynamically linked program with the checkpoint library
 libcairn-ckpt.so preloaded (found beside the cairn binary, in ../lib, or named by
 CAIRN_CKPT_PRELOAD), under a root coordinator (in this process, which stays in the
-foreground) and one sub-coordinator per simulated node. Process i runs on node i*K/N.
+foreground) and one sub-coordinator per node, which starts the node's processes. The nodes
+are simulated on this host, or with --hosts one per host, each sub-coordinator started
+there by --agent (`AGENT HOST cairn coord-node ...`). Process i runs on node i*K/N.
 Checkpoints are taken every --interval, on `cairn checkpoint`, or when a process asks (the
 checkpoint signal). The processes write their images beside their node's data on the
 node-local tier (<local>/node<k>/.launch/<job>/; <dir>/<job>/stage/ with the mem or no
@@ -50,9 +52,10 @@ version is complete only with its manifest.json. The engine (configured as for l
 the same --config / CAIRN_* settings) rebuilds lost nodes' images from redundancy, checks
 every block and falls back to an older version when one is damaged; an image it kept where
 its process wrote it is read there, others are copied into the staging's restart/
-directory. The same number of processes and simulated nodes as
-launched, each started as `cairn-restore IMAGE --coord ADDR --token HEX --proc I --affinity
-on|off [--cpus LIST]` (found beside the cairn binary, in ../lib, or named by CAIRN_RESTORE),
+directory. The same number of processes and nodes as launched (on the same hosts unless
+--hosts names others), each started as `cairn-restore IMAGE --coord ADDR --proc I --affinity
+on|off [--cpus LIST]`, the token in its environment (found beside the cairn binary, in
+../lib, or named by CAIRN_RESTORE),
 under a new root coordinator and sub-coordinators; then as launch: foreground, interval,
 signals forwarded. Settings not given are the launch's.
 
@@ -108,7 +111,14 @@ pub(crate) struct LaunchArgs {
     /// Run the processes on these CPUs only (e.g. 0-3,8)
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
-    /// The address the coordinators listen on
+    /// Run one node on each of these hosts (e.g. n01,n02), its sub-coordinator started by
+    /// --agent; without it every node runs on this host, simulated
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// How a node's sub-coordinator is started on its host: AGENT HOST cairn coord-node ...
+    #[arg(long, value_name = "COMMAND", default_value = "ssh")]
+    agent: String,
+    /// The address the coordinators listen on (with --hosts, one the hosts reach)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     bind: IpAddr,
     /// The program and its arguments, after --
@@ -146,7 +156,14 @@ pub(crate) struct RestartArgs {
     /// How many checkpoints the node-local tier keeps; default: as launched
     #[arg(long, value_name = "K")]
     keep: Option<usize>,
-    /// The address the coordinators listen on
+    /// Run one node on each of these hosts (e.g. n01,n02), its sub-coordinator started by
+    /// --agent; default: as launched
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// How a node's sub-coordinator is started on its host; default: as launched
+    #[arg(long, value_name = "COMMAND")]
+    agent: Option<String>,
+    /// The address the coordinators listen on (with hosts, one they reach)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     bind: IpAddr,
 }
@@ -172,6 +189,15 @@ fn subcoord() -> std::io::Result<Helper> {
         program: std::env::current_exe()?,
         args: vec!["coord-node".into()],
     })
+}
+
+/// `--agent`: a command and its arguments, split at white space.
+fn agent(s: &str) -> Result<Vec<OsString>, String> {
+    let words: Vec<OsString> = s.split_whitespace().map(OsString::from).collect();
+    if words.is_empty() {
+        return Err("--agent needs a command (e.g. ssh)".into());
+    }
+    Ok(words)
 }
 
 fn affinity(s: &str) -> Affinity {
@@ -248,7 +274,19 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
             forward_signals: true,
             subcoord: subcoord().map_err(|e| e.to_string())?,
             engine,
+            hosts: a.hosts.clone(),
+            agent: agent(&a.agent)?,
             init: job::restorer(),
+        };
+        let nodes = match a.hosts.len() {
+            0 => a.sim_nodes,
+            k if a.sim_nodes == 1 || a.sim_nodes == k => k,
+            k => {
+                return Err(format!(
+                    "--sim-nodes {} with {k} hosts: each host is one node",
+                    a.sim_nodes
+                ))
+            }
         };
         eprintln!(
             "cairn: job {} (images in {})",
@@ -262,8 +300,7 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
             affinity: affinity(&a.affinity),
             cpus,
         };
-        cairn_launch::launch(&o, &s, a.procs, a.sim_nodes, &lib, &a.command)
-            .map_err(|e| e.to_string())
+        cairn_launch::launch(&o, &s, a.procs, nodes, &lib, &a.command).map_err(|e| e.to_string())
     };
     match run() {
         Ok(exit) => u8::try_from(exit.code).unwrap_or(255),
@@ -307,6 +344,13 @@ pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
             forward_signals: true,
             subcoord: subcoord().map_err(|e| e.to_string())?,
             engine,
+            hosts: a.hosts.clone(),
+            agent: a
+                .agent
+                .as_deref()
+                .map(agent)
+                .transpose()?
+                .unwrap_or_default(),
             init: job::restorer(),
         };
         eprintln!("cairn: restarting job {}", o.job);

@@ -202,7 +202,7 @@ fn process_0_reads_standard_input_and_a_ctrl_c_reaches_every_process() {
         .current_dir(t.path())
         .args(["--", "sh", "-c", &script, "sh"])
         .stdin(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(job_log(t.path()))
         // As a shell starts a foreground job: a process group of its own.
         .process_group(0)
         .spawn()
@@ -229,7 +229,8 @@ fn process_0_reads_standard_input_and_a_ctrl_c_reaches_every_process() {
         Signal::INT,
     )
     .unwrap();
-    assert_eq!(wait_child(&mut job, 20).code(), Some(128 + 2));
+    let st = wait_for("cairn launch to end", 60, || job.try_wait().unwrap());
+    assert_eq!(st.code(), Some(128 + 2), "{}", log_tail(t.path()));
 }
 
 #[test]
@@ -2117,4 +2118,193 @@ fn real_library_a_pipe_whose_writer_has_ended_comes_back_closed_with_its_bytes()
         .filter_map(|l| l.strip_prefix("step ")?.parse().ok())
         .collect();
     assert_eq!(seen, (0..steps).collect::<Vec<_>>());
+}
+
+/// Every file under `dir`, for failure reports.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+/// Two "hosts" on this machine for one test, made with `tools/nshost`: network namespaces
+/// on a bridge of their own, each with its own hostname, `/dev/shm` and node-local
+/// directory (`/var/tmp/cairn-node` there, `<t>/hosts/<name>/` here). Removed when dropped.
+struct NsHosts {
+    bridge: String,
+    names: Vec<String>,
+    /// The bridge's address: the coordinators' `--bind`.
+    addr: String,
+    /// `NSHOST_ROOT`: each host's state directory.
+    root: PathBuf,
+}
+
+impl NsHosts {
+    fn tool() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/nshost")
+    }
+
+    /// `None`, saying why, where namespaces cannot be made (not root, no `ip`).
+    fn up(t: &Path) -> Option<NsHosts> {
+        let tag = std::process::id() % 10_000;
+        let subnet = format!("10.199.{}", std::process::id() % 250);
+        let hosts = NsHosts {
+            bridge: format!("cb{tag}"),
+            names: vec![format!("cn{tag}a"), format!("cn{tag}b")],
+            addr: format!("{subnet}.1"),
+            root: t.join("hosts"),
+        };
+        let o = Command::new(Self::tool())
+            .env("NSHOST_ROOT", &hosts.root)
+            .args(["up", &hosts.bridge, &format!("{subnet}.1/24")])
+            .arg(format!("{}={subnet}.11", hosts.names[0]))
+            .arg(format!("{}={subnet}.12", hosts.names[1]))
+            .output();
+        match o {
+            Ok(o) if o.status.success() => Some(hosts),
+            other => {
+                eprintln!("SKIP: cannot make namespace hosts (needs root and iproute2): {other:?}");
+                drop(hosts);
+                None
+            }
+        }
+    }
+
+    /// `cairn ARGS` with `config`, its nodes on these hosts.
+    fn cairn(&self, config: &Path, args: &[&str]) -> Command {
+        let mut c = configured(config, args);
+        c.env("NSHOST_ROOT", &self.root)
+            .args(["--bind", &self.addr]);
+        c
+    }
+
+    /// Loses host `k`: its storage is wiped (its processes are already dead).
+    fn wipe(&self, k: usize) {
+        for d in ["shm", "node"] {
+            let dir = self.root.join(&self.names[k]).join(d);
+            std::fs::remove_dir_all(&dir).unwrap();
+            std::fs::create_dir(&dir).unwrap();
+        }
+    }
+}
+
+impl Drop for NsHosts {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::tool())
+            .arg("down")
+            .arg(&self.bridge)
+            .args(&self.names)
+            .status();
+    }
+}
+
+/// A job across two hosts (network namespaces, each with its own address, hostname and
+/// storage): each host's sub-coordinator starts and stores its own processes, partner
+/// copies cross hosts; checkpointed, killed and restarted three times in a row, the last
+/// time with one host's storage wiped, and the counters end bit-exact.
+#[test]
+fn real_library_a_job_across_two_namespace_hosts_restarts_three_times_and_after_a_host_is_lost() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let Some(hosts) = NsHosts::up(t.path()) else {
+        return;
+    };
+    let config = write_config(
+        t.path(),
+        "/var/tmp/cairn-node",
+        "[redundancy]\nscheme = \"partner\"\n[checkpoint]\nfinalize = false\n",
+    );
+    let steps = 3000u64;
+    let counter = build_counter(t.path());
+    let agent = format!("{} run", NsHosts::tool().display());
+    let host_list = hosts.names.join(",");
+    let launched = hosts
+        .cairn(
+            &config,
+            &[
+                "launch", "--job", "hl", "-n", "4", "--hosts", &host_list, "--agent", &agent,
+            ],
+        )
+        .arg("--dir")
+        .arg(t.path().join("imgs"))
+        .arg("--")
+        .arg(&counter)
+        .args([steps.to_string(), "5000".into()])
+        .arg(t.path())
+        .stderr(job_log(t.path()))
+        .spawn()
+        .unwrap();
+    let mut job = Running(launched);
+    let mut pids = running_pids(t.path(), 4);
+    let s = status(&t.path().join("imgs"));
+    for (i, want) in [0, 0, 1, 1].into_iter().enumerate() {
+        assert_eq!(s["procs"][i]["host"], hosts.names[want].as_str(), "{s}");
+    }
+    let node_dir = |k: usize| hosts.root.join(&hosts.names[k]).join("node");
+    for cycle in 1..=3u64 {
+        wait_steps(t.path(), 4, 150 * cycle);
+        checkpoint(t.path());
+        if cycle == 1 {
+            // Each host holds its own processes' parts, on its own storage only.
+            for (k, ranks) in [(0, [0, 1]), (1, [2, 3])] {
+                let v1 = node_dir(k).join(format!("node{k}/hl/v1"));
+                let files: Vec<String> = std::fs::read_dir(&v1)
+                    .map(|d| {
+                        d.flatten()
+                            .map(|e| e.file_name().to_string_lossy().into_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for r in 0..4 {
+                    let part = format!("rank{r}.ckpt");
+                    assert_eq!(
+                        files.contains(&part),
+                        ranks.contains(&r),
+                        "{}: {files:?}; everything on the hosts: {:?}",
+                        v1.display(),
+                        walk(&hosts.root)
+                    );
+                }
+                assert!(!node_dir(1 - k).join(format!("node{k}")).exists());
+            }
+            assert!(!Path::new("/var/tmp/cairn-node/node0/hl").exists());
+        }
+        kill9_all(&pids);
+        let st = wait_child(&mut job.0, 60);
+        assert!(!st.success(), "{st}");
+        if cycle == 3 {
+            hosts.wipe(1);
+        }
+        job = Running(
+            hosts
+                .cairn(&config, &["restart"])
+                .arg("--dir")
+                .arg(t.path().join("imgs"))
+                // Each restart's messages in a file of their own.
+                .stderr(
+                    std::fs::File::create(t.path().join(format!("restart{cycle}.log"))).unwrap(),
+                )
+                .spawn()
+                .unwrap(),
+        );
+        pids = running_pids(t.path(), 4);
+    }
+    ended_well(&mut job.0, t.path());
+    check_counters(t.path(), 4, steps);
+    let log = std::fs::read_to_string(t.path().join("restart3.log")).unwrap();
+    assert!(
+        log.contains("hl v3: rebuilt the parts of ranks [2, 3] from partner copies"),
+        "{log}"
+    );
+    // The parts of host 1's processes are back on host 1.
+    assert!(node_dir(1).join("node1/hl/v3/rank2.ckpt").is_file());
 }

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hub::Event;
 use crate::images::{Images, RestoreError, RestoredImage, Stored, TreeImage};
 use crate::jobdir::Token;
-use crate::manifest::EngineRecord;
+use crate::manifest::{EngineRecord, ProcImage};
 use crate::proto::{Msg, Verb, MAX_LINE};
 use crate::spawn::ProcStart;
 use crate::stage::Staging;
@@ -45,6 +45,10 @@ const LINK_LIMIT: Duration = Duration::from_secs(60);
 /// The largest frame either side accepts (a brief or a command names paths, not data).
 const MAX_FRAME: u64 = 64 << 20;
 
+/// A process's restored images in its manifest's order, and whether it ran in a pid
+/// namespace of Cairn's (see [`Engines::fit`]).
+pub type FittedTree = (Vec<RestoredImage>, bool);
+
 /// What the root tells each sub-coordinator before its engine starts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Brief {
@@ -55,6 +59,13 @@ pub struct Brief {
     pub procs: usize,
     /// The link address of every node, by node.
     pub links: Vec<String>,
+    /// Where the job's processes stage their images; the node creates, prunes and removes
+    /// its own part.
+    pub staging: Staging,
+    /// Each node runs on a host of its own (`--hosts`): the engine's nodes are the hosts
+    /// (`[topology] sim_nodes` = 1) rather than `nodes` simulated on one host.
+    #[serde(default)]
+    pub real_hosts: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,8 +79,22 @@ enum Request {
         version: u64,
         staging: Staging,
         nodes: Vec<usize>,
+        /// The first restore of the restart: the node first clears what a run that ended
+        /// left in its staging (the versions' images aside) and makes its restart directory.
+        first: bool,
     },
-    Finalize,
+    /// Put the restored images of the node's processes in their manifest's order, cut the
+    /// copies to length and check they can run here.
+    Fit {
+        version: u64,
+        procs: Vec<ProcImage>,
+        trees: Vec<Vec<RestoredImage>>,
+    },
+    /// The job has ended: finish the engine's work, remove the restart's copies and, when
+    /// every process exited 0 (no restart will read them), the staged images.
+    Finalize {
+        ended_well: bool,
+    },
     /// Start these processes of the node (not an engine call: the connection is the
     /// launcher's to the node, and this is the one thing it asks besides the engine).
     Spawn(Vec<ProcStart>),
@@ -83,6 +108,8 @@ enum Answer {
     Newest(Option<u64>),
     Restored(u64, Vec<Vec<RestoredImage>>),
     Finalized,
+    /// Per process, its tree's images in order and whether it ran in a pid namespace.
+    Fitted(Vec<FittedTree>),
     /// The pids of the processes started, in order.
     Spawned(Vec<u32>),
     Failed {
@@ -180,6 +207,8 @@ impl Engines {
         procs: usize,
         links: &[String],
         token: &Token,
+        staging: &Staging,
+        real_hosts: bool,
     ) -> Result<Engines> {
         let nodes = links.len();
         let mut conns = Vec::with_capacity(nodes);
@@ -193,6 +222,8 @@ impl Engines {
                 nodes,
                 procs,
                 links: links.to_vec(),
+                staging: staging.clone(),
+                real_hosts,
             };
             s.write_all(hello.as_bytes())
                 .and_then(|()| write_frame(&mut s, &brief))
@@ -296,6 +327,7 @@ impl Engines {
         version: u64,
         staging: &Staging,
         nodes: &[usize],
+        first: bool,
     ) -> Result<(u64, Vec<Vec<RestoredImage>>), RestoreError> {
         let mut rest = nodes;
         let answers = self
@@ -306,6 +338,7 @@ impl Engines {
                     version,
                     staging: staging.clone(),
                     nodes: mine.to_vec(),
+                    first,
                 }
             })
             .map_err(|e| match e {
@@ -336,16 +369,57 @@ impl Engines {
         }
     }
 
-    /// As [`Images::finalize`]: every node's engine finishes its flushes and stops. Later
-    /// calls do nothing.
-    pub fn finalize(&self) -> Result<()> {
+    /// Has each node fit the images the engine restored to the manifest `procs` (one
+    /// entry per process, in order) on its host: see [`crate::check::restored`]. Returns,
+    /// per process, its tree's images in order and whether it ran in a pid namespace.
+    pub fn fit(
+        &self,
+        version: u64,
+        procs: &[ProcImage],
+        trees: Vec<Vec<RestoredImage>>,
+    ) -> Result<Vec<FittedTree>> {
+        if procs.len() != self.procs || trees.len() != self.procs {
+            crate::error::bail!(
+                Engine,
+                "{} manifest entries and {} restored trees for a job of {}",
+                procs.len(),
+                trees.len(),
+                self.procs
+            );
+        }
+        let (mut rest_p, mut rest_t) = (procs, trees.as_slice());
+        let answers = self.call("check the restored images", |ranks| {
+            let ((mine_p, after_p), (mine_t, after_t)) =
+                (rest_p.split_at(ranks), rest_t.split_at(ranks));
+            (rest_p, rest_t) = (after_p, after_t);
+            Request::Fit {
+                version,
+                procs: mine_p.to_vec(),
+                trees: mine_t.to_vec(),
+            }
+        })?;
+        let mut fitted = Vec::with_capacity(self.procs);
+        for a in answers {
+            let Answer::Fitted(f) = a else {
+                return Err(out_of_turn("fit"));
+            };
+            fitted.extend(f);
+        }
+        Ok(fitted)
+    }
+
+    /// As [`Images::finalize`]: every node's engine finishes its flushes and stops; each
+    /// node then removes the restart's copies and, if `ended_well` (every process exited
+    /// 0: no restart will read them), the images its processes staged. Later calls do
+    /// nothing.
+    pub fn finalize(&self, ended_well: bool) -> Result<()> {
         {
             let l = self.links.lock().expect("engine links");
             if l.finalized || l.broken {
                 return Ok(());
             }
         }
-        let r = self.call("finalize the engine", |_| Request::Finalize);
+        let r = self.call("finalize the engine", |_| Request::Finalize { ended_well });
         self.links.lock().expect("engine links").finalized = true;
         r.map(|_| ())
     }
@@ -594,6 +668,11 @@ fn run_engine(
             return;
         }
     };
+    let staging = brief.staging.of_node(node);
+    if let Some(sp) = &spawner {
+        // Before Started: the root sends no WRITE before it has the answer.
+        let _ = sp.send(Event::Staging(staging.clone()));
+    }
     let plan = images.record().redundancy.clone();
     if write_frame(&mut s, &Answer::Started(plan)).is_err() {
         return;
@@ -615,10 +694,18 @@ fn run_engine(
             Request::Newest => images.newest().map_or_else(|e| failed(&e), Answer::Newest),
             Request::Restore {
                 version,
-                staging,
+                staging: all,
                 nodes,
-            } => match images.restore(version, &staging, &nodes) {
-                Ok((v, trees)) => Answer::Restored(v, trees),
+                first,
+            } => match prepare_restore(&staging, first)
+                .map_err(RestoreError::Other)
+                .and_then(|()| images.restore(version, &all, &nodes))
+            {
+                Ok((v, trees)) => {
+                    // Images staged for other versions will not be read.
+                    staging.keep_only(v);
+                    Answer::Restored(v, trees)
+                }
                 Err(RestoreError::NotFound(msg)) => Answer::Failed {
                     kind: ErrorKind::NotFound,
                     msg,
@@ -626,9 +713,19 @@ fn run_engine(
                 },
                 Err(RestoreError::Other(e)) => failed(&e),
             },
-            Request::Finalize => images
-                .finalize()
-                .map_or_else(|e| failed(&e), |()| Answer::Finalized),
+            Request::Fit {
+                version,
+                procs,
+                trees,
+            } => fit(version, &procs, trees).map_or_else(|e| failed(&e), Answer::Fitted),
+            Request::Finalize { ended_well } => {
+                let r = images.finalize();
+                staging.remove_restart();
+                if ended_well {
+                    staging.remove_versions_all();
+                }
+                r.map_or_else(|e| failed(&e), |()| Answer::Finalized)
+            }
             Request::Spawn(starts) => spawn_here(node, spawner.as_ref(), starts)
                 .map_or_else(|e| failed(&e), Answer::Spawned),
         };
@@ -636,6 +733,31 @@ fn run_engine(
             return;
         }
     }
+}
+
+/// Before the first restore of a restart: nothing of the job runs, so what the node's
+/// staging holds is from a run that ended; its versions' images may be read in place.
+fn prepare_restore(staging: &Staging, first: bool) -> Result<()> {
+    if first {
+        staging.clear()?;
+        staging.create_restart()?;
+    }
+    Ok(())
+}
+
+/// [`crate::check::restored`] for each of the node's processes.
+fn fit(
+    version: u64,
+    procs: &[ProcImage],
+    trees: Vec<Vec<RestoredImage>>,
+) -> Result<Vec<FittedTree>> {
+    let here = cairn_ckpt::Machine::here()
+        .map_err(|e| Error::new(ErrorKind::Io, format!("uname: {e}")))?;
+    procs
+        .iter()
+        .zip(trees)
+        .map(|(p, tree)| crate::check::restored(version, p, tree, &here))
+        .collect()
 }
 
 /// Hands `starts` to the thread that owns this node's processes and waits for its answer.
@@ -710,7 +832,8 @@ fn start(
     let owner: Vec<usize> = (0..b.procs).map(|r| node_of(r, b.procs, b.nodes)).collect();
     let world = Net::world(node, owner, links)
         .map_err(|e| Error::new(ErrorKind::Engine, format!("node {node}: {e}")))?;
-    Images::start_ranks(b.config.clone(), &b.job, b.nodes, world)
+    let per_host = if b.real_hosts { 1 } else { b.nodes };
+    Images::start_ranks(b.config.clone(), &b.job, per_host, world)
 }
 
 #[cfg(test)]
@@ -745,11 +868,16 @@ mod tests {
             local: Some(t.path().join("local")),
             global: t.path().join("global"),
             fsync_global: false,
+            // Compressed: the restore copies each image out rather than finding it in place.
+            compress: "lz4".into(),
             ..Config::default()
         };
         let token = Token::random().unwrap();
         let links = [node(&token, 0), node(&token, 1)];
-        let engines = Engines::start(&cfg, "halves", 4, &links, &token).unwrap();
+        let job_dir = t.path().join("job");
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let staging = Staging::new(&cfg, &job_dir, "halves", 2);
+        let engines = Engines::start(&cfg, "halves", 4, &links, &token, &staging, false).unwrap();
         assert_eq!(engines.record().redundancy, "single");
         let image = |r: usize| -> Vec<u8> {
             (0..20_000u32)
@@ -773,21 +901,54 @@ mod tests {
                 assert_eq!(part.exists(), mine.contains(&r), "{}", part.display());
             }
         }
-        let job_dir = t.path().join("job");
-        std::fs::create_dir_all(&job_dir).unwrap();
-        let staging = Staging::new(&cfg, &job_dir, "halves", 2);
-        staging.create_restart().unwrap();
-        match engines.restore(7, &staging, &[0, 0, 1, 1]) {
+        match engines.restore(7, &staging, &[0, 0, 1, 1], true) {
             Err(RestoreError::NotFound(_)) => {}
             Err(RestoreError::Other(e)) => panic!("{e}"),
             Ok((v, _)) => panic!("restored v{v} for v7"),
         }
-        let (v, restored) = engines.restore(1, &staging, &[0, 0, 1, 1]).unwrap();
+        let (v, restored) = engines.restore(1, &staging, &[0, 0, 1, 1], false).unwrap();
         assert_eq!(v, 1);
         for (r, tree) in restored.iter().enumerate() {
             assert_eq!(std::fs::read(&tree[0].path).unwrap(), image(r), "rank {r}");
+            // Each node copied its own ranks' images into its own restart directory.
+            assert!(
+                tree[0].path.starts_with(staging.restart_dir(r / 2)),
+                "{}",
+                tree[0].path.display()
+            );
         }
-        engines.finalize().unwrap();
+        // Each node fits its processes' images to the manifest on its host: a copy is cut
+        // to the image's length, and an image the manifest names that the engine does not
+        // hold is named.
+        let entry = |proc: usize, bytes: u64| ProcImage {
+            proc,
+            node: proc / 2,
+            host: "h".into(),
+            pid: 100,
+            bytes,
+            region: 0,
+            stored: 0,
+            members: Vec::new(),
+        };
+        let mut procs: Vec<ProcImage> = (0..4).map(|r| entry(r, 20_000)).collect();
+        procs[3].bytes = 19_000;
+        let fitted = engines.fit(1, &procs, restored.clone()).unwrap();
+        assert_eq!(fitted.len(), 4);
+        assert!(fitted.iter().all(|(tree, ns)| tree.len() == 1 && !ns));
+        let cut = std::fs::read(&fitted[3].0[0].path).unwrap();
+        assert_eq!(cut, image(3)[..19_000]);
+        procs[2].members.push(crate::manifest::MemberImage {
+            pid: 7,
+            bytes: 10,
+            region: 0,
+        });
+        let e = engines.fit(1, &procs, restored).unwrap_err();
+        assert!(
+            e.message()
+                .contains("the engine holds no image of proc 2's process 7"),
+            "{e}"
+        );
+        engines.finalize(false).unwrap();
         let e = engines.newest().unwrap_err();
         assert!(e.message().contains("ended"), "{e}");
     }

@@ -44,6 +44,8 @@ pub enum Event {
         starts: Vec<crate::spawn::ProcStart>,
         reply: Sender<crate::error::Result<Vec<u32>>>,
     },
+    /// The sub-coordinator's staging directories (from the launcher's brief).
+    Staging(crate::stage::Staging),
     /// A child of the sub-coordinator may have ended (SIGCHLD).
     Reap,
     /// Send this signal to every process of the job (the root tells the nodes).

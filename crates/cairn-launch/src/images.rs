@@ -142,6 +142,8 @@ impl Images {
     /// (each host's ranks, say, over [`cairn_comm::Net`]): every process of the world calls it
     /// with its own ranks, and every later call is collective over all of them in the same
     /// way. Per-process arguments and results are then this process's ranks', in order.
+    /// `nodes` is the engine's `[topology] sim_nodes`: nodes simulated per host (1 when each
+    /// node is a host of its own).
     pub fn start_ranks<C: Comm + Send + 'static>(
         mut cfg: Config,
         job: &str,

@@ -199,6 +199,11 @@ pub struct Options {
     /// compression. `[topology] sim_nodes` is set to the job's node count and `[cache] keep`
     /// to [`Settings::keep`].
     pub engine: cairn_core::Config,
+    /// The hosts of the nodes, by node: each node's sub-coordinator is started there as
+    /// `agent... HOST cairn coord-node ...` (`ssh HOST ...`). Empty: the nodes are
+    /// simulated, each sub-coordinator a child of the launcher on its host.
+    pub hosts: Vec<String>,
+    pub agent: Vec<OsString>,
     /// What each launched process starts under: `cairn-restore --init` makes a pid namespace
     /// per process tree (so a restart gives every process its ids back) and runs the
     /// program as its first process. `None` starts the program directly (the tests of the
@@ -301,6 +306,8 @@ pub fn launch(
         timeout_secs: s.timeout.as_secs_f64(),
         keep: s.keep,
         restarts: 0,
+        hosts: o.hosts.clone(),
+        agent: recorded_agent(o),
     };
     let init = o.init.clone();
     let stride = pid_stride(procs);
@@ -332,7 +339,6 @@ pub fn launch(
         record,
         first_version: 1,
         last: None,
-        restart_staged: false,
         settings: s.clone(),
         spawn: Box::new(spawn),
     });
@@ -364,6 +370,14 @@ fn pid_stride(procs: usize) -> u64 {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(32768);
     (max.saturating_sub(FIRST_PID) / procs.max(1) as u64).clamp(1, 1 << 20)
+}
+
+/// The agent as the manifest records it.
+fn recorded_agent(o: &Options) -> Vec<String> {
+    o.agent
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// The job `cairn restart` takes: `job` if given, else the job under `dir` whose newest
@@ -420,6 +434,15 @@ pub fn restart(
     let cands = manifest::candidates(&job_dir, &o.job, version)?;
     check_not_running(&job_dir)?;
     let (procs, nodes) = (cands[0].procs.len(), cands[0].nodes);
+    // The hosts the job ran on, unless others are given.
+    let mut o = o.clone();
+    if o.hosts.is_empty() {
+        o.hosts = cands[0].launch.hosts.clone();
+        if o.agent.is_empty() {
+            o.agent = cands[0].launch.agent.iter().map(OsString::from).collect();
+        }
+    }
+    let o = &o;
     let settings = |rec: &LaunchRecord| Settings {
         interval: match ov.interval {
             Some(i) if i.is_zero() => None,
@@ -437,9 +460,8 @@ pub fn restart(
     check_job(o, &s, procs, nodes)?;
     let restorer = restorer.to_path_buf();
     run(o, &s, procs, nodes, &mut |images, staging| {
-        let (m, trees) = restore_images(images, staging, &o.job, &cands)?;
-        let images_paths: Vec<PathBuf> = trees.iter().map(|t| t[0].path.clone()).collect();
-        let namespaced = check_images_fit(&images_paths, m.version)?;
+        let (m, fitted) = restore_images(images, staging, &o.job, &cands)?;
+        let (trees, namespaced): (Vec<Vec<RestoredImage>>, Vec<bool>) = fitted.into_iter().unzip();
         let s = settings(&m.launch);
         let rec = &m.launch;
         let record = LaunchRecord {
@@ -449,6 +471,8 @@ pub fn restart(
             timeout_secs: s.timeout.as_secs_f64(),
             keep: s.keep,
             restarts: rec.restarts + 1,
+            hosts: o.hosts.clone(),
+            agent: recorded_agent(o),
             ..rec.clone()
         };
         // The run goes on from m: newer versions are not its past. The engine has removed
@@ -497,82 +521,10 @@ pub fn restart(
                 version: m.version,
                 when: m.created,
             }),
-            restart_staged: true,
             settings: s,
             spawn: Box::new(spawn),
         })
     })
-}
-
-/// Puts each process's restored images in the order of its manifest (its own first) and
-/// cuts each copied one to its image's length (checkpoints of earlier releases padded their
-/// regions with zeros). An image the manifest names that the engine did not restore, or the
-/// other way round, is an error naming it.
-fn fit_images(m: &Manifest, trees: &mut [Vec<RestoredImage>]) -> Result<()> {
-    for (p, tree) in m.procs.iter().zip(trees.iter_mut()) {
-        let mut ordered = Vec::with_capacity(tree.len());
-        for f in p.files() {
-            let Some(at) = tree.iter().position(|r| r.id == f.id) else {
-                bail!(
-                    Engine,
-                    "version {}: the engine holds no image of {}",
-                    m.version,
-                    f.who
-                );
-            };
-            let img = tree.swap_remove(at);
-            if !img.in_place {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&img.path)
-                    .and_then(|file| file.set_len(f.bytes))
-                    .map_err(|e| Error::io(format_args!("cut {}", img.path.display()), e))?;
-            }
-            ordered.push(img);
-        }
-        if let Some(extra) = tree.first() {
-            bail!(
-                Engine,
-                "version {}: the engine holds an image (region {}) of proc {} that its manifest \
-                 does not name",
-                m.version,
-                extra.id,
-                p.proc
-            );
-        }
-        *tree = ordered;
-    }
-    Ok(())
-}
-
-/// Refuses, before any process starts, images that cannot run here: taken on another kernel
-/// build or on a CPU with a feature this one lacks (the restorer would refuse each alone).
-/// Only images of `libcairn-ckpt.so` are checked (by their magic): another preload library's
-/// images are for its own restorer to judge. Returns, per image, whether its process ran in
-/// a pid namespace of Cairn's (restarted in a new one, with its ids).
-fn check_images_fit(paths: &[PathBuf], version: u64) -> Result<Vec<bool>> {
-    let here = cairn_ckpt::Machine::here()
-        .map_err(|e| Error::new(ErrorKind::Io, format!("uname: {e}")))?;
-    let mut namespaced = vec![false; paths.len()];
-    for (i, p) in paths.iter().enumerate() {
-        if !cairn_ckpt::is_image(p) {
-            continue;
-        }
-        let h = cairn_ckpt::read_header(p).map_err(|e| {
-            Error::new(
-                ErrorKind::Engine,
-                format!("version {version}, process {i}: {e}"),
-            )
-        })?;
-        if let Err(why) = h.fits(&here) {
-            bail!(
-                Machine,
-                "cannot restart version {version} here: process {i}: {why}"
-            );
-        }
-        namespaced[i] = h.ids & cairn_ckpt::IDS_NAMESPACE != 0;
-    }
-    Ok(namespaced)
 }
 
 /// Has the engine restore the newest of `cands` (newest first) it can, and returns its
@@ -586,7 +538,7 @@ fn restore_images(
     staging: &Staging,
     job: &str,
     cands: &[Manifest],
-) -> Result<(Manifest, Vec<Vec<RestoredImage>>)> {
+) -> Result<(Manifest, Vec<crate::engines::FittedTree>)> {
     let engine = images.record();
     let Some(newest) = images.newest()? else {
         let launched = &cands[0].engine;
@@ -607,10 +559,9 @@ fn restore_images(
             launched.global
         );
     };
-    // Nothing runs (checked): what staging holds is from a run that ended; its versions'
-    // images may be read in place.
-    staging.clear()?;
-    staging.create_restart()?;
+    // Nothing runs (checked): on the first restore each node clears what its staging holds
+    // from a run that ended (its versions' images may be read in place).
+    let mut first = true;
     let mut passed = Vec::new();
     for m in cands {
         if m.version > newest {
@@ -630,7 +581,9 @@ fn restore_images(
             continue;
         }
         let nodes: Vec<usize> = m.procs.iter().map(|p| p.node).collect();
-        let (restored, mut trees) = match images.restore(m.version, staging, &nodes) {
+        let restoring = images.restore(m.version, staging, &nodes, first);
+        first = false;
+        let (restored, trees) = match restoring {
             Ok(r) => r,
             Err(RestoreError::NotFound(why)) => {
                 passed.push(format!("v{}: {why}", m.version));
@@ -656,11 +609,15 @@ fn restore_images(
                 ),
             }
         };
-        fit_images(&m, &mut trees)?;
-        // Images staged for other versions will not be read.
-        staging.keep_only(m.version);
-        let kept = trees.iter().flatten().filter(|i| i.in_place).count();
-        let copied = trees.iter().flatten().count() - kept;
+        // Each node puts its trees' images in order, cuts the copies to length and checks
+        // that they can run on its host.
+        let trees = images.fit(m.version, &m.procs, trees)?;
+        let kept = trees
+            .iter()
+            .flat_map(|t| &t.0)
+            .filter(|i| i.in_place)
+            .count();
+        let copied = trees.iter().map(|t| t.0.len()).sum::<usize>() - kept;
         let placed =
             format!("{kept} image(s) read where their processes wrote them, {copied} copied out");
         if passed.is_empty() {
@@ -734,7 +691,7 @@ struct Forwarder {
 }
 
 impl Forwarder {
-    fn start(signal: impl Fn(i32) + Send + 'static) -> Result<Forwarder> {
+    fn start(signal: impl Fn(i32) + Send + 'static, terminal_too: bool) -> Result<Forwarder> {
         use signal_hook::consts::{SIGINT, SIGTERM};
         use signal_hook::iterator::exfiltrator::WithOrigin;
         use signal_hook::iterator::SignalsInfo;
@@ -746,7 +703,7 @@ impl Forwarder {
             .name("cairn-signals".into())
             .spawn(move || {
                 for origin in signals.forever() {
-                    if matches!(origin.cause, Cause::Kernel) {
+                    if matches!(origin.cause, Cause::Kernel) && !terminal_too {
                         continue;
                     }
                     signal(origin.signal);
@@ -789,8 +746,6 @@ struct Start<'a> {
     first_version: u64,
     /// The checkpoint a restart came from.
     last: Option<LastCheckpoint>,
-    /// A restart had the engine copy images into the staging's restart directories.
-    restart_staged: bool,
     /// The interval, timeout and window the root keeps from then on.
     settings: Settings,
     spawn: Box<Spawn<'a>>,
@@ -812,6 +767,30 @@ fn check_job(o: &Options, s: &Settings, procs: usize, nodes: usize) -> Result<()
     }
     if let Some(c) = &s.cpus {
         c.check_allowed()?;
+    }
+    if !o.hosts.is_empty() {
+        if o.hosts.len() != nodes {
+            bail!(
+                Usage,
+                "{} hosts for a job of {nodes} nodes: give one host per node",
+                o.hosts.len()
+            );
+        }
+        if o.agent.is_empty() {
+            bail!(
+                Usage,
+                "the job has hosts but no agent to start its nodes with"
+            );
+        }
+        if o.bind.is_loopback() {
+            bail!(
+                Usage,
+                "the nodes run on other hosts ({}), which cannot reach a coordinator bound \
+                 to {}: give --bind an address of this host they reach",
+                o.hosts.join(", "),
+                o.bind
+            );
+        }
     }
     jobdir::check_job_id(&o.job)?;
     if !o.dir.is_absolute() || o.dir.to_str().is_none() {
@@ -906,9 +885,19 @@ fn run(
             job: o.job.clone(),
             timeout: s.timeout,
             bind: o.bind,
-            group: Some(group),
+            // On the launcher's host, its processes join the launcher's process group.
+            group: o.hosts.is_empty().then_some(group),
+            host: o.hosts.get(n).cloned(),
+            job_dir: Some(job_dir.clone()),
         };
-        let mut c = Command::new(&o.subcoord.program);
+        let mut c = match o.hosts.get(n) {
+            Some(host) => {
+                let mut c = Command::new(&o.agent[0]);
+                c.args(&o.agent[1..]).arg(host).arg(&o.subcoord.program);
+                c
+            }
+            None => Command::new(&o.subcoord.program),
+        };
         c.args(&o.subcoord.args)
             .args(args.to_args())
             .env(TOKEN_ENV, token.hex())
@@ -950,7 +939,15 @@ fn run(
     let links: Vec<String> = addrs.iter().map(|a| a.links.clone()).collect();
     let mut engine_cfg = o.engine.clone();
     engine_cfg.keep = s.keep;
-    let images = Arc::new(Engines::start(&engine_cfg, &o.job, procs, &links, &token)?);
+    let images = Arc::new(Engines::start(
+        &engine_cfg,
+        &o.job,
+        procs,
+        &links,
+        &token,
+        &staging,
+        !o.hosts.is_empty(),
+    )?);
     let start = prepare(&images, &staging)?;
     let root = tree.root.as_ref().expect("running");
     root.begin(Begun {
@@ -958,14 +955,14 @@ fn run(
         launch: start.record,
         first_version: start.first_version,
         last: start.last,
-        restart_staged: start.restart_staged,
         interval: start.settings.interval,
         timeout: start.settings.timeout,
         keep: start.settings.keep,
     });
     let s = &start.settings;
     let _forwarder = if o.forward_signals {
-        Some(Forwarder::start(root.signaller())?)
+        // Nodes on other hosts do not share the terminal: its signals go to them too.
+        Some(Forwarder::start(root.signaller(), !o.hosts.is_empty())?)
     } else {
         None
     };
@@ -1024,18 +1021,13 @@ fn run(
     // The job has ended: the engine finishes its flushes and makes the newest checkpoint
     // durable on the global tier (as `[checkpoint] finalize` says), on every node while
     // the sub-coordinators still run.
-    if let Err(e) = images.finalize() {
+    // Each node then removes the restart's copies (processes that never registered left
+    // theirs) and, if every process finished well, the images kept for a restart, which
+    // none will read.
+    if let Err(e) = images.finalize(code == 0) {
         tracing::warn!("job {}: {e}", o.job);
     }
     drop(tree);
-    if start.restart_staged {
-        // Processes that never registered left their restored images behind.
-        staging.remove_restart();
-    }
-    if code == 0 {
-        // Every process finished well: no restart will read the images kept for one.
-        staging.remove_versions_all();
-    }
     Ok(JobExit {
         job: o.job.clone(),
         code,

@@ -30,6 +30,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod check;
 pub mod client;
 pub mod engines;
 pub mod error;

@@ -192,6 +192,12 @@ pub struct LaunchRecord {
     pub keep: usize,
     /// How many times the job was restarted before this checkpoint.
     pub restarts: u32,
+    /// The hosts the nodes ran on, by node (empty: simulated nodes on the launcher's host),
+    /// and the command that started a sub-coordinator on one (`ssh`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent: Vec<String>,
 }
 
 /// The environment subset recorded in the manifest: what a fresh launch of the same command
@@ -532,6 +538,8 @@ mod tests {
                 timeout_secs: 60.0,
                 keep: 2,
                 restarts: 0,
+                hosts: Vec::new(),
+                agent: Vec::new(),
             },
         }
     }

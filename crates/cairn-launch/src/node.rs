@@ -10,12 +10,15 @@
 use crate::error::{bail, Error, ErrorKind, Result};
 use crate::hub::{self, deny, ranges, send_or_log, Acceptor, Event};
 use crate::jobdir::{check_job_id, Token};
+use crate::manifest::{MemberImage, ProcImage};
 use crate::proto::{Conn, Msg, Verb};
 use crate::spawn::Procs;
+use crate::stage::Staging;
 use crate::{manifest, net, procs_of_node, TOKEN_ENV};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
@@ -80,6 +83,12 @@ pub struct NodeArgs {
     /// its host (so that a Ctrl-C at the terminal reaches them as it reaches the launcher's
     /// own children); otherwise they stay in the sub-coordinator's.
     pub group: Option<i32>,
+    /// The host the node runs on, for a job across hosts: its listeners bind to the
+    /// address this name has there (rather than `bind`, the root's).
+    pub host: Option<String>,
+    /// The job's directory: where the token is read from (the coordinator file) when the
+    /// environment does not carry it (an agent like `ssh` passes none).
+    pub job_dir: Option<PathBuf>,
 }
 
 impl NodeArgs {
@@ -102,6 +111,12 @@ impl NodeArgs {
         ];
         if let Some(g) = self.group {
             args.extend(["--group".into(), g.to_string()]);
+        }
+        if let Some(h) = &self.host {
+            args.extend(["--host".into(), h.clone()]);
+        }
+        if let Some(d) = &self.job_dir {
+            args.extend(["--job-dir".into(), d.display().to_string()]);
         }
         args
     }
@@ -152,6 +167,8 @@ impl NodeArgs {
                         .ok_or_else(|| Error::new(ErrorKind::Usage, "coord-node: bad --group"))?,
                 ),
             },
+            host: map.get("host").cloned(),
+            job_dir: map.get("job-dir").map(PathBuf::from),
         };
         check_job_id(&a.job)?;
         if a.nodes == 0 || a.node >= a.nodes || a.nodes > a.procs {
@@ -175,10 +192,15 @@ pub fn main(args: &[String]) -> i32 {
         let a = NodeArgs::parse(args)?;
         // The engine's shared-memory tier names its stores after these (still one thread).
         crate::images::prepare_env(&a.job);
-        let token = std::env::var(TOKEN_ENV).map_err(|_| {
-            Error::new(ErrorKind::Usage, format!("coord-node: {TOKEN_ENV} not set"))
-        })?;
-        run(a, Token::from_hex(&token)?)
+        let token = match (std::env::var(TOKEN_ENV), &a.job_dir) {
+            (Ok(t), _) => Token::from_hex(&t)?,
+            (Err(_), Some(dir)) => crate::jobdir::CoordInfo::read(dir)?.token,
+            (Err(_), None) => bail!(
+                Usage,
+                "coord-node: {TOKEN_ENV} not set, and no --job-dir to read the token from"
+            ),
+        };
+        run(a, token)
     };
     match run() {
         Ok(()) => 0,
@@ -191,12 +213,16 @@ pub fn main(args: &[String]) -> i32 {
 
 /// Runs a sub-coordinator until the root closes its link; its processes end with it.
 pub fn run(a: NodeArgs, token: Token) -> Result<()> {
-    let listener = net::listen(a.bind)?;
+    let bind = match &a.host {
+        Some(h) => host_address(h)?,
+        None => a.bind,
+    };
+    let listener = net::listen(bind)?;
     let my_addr = listener
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
     // The address the root's engine connection and the other nodes' links come to.
-    let links = net::listen(a.bind)?;
+    let links = net::listen(bind)?;
     let links_addr = links
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
@@ -273,6 +299,8 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
         writing_for: 0,
         wrote: Vec::new(),
         children: Procs::default(),
+        staging: None,
+        restart_dropped: false,
     };
     lp.run();
     acceptor.stop();
@@ -280,6 +308,22 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
     // closed the link) or lost (the root is gone).
     drop(lp);
     Ok(())
+}
+
+/// The address `host` has on this host (its hosts file or DNS), IPv4 first.
+fn host_address(host: &str) -> Result<IpAddr> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<IpAddr> = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format_args!("resolve host {host}"), e))?
+        .map(|a| a.ip())
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| Error::new(ErrorKind::Usage, format!("host {host} has no address")))
 }
 
 /// Turns each SIGCHLD into [`Event::Reap`] (signals coalesce: each reap looks at every
@@ -392,6 +436,8 @@ struct NodePhase {
     pending: BTreeSet<Slot>,
     deadline: Instant,
     bytes: u64,
+    /// In WRITE: the length each process reported for its image.
+    sizes: BTreeMap<Slot, u64>,
     /// The node's answer went up (a failure is reported once per phase).
     reported: bool,
     /// In RESUME: the processes that were still writing their images when it came.
@@ -420,6 +466,10 @@ struct NodeLoop {
     wrote: Vec<Slot>,
     /// The node's processes as its children (started on the launcher's request).
     children: Procs,
+    /// This node's part of the staging directories (from the launcher's brief).
+    staging: Option<Staging>,
+    /// The restart directory was removed once every process had registered.
+    restart_dropped: bool,
 }
 
 impl NodeLoop {
@@ -453,6 +503,7 @@ impl NodeLoop {
                     let _ = reply.send(r);
                 }
                 Some(Event::Reap) => self.reap(),
+                Some(Event::Staging(s)) => self.staging = Some(s),
                 Some(Event::Stored { .. } | Event::Begin(_) | Event::Signal(_)) | None => {}
             }
             if self.phase.as_ref().is_some_and(|p| {
@@ -543,6 +594,13 @@ impl NodeLoop {
         let welcome = Msg::new(Verb::Welcome).arg("proc", i).arg("pid", p.pid);
         send_or_log(&mut w, &welcome, &who);
         self.peers.insert(id, ((i, 0), w));
+        if !self.restart_dropped && self.procs.values().all(|p| p.state == LState::Running) {
+            // A restart's copies of the images: every restorer has read its own by now.
+            if let Some(s) = &self.staging {
+                s.remove_restart();
+                self.restart_dropped = true;
+            }
+        }
         let joined = Msg::new(Verb::Joined)
             .arg("proc", i)
             .arg("pid", self.procs[&i].pid)
@@ -803,7 +861,10 @@ impl NodeLoop {
         }
         if msg.verb == Verb::Written {
             match msg.num::<u64>("bytes") {
-                Ok(b) => ph.bytes += b,
+                Ok(b) => {
+                    ph.bytes += b;
+                    ph.sizes.insert(slot, b);
+                }
                 Err(e) => {
                     ph.pending.remove(&slot);
                     self.failed.insert(slot);
@@ -814,11 +875,58 @@ impl NodeLoop {
         }
         ph.pending.remove(&slot);
         if ph.pending.is_empty() {
-            if ph.kind == Kind::Suspend {
-                self.suspend_done();
-            } else {
-                self.phase_complete();
+            match ph.kind {
+                Kind::Suspend => self.suspend_done(),
+                Kind::Write => self.write_done(),
+                Kind::Resume => self.phase_complete(),
             }
+        }
+    }
+
+    /// Every process answered WRITE: before the node says so, it checks each tree's images
+    /// where they are ([`crate::check::written`]).
+    fn write_done(&mut self) {
+        let Some(ph) = self.phase.as_ref().filter(|p| p.kind == Kind::Write) else {
+            return;
+        };
+        let v = ph.ckpt;
+        let Some(dir) = self.staging.as_ref().map(|s| s.version_dir(self.a.node, v)) else {
+            return;
+        };
+        let mut bad = None;
+        for (&i, p) in &self.procs {
+            let size = |slot: Slot| ph.sizes.get(&slot).copied().unwrap_or(0);
+            let tree = ProcImage {
+                proc: i,
+                node: self.a.node,
+                host: p.host.clone(),
+                pid: p.pid,
+                bytes: size((i, 0)),
+                region: 0,
+                stored: 0,
+                members: ph
+                    .sizes
+                    .range((i, 1)..(i + 1, 0))
+                    .map(|(&(_, pid), &bytes)| MemberImage {
+                        pid,
+                        bytes,
+                        region: 0,
+                    })
+                    .collect(),
+            };
+            if let Err(why) = crate::check::written(&dir, &tree) {
+                let slots: Vec<Slot> = ph
+                    .sizes
+                    .range((i, 0)..(i + 1, 0))
+                    .map(|(s, _)| *s)
+                    .collect();
+                bad = Some((slots, why));
+                break;
+            }
+        }
+        match bad {
+            Some((slots, why)) => self.report_failure(&slots, why),
+            None => self.phase_complete(),
         }
     }
 
@@ -930,13 +1038,7 @@ impl NodeLoop {
         };
         match msg.verb {
             Verb::Suspend => self.suspend(v),
-            Verb::Write => match msg.req("dir") {
-                Ok(dir) => {
-                    let dir = dir.to_string();
-                    self.write(v, &dir)
-                }
-                Err(e) => tracing::warn!("node {}: {e}", self.a.node),
-            },
+            Verb::Write => self.write(v),
             Verb::Resume => self.resume(v, msg.get("ok") == Some("1")),
             other => tracing::warn!(
                 "node {}: the root sent {other}, which it never sends; ignored",
@@ -952,6 +1054,7 @@ impl NodeLoop {
             pending,
             deadline: Instant::now() + self.a.timeout,
             bytes: 0,
+            sizes: BTreeMap::new(),
             reported: false,
             writing: Vec::new(),
             grace: None,
@@ -1036,12 +1139,30 @@ impl NodeLoop {
         self.new_phase(v, Kind::Suspend, all.into_iter().collect());
     }
 
-    fn write(&mut self, v: u64, dir: &str) {
+    fn write(&mut self, v: u64) {
         let all: BTreeSet<Slot> = self.all_slots().into_iter().collect();
-        self.writing = all.clone();
-        self.writing_for = v;
         self.wrote = all.iter().copied().collect();
         self.new_phase(v, Kind::Write, all.clone());
+        // The node's own staging directory of the checkpoint, made here, on its host.
+        let made = match &self.staging {
+            Some(s) => s
+                .create_version(v)
+                .map(|()| s.version_dir(self.a.node, v))
+                .map_err(|e| format!("node {}: {e}", self.a.node)),
+            None => Err(format!(
+                "node {}: no staging directory (the engine was not started)",
+                self.a.node
+            )),
+        };
+        let dir = match made {
+            Ok(d) => d.display().to_string(),
+            Err(why) => {
+                let slots: Vec<Slot> = all.into_iter().collect();
+                return self.report_failure(&slots, why);
+            }
+        };
+        self.writing = all.clone();
+        self.writing_for = v;
         for (i, nspid) in all {
             let name = if nspid == 0 {
                 manifest::image_name(i)
@@ -1093,6 +1214,16 @@ impl NodeLoop {
         self.new_phase(v, Kind::Resume, wait);
         let writing = std::mem::take(&mut self.writing);
         let writing: Vec<Slot> = writing.into_iter().filter(|&s| self.connected(s)).collect();
+        if let Some(s) = &self.staging {
+            if ok {
+                // The engine holds every older version: their staged images go.
+                s.prune(v);
+            } else if writing.is_empty() {
+                s.remove_version(v);
+            }
+            // Else a process may still write into it: left for the next complete
+            // checkpoint's pruning rather than deleted under it.
+        }
         self.phase.as_mut().expect("just set").writing = writing;
         if self.phase.as_ref().is_some_and(|p| p.pending.is_empty()) {
             self.phase_complete();
@@ -1128,22 +1259,26 @@ impl NodeLoop {
                 .arg("ckpt", ph.ckpt)
                 .arg("count", count),
             Kind::Write => {
-                let mut m = Msg::new(Verb::Written)
-                    .arg("ckpt", ph.ckpt)
-                    .arg("bytes", ph.bytes)
-                    .arg("count", count);
-                // The other processes of the trees, whose images go with their launched
-                // process's: `proc.pid` in the tree's namespace.
-                let members: Vec<String> = self
-                    .wrote
+                // One line per image (a node may hold hundreds: no line could list them),
+                // the other processes of a tree by their pid in its namespace.
+                let (v, bytes, n) = (ph.ckpt, ph.bytes, ph.sizes.len());
+                let lines: Vec<Msg> = ph
+                    .sizes
                     .iter()
-                    .filter(|s| s.1 != 0)
-                    .map(|(i, ns)| format!("{i}.{ns}"))
+                    .map(|(&(i, ns), &len)| {
+                        let m = Msg::new(Verb::Image).arg("ckpt", v).arg("proc", i);
+                        let m = if ns == 0 { m } else { m.arg("member", ns) };
+                        m.arg("bytes", len)
+                    })
                     .collect();
-                if !members.is_empty() {
-                    m = m.arg("members", members.join(","));
+                for l in lines {
+                    self.up(l);
                 }
-                m
+                Msg::new(Verb::Written)
+                    .arg("ckpt", v)
+                    .arg("bytes", bytes)
+                    .arg("count", count)
+                    .arg("images", n)
             }
             Kind::Resume => {
                 let missing: BTreeSet<usize> = ph.pending.iter().map(|s| s.0).collect();

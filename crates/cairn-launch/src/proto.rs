@@ -42,6 +42,7 @@ verbs! {
     Suspended = "SUSPENDED",
     Write = "WRITE",
     Written = "WRITTEN",
+    Image = "IMAGE",
     Failed = "FAILED",
     Resume = "RESUME",
     Resumed = "RESUMED",

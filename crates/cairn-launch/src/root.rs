@@ -72,10 +72,6 @@ pub struct Begun {
     pub first_version: u64,
     /// The newest complete checkpoint when the job starts (the one a restart came from).
     pub last: Option<LastCheckpoint>,
-    /// A restart had the engine copy images into the staging's restart directories: they
-    /// are removed once every restored process has registered (its restorer has read its
-    /// images by then).
-    pub restart_staged: bool,
     /// The settings the root keeps from then on (a restart's come with the version it
     /// restored).
     pub interval: Option<Duration>,
@@ -317,20 +313,14 @@ struct Ckpt {
     deadline: Instant,
     /// Nodes whose answer to the current phase is awaited.
     pending: BTreeSet<usize>,
-    /// Per node, the bytes its processes wrote.
+    /// Per node, the bytes its processes wrote, once it answered WRITTEN.
     bytes: Vec<Option<u64>>,
-    /// Per process, the pids (in its tree's namespace) of the processes of its tree that
-    /// wrote an image beside its own.
-    members: BTreeMap<usize, Vec<u32>>,
+    /// Per image, as its node reported it (`IMAGE`): the process, the pid in its tree's
+    /// namespace (0 for the launched process's own image), and the image's length.
+    sizes: BTreeMap<(usize, u32), u64>,
     failures: Vec<String>,
     /// Clients waiting for its DONE.
     clients: Vec<u64>,
-    /// The staging directory exists.
-    dir_created: bool,
-    /// Some process may still write into the staging directory (it had not answered
-    /// WRITE when the checkpoint was aborted, or its node was lost): a failed checkpoint's
-    /// directory is then left for [`Staging::prune`] rather than deleted under it.
-    writers: Vec<String>,
     /// The images, once every node answered WRITTEN and they were checked.
     images: Vec<ProcImage>,
     total_bytes: u64,
@@ -354,102 +344,6 @@ struct RootLoop {
     next_interval: Option<Instant>,
     /// Set by [`Root::begin`].
     begun: Option<Begun>,
-}
-
-/// Every pipe and Unix stream socket a process of a tree recorded (`cairn_ckpt::Xfd`) must have
-/// its other end in the same tree, where the restart makes it again; otherwise the
-/// checkpoint fails naming it, unless the process chose `CAIRN_CKPT_EXTERNAL=close` or it is
-/// a standard stream (the restart gives its own).
-fn check_shared_descriptors(dir: &std::path::Path, p: &ProcImage) -> Result<(), String> {
-    use cairn_ckpt::{
-        Xfd, XFD_CLOSE_UNMATCHED, XFD_ENDED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ,
-        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
-    };
-    let mut all: Vec<(String, Xfd)> = Vec::new();
-    for f in p.files() {
-        // Only images of the checkpoint library record them (another preload library's
-        // images, e.g. the coordinators' tests', are its own business).
-        let path = dir.join(&f.name);
-        if !cairn_ckpt::is_image(&path) {
-            continue;
-        }
-        let xfds = cairn_ckpt::read_xfds(&path).map_err(|e| format!("{}: {e}", f.who))?;
-        all.extend(xfds.into_iter().map(|x| (f.who.clone(), x)));
-    }
-    let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
-    let mut outside = Vec::new();
-    for (who, x) in &all {
-        // Files are reopened by path, eventfds made with their count, listeners bound again
-        // and terminal masters made with a new slave, and a pipe end whose other end nobody
-        // held comes back with it closed; the ends of pipes and connections, and terminal
-        // slaves, need their other end.
-        if matches!(x.kind, XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM)
-            || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO | XFD_ENDED) != 0
-        {
-            continue;
-        }
-        // An unconnected UDP socket is bound again, as a listener is.
-        if x.kind == XFD_UDP && x.size == 0 {
-            continue;
-        }
-        let (what, matched) = if x.kind == XFD_UDP {
-            (
-                format!(
-                    "a UDP socket (socket:[{}]) connected to socket:[{}]",
-                    x.ino, x.peer
-                ),
-                has(&|y: &Xfd| y.kind == XFD_UDP && y.ino == x.peer),
-            )
-        } else if x.kind == XFD_PTS {
-            (
-                format!("a pseudo-terminal (/dev/pts/{})", x.ino.saturating_sub(1)),
-                has(&|y: &Xfd| y.kind == XFD_PTM && y.ino == x.ino),
-            )
-        } else if x.kind == XFD_STREAM || x.kind == XFD_TCP {
-            let kind = x.kind;
-            (
-                format!(
-                    "{} (socket:[{}])",
-                    if kind == XFD_TCP {
-                        "a TCP connection"
-                    } else {
-                        "a connected Unix socket"
-                    },
-                    x.ino
-                ),
-                has(&|y: &Xfd| y.kind == kind && y.ino == x.peer),
-            )
-        } else {
-            let write = x.kind == XFD_PIPE_WRITE;
-            (
-                format!(
-                    "the {} end of a pipe (pipe:[{}])",
-                    if write { "write" } else { "read" },
-                    x.ino
-                ),
-                has(&|y: &Xfd| {
-                    matches!(y.kind, XFD_PIPE_READ | XFD_PIPE_WRITE)
-                        && y.ino == x.ino
-                        && (y.kind == XFD_PIPE_WRITE) != write
-                }),
-            )
-        };
-        if !matched {
-            outside.push(format!(
-                "{who}: fd {} is {what} whose other end is not held by a process of its tree",
-                x.fd
-            ));
-        }
-    }
-    if outside.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "{} (no process of proc {}'s tree holds the other end; with CAIRN_CKPT_EXTERNAL=close \
-         in the job's environment it comes back closed instead)",
-        outside.join("; "),
-        p.proc
-    ))
 }
 
 fn now_unix() -> u64 {
@@ -523,7 +417,7 @@ impl RootLoop {
                     let n = self.signal(sig);
                     tracing::info!("signal {sig} forwarded to {n} processes");
                 }
-                Some(Event::Spawn { .. } | Event::Reap) => {}
+                Some(Event::Spawn { .. } | Event::Reap | Event::Staging(_)) => {}
                 Some(Event::Begin(b)) => {
                     self.next_version = b.first_version;
                     self.last = b.last;
@@ -823,9 +717,6 @@ impl RootLoop {
                     "node {n}: the sub-coordinator's connection was lost{why} ({})",
                     named("proc", procs)
                 );
-                if let Some(c) = self.ckpt.as_mut().filter(|c| c.dir_created) {
-                    c.writers.push(format!("node {n} (lost)"));
-                }
                 match self.ckpt.as_ref().map(|c| c.phase) {
                     Some(Phase::Resume { .. }) => {
                         tracing::warn!("{report}");
@@ -870,7 +761,6 @@ impl RootLoop {
                     p.pid = msg.num("pid")?;
                     p.host = msg.get("host").unwrap_or("").to_string();
                     p.restarted = msg.get("restarted") == Some("1");
-                    self.drop_restart_stage();
                 } else {
                     p.state = match msg.get("status").and_then(|s| s.parse().ok()) {
                         Some(s) => ProcState::Exited(s),
@@ -915,7 +805,7 @@ impl RootLoop {
                 let who = msg.get("proc").unwrap_or("?");
                 self.request(None, format!("proc {who}"));
             }
-            Verb::Suspended | Verb::Written | Verb::Failed | Verb::Resumed => {
+            Verb::Suspended | Verb::Written | Verb::Image | Verb::Failed | Verb::Resumed => {
                 self.phase_answer(n, msg)?;
             }
             v => {
@@ -950,34 +840,48 @@ impl RootLoop {
                     return Ok(());
                 }
                 if msg.verb == Verb::Written {
-                    c.bytes[n] = Some(msg.num("bytes")?);
-                    for m in msg
-                        .get("members")
-                        .unwrap_or("")
-                        .split(',')
-                        .filter(|m| !m.is_empty())
-                    {
-                        let parsed = m
-                            .split_once('.')
-                            .and_then(|(i, ns)| {
-                                Some((i.parse::<usize>().ok()?, ns.parse::<u32>().ok()?))
-                            })
-                            .filter(|&(i, ns)| {
-                                ns > 1 && self.procs.get(i).is_some_and(|p| p.node == n)
-                            });
-                        let Some((i, ns)) = parsed else {
-                            self.fail(format!("node {n} named {m:?} among its processes' images"));
-                            return Ok(());
-                        };
-                        let c = self.ckpt.as_mut().expect("checked above");
-                        c.members.entry(i).or_default().push(ns);
+                    // Each image was reported on a line of its own before this (IMAGE).
+                    let reported = c
+                        .sizes
+                        .iter()
+                        .filter(|((i, _), _)| self.procs[*i].node == n)
+                        .fold((0usize, 0u64), |(k, b), (_, &len)| (k + 1, b + len));
+                    let images: usize = msg.num("images")?;
+                    let bytes: u64 = msg.num("bytes")?;
+                    if reported != (images, bytes) {
+                        self.fail(format!(
+                            "node {n} answered WRITTEN for {images} images of {bytes} bytes, \
+                             but reported {} of {}",
+                            reported.0, reported.1
+                        ));
+                        return Ok(());
                     }
+                    c.bytes[n] = Some(bytes);
                 }
                 self.answered(n);
             }
+            (Verb::Image, Phase::Write) => {
+                let i: usize = msg.num("proc")?;
+                // A member is a process of the tree other than its first: pid > 1 in the
+                // tree's namespace.
+                let ns: u32 = match msg.get("member") {
+                    Some(_) => msg.num::<u32>("member")?.max(1),
+                    None => 0,
+                };
+                if !self.procs.get(i).is_some_and(|p| p.node == n) || ns == 1 {
+                    self.fail(format!(
+                        "node {n} reported an image of proc {i} (process {ns}), not one of its own"
+                    ));
+                    return Ok(());
+                }
+                c.sizes.insert((i, ns), msg.num("bytes")?);
+            }
             (Verb::Resumed, Phase::Resume { .. }) => {
                 if let Some(w) = msg.get("writing") {
-                    c.writers.push(format!("node {n}: procs {w}"));
+                    tracing::info!(
+                        "checkpoint {v}: node {n}: procs {w} may still be writing; their \
+                         staging is left for later deletion"
+                    );
                 }
                 if let Some(m) = msg.get("missing") {
                     tracing::warn!(
@@ -1033,11 +937,9 @@ impl RootLoop {
             deadline: now + self.cfg.timeout,
             pending: BTreeSet::new(),
             bytes: vec![None; self.cfg.nodes],
-            members: BTreeMap::new(),
+            sizes: BTreeMap::new(),
             failures: Vec::new(),
             clients,
-            dir_created: false,
-            writers: Vec::new(),
             images: Vec::new(),
             total_bytes: 0,
             total_stored: 0,
@@ -1076,14 +978,8 @@ impl RootLoop {
         let v = c.version;
         let msg = match phase {
             Phase::Suspend => Msg::new(Verb::Suspend).arg("ckpt", v),
-            Phase::Write => {
-                c.dir_created = true;
-                if let Err(e) = self.cfg.staging.create_version(v) {
-                    return self.fail(format!("cannot create the staging directory: {e}"));
-                }
-                // Each node is told its own directory (see `per_node` below).
-                Msg::new(Verb::Write).arg("ckpt", v)
-            }
+            // Each node creates its own staging directory and tells its processes where.
+            Phase::Write => Msg::new(Verb::Write).arg("ckpt", v),
             Phase::Resume { ok } => Msg::new(Verb::Resume)
                 .arg("ckpt", v)
                 .arg("ok", u8::from(ok)),
@@ -1102,12 +998,6 @@ impl RootLoop {
                 continue;
             };
             let w = &mut self.peers.get_mut(&conn).expect("a node's peer").writer;
-            let msg = match phase {
-                Phase::Write => msg
-                    .clone()
-                    .arg("dir", self.cfg.staging.version_dir(n, v).display()),
-                _ => msg.clone(),
-            };
             if let Err(e) = crate::proto::send(w, &msg) {
                 tracing::warn!("node {n}: {e}");
                 // Its reader will see the connection end and report it.
@@ -1146,41 +1036,28 @@ impl RootLoop {
         }
     }
 
-    /// Every image is written: checks that each is there and that each node's byte count
-    /// matches its images, and records them.
+    /// Every node answered WRITTEN, having checked its own images where they are (each a
+    /// file of the length its process reported, with the descriptors its tree shares): the
+    /// images as the nodes reported them. Every process needs its own image.
     fn check_images(&mut self) -> Result<(), String> {
         let c = self.ckpt.as_ref().expect("a checkpoint runs");
         let mut images = Vec::with_capacity(self.procs.len());
-        let mut per_node = vec![0u64; self.nodes.len()];
-        // The length of an image a process reported written, which must be a file there.
-        let written = |path: &std::path::Path, who: String, node: usize| {
-            std::fs::symlink_metadata(path)
-                .ok()
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .ok_or_else(|| {
-                    format!(
-                        "{who} (node {node}) reported its image written, but {} is not there",
-                        path.display()
-                    )
-                })
-        };
         for (i, p) in self.procs.iter().enumerate() {
-            let dir = self.cfg.staging.version_dir(p.node, c.version);
-            let path = dir.join(manifest::image_name(i));
-            let bytes = written(&path, format!("proc {i}"), p.node)?;
-            per_node[p.node] += bytes;
-            let mut members = Vec::new();
-            for &ns in c.members.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
-                let path = dir.join(manifest::member_image_name(i, ns));
-                let bytes = written(&path, format!("proc {i}'s process {ns}"), p.node)?;
-                per_node[p.node] += bytes;
-                members.push(MemberImage {
-                    pid: ns,
+            let Some(&bytes) = c.sizes.get(&(i, 0)) else {
+                return Err(format!(
+                    "node {} answered WRITTEN without the image of proc {i}",
+                    p.node
+                ));
+            };
+            let members = c
+                .sizes
+                .range((i, 1)..(i + 1, 0))
+                .map(|(&(_, pid), &bytes)| MemberImage {
+                    pid,
                     bytes,
                     region: 0,
-                });
-            }
+                })
+                .collect();
             images.push(ProcImage {
                 proc: i,
                 node: p.node,
@@ -1192,19 +1069,8 @@ impl RootLoop {
                 members,
             });
         }
-        for (n, (&on_disk, reported)) in per_node.iter().zip(&c.bytes).enumerate() {
-            if Some(on_disk) != *reported {
-                return Err(format!(
-                    "node {n} reported {} bytes written, but its images hold {on_disk}",
-                    reported.unwrap_or(0)
-                ));
-            }
-        }
-        for p in &images {
-            check_shared_descriptors(&self.cfg.staging.version_dir(p.node, c.version), p)?;
-        }
         let c = self.ckpt.as_mut().expect("a checkpoint runs");
-        c.total_bytes = per_node.iter().sum();
+        c.total_bytes = c.sizes.values().sum();
         c.images = images;
         Ok(())
     }
@@ -1334,21 +1200,6 @@ impl RootLoop {
 
     /// Once every restored process has registered, their images are read: the restart's
     /// staging directories go.
-    fn drop_restart_stage(&mut self) {
-        let all_running = self.procs.iter().all(|p| p.state == ProcState::Running);
-        if let Some(b) = self
-            .begun
-            .as_mut()
-            .filter(|b| b.restart_staged && all_running)
-        {
-            b.restart_staged = false;
-            self.cfg.staging.remove_restart();
-        }
-    }
-
-    /// The checkpoint failed: record why and undo it (RESUME ok=0) unless nothing was sent
-    /// yet. A failure once the manifest is written changes nothing: the checkpoint is
-    /// complete.
     fn fail(&mut self, why: String) {
         let Some(c) = self.ckpt.as_mut() else { return };
         match c.phase {
@@ -1427,7 +1278,6 @@ impl RootLoop {
             let on_global = (self.begun.as_ref())
                 .map(|b| b.images.global_versions())
                 .unwrap_or_default();
-            self.cfg.staging.prune(c.version);
             let removed = manifest::prune(&self.cfg.job_dir, self.cfg.keep, &on_global, c.version);
             if !removed.is_empty() {
                 let removed = removed.iter().map(|&v| v as usize);
@@ -1452,16 +1302,6 @@ impl RootLoop {
                 if let Err(e) = manifest::remove_version(&self.cfg.job_dir, c.version) {
                     tracing::debug!("{e}");
                 }
-            }
-            if c.dir_created && c.writers.is_empty() {
-                self.cfg.staging.remove_version(c.version);
-            } else if c.dir_created {
-                tracing::info!(
-                    "checkpoint {}: its staging directories are left for later deletion: {} \
-                     may still be writing",
-                    c.version,
-                    c.writers.join(", ")
-                );
             }
             Msg::new(Verb::Done)
                 .arg("ckpt", c.version)

@@ -5,11 +5,14 @@
 //! is on the tier's file system, so the engine takes the file over where it lies
 //! (`cairn_core::part::write_part_files`) instead of copying it, and every byte of a full
 //! checkpoint is written once, by the process that owns it. With the shared-memory tier or
-//! no node-local tier the images are staged in `<dir>/<job>/stage/` and the engine copies
-//! them. Under either root, `v<N>/` holds the images of checkpoint N and `restart/` those a
-//! restart had the engine copy out (an image the engine kept where the process wrote it is
-//! read there). The engine's listings skip names starting with a dot, so `.launch` is never
-//! taken for a checkpoint name.
+//! no node-local tier the images are staged in `<dir>/<job>/stage/node<k>/` and the engine
+//! copies them. Under either root, `v<N>/` holds the images of checkpoint N and `restart/`
+//! those a restart had the engine copy out (an image the engine kept where the process wrote
+//! it is read there). The engine's listings skip names starting with a dot, so `.launch` is
+//! never taken for a checkpoint name.
+//!
+//! Each node's root is its sub-coordinator's alone: it creates, prunes and removes what is
+//! under it ([`Staging::of_node`]), on its own host, and no other process of the job does.
 
 use crate::error::{Error, Result};
 use cairn_core::{Config, NodeLocal};
@@ -22,9 +25,12 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Staging {
     roots: Vec<PathBuf>,
-    /// `<dir>/<job>/stage`: the root when the tier is not a directory, and where a job
-    /// staged before it was (cleared with the others).
+    /// `<dir>/<job>/stage`: above the roots when the tier is not a directory, and where a
+    /// job staged before it was (cleared with the others).
     shared: PathBuf,
+    /// Only this node's root is created, pruned and removed (a sub-coordinator's view).
+    #[serde(default)]
+    only: Option<usize>,
 }
 
 /// The directory of a restart's images under a staging root.
@@ -42,9 +48,31 @@ impl Staging {
                     .map(|k| local.join(format!("node{k}")).join(".launch").join(job))
                     .collect()
             }
-            NodeLocal::Mem | NodeLocal::None => vec![shared.clone(); nodes.max(1)],
+            NodeLocal::Mem | NodeLocal::None => (0..nodes.max(1))
+                .map(|k| shared.join(format!("node{k}")))
+                .collect(),
         };
-        Staging { roots, shared }
+        Staging {
+            roots,
+            shared,
+            only: None,
+        }
+    }
+
+    /// The view of node `node`'s sub-coordinator: every change touches its root only.
+    pub fn of_node(&self, node: usize) -> Staging {
+        Staging {
+            only: Some(node.min(self.roots.len() - 1)),
+            ..self.clone()
+        }
+    }
+
+    /// The nodes whose roots this view changes.
+    fn nodes(&self) -> std::ops::Range<usize> {
+        match self.only {
+            Some(k) => k..k + 1,
+            None => 0..self.roots.len(),
+        }
     }
 
     fn root(&self, node: usize) -> &Path {
@@ -61,24 +89,26 @@ impl Staging {
         self.root(node).join(RESTART)
     }
 
-    /// Every root once, and the shared one.
+    /// Every root of the view once, and for the whole job's view the shared one.
     fn all_roots(&self) -> BTreeSet<&Path> {
-        let mut all: BTreeSet<&Path> = self.roots.iter().map(PathBuf::as_path).collect();
-        all.insert(&self.shared);
+        let mut all: BTreeSet<&Path> = self.nodes().map(|k| self.roots[k].as_path()).collect();
+        if self.only.is_none() {
+            all.insert(&self.shared);
+        }
         all
     }
 
-    /// Creates the private directory of `version` on every node.
+    /// Creates the private directory of `version` on every node of the view.
     pub fn create_version(&self, version: u64) -> Result<()> {
-        for node in 0..self.roots.len() {
+        for node in self.nodes() {
             crate::jobdir::create_private_dir(&self.version_dir(node, version))?;
         }
         Ok(())
     }
 
-    /// Creates the private restart directory on every node.
+    /// Creates the private restart directory on every node of the view.
     pub fn create_restart(&self) -> Result<()> {
-        for node in 0..self.roots.len() {
+        for node in self.nodes() {
             crate::jobdir::create_private_dir(&self.restart_dir(node))?;
         }
         Ok(())
@@ -234,6 +264,32 @@ mod tests {
         cfg.local = None;
         cfg.local_mem = true;
         let s = Staging::new(&cfg, &job_dir, "j1", 2);
-        assert_eq!(s.version_dir(1, 7), job_dir.join("stage/v7"));
+        assert_eq!(s.version_dir(1, 7), job_dir.join("stage/node1/v7"));
+    }
+
+    #[test]
+    fn a_nodes_view_changes_its_own_root_only() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            local: None,
+            local_mem: true,
+            ..Config::default()
+        };
+        let job_dir = t.path().join("j1");
+        let all = Staging::new(&cfg, &job_dir, "j1", 2);
+        let (n0, n1) = (all.of_node(0), all.of_node(1));
+        n0.create_version(4).unwrap();
+        assert!(all.version_dir(0, 4).exists() && !all.version_dir(1, 4).exists());
+        n1.create_version(4).unwrap();
+        n1.create_restart().unwrap();
+        n0.remove_version(4);
+        assert!(!all.version_dir(0, 4).exists() && all.version_dir(1, 4).exists());
+        n0.remove_versions_all();
+        n0.remove_restart();
+        assert!(all.restart_dir(1).exists());
+        n0.clear().unwrap();
+        assert!(all.restart_dir(1).exists());
+        n1.clear().unwrap();
+        assert!(!all.restart_dir(1).exists() && all.version_dir(1, 4).exists());
     }
 }

@@ -492,6 +492,8 @@ impl Job {
                 args: vec!["coord-node".into()],
             },
             engine: engine_config(tmp),
+            hosts: Vec::new(),
+            agent: Vec::new(),
             init: None,
         }
     }
