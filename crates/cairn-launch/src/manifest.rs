@@ -226,6 +226,19 @@ pub fn image_name(proc: usize) -> String {
     format!("proc{proc}.img")
 }
 
+/// The images of process `proc`'s tree other than its own, from the lengths of a checkpoint's
+/// images keyed by (process, pid in its tree's namespace; 0 for its own image).
+pub fn members_of(sizes: &BTreeMap<(usize, u32), u64>, proc: usize) -> Vec<MemberImage> {
+    sizes
+        .range((proc, 1)..(proc + 1, 0))
+        .map(|(&(_, pid), &bytes)| MemberImage {
+            pid,
+            bytes,
+            region: 0,
+        })
+        .collect()
+}
+
 /// The image file name of the process with pid `pid` (in its tree's namespace) that process
 /// `proc` started.
 pub fn member_image_name(proc: usize, pid: u32) -> String {

@@ -10,7 +10,7 @@
 use crate::error::{bail, Error, ErrorKind, Result};
 use crate::hub::{self, deny, ranges, send_or_log, Acceptor, Event};
 use crate::jobdir::{check_job_id, Token};
-use crate::manifest::{MemberImage, ProcImage};
+use crate::manifest::ProcImage;
 use crate::proto::{Conn, Msg, Verb};
 use crate::spawn::Procs;
 use crate::stage::Staging;
@@ -904,15 +904,7 @@ impl NodeLoop {
                 bytes: size((i, 0)),
                 region: 0,
                 stored: 0,
-                members: ph
-                    .sizes
-                    .range((i, 1)..(i + 1, 0))
-                    .map(|(&(_, pid), &bytes)| MemberImage {
-                        pid,
-                        bytes,
-                        region: 0,
-                    })
-                    .collect(),
+                members: manifest::members_of(&ph.sizes, i),
             };
             if let Err(why) = crate::check::written(&dir, &tree) {
                 let slots: Vec<Slot> = ph

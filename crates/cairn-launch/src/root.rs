@@ -22,7 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hub::{self, deny, named, send_or_log, Acceptor, Event};
 use crate::images::{Stored, TreeImage};
 use crate::jobdir::Token;
-use crate::manifest::{self, LaunchRecord, Manifest, MemberImage, ProcImage};
+use crate::manifest::{self, LaunchRecord, Manifest, ProcImage};
 use crate::proto::{Msg, Verb};
 use crate::stage::Staging;
 use crate::{node_of, procs_of_node};
@@ -1049,15 +1049,7 @@ impl RootLoop {
                     p.node
                 ));
             };
-            let members = c
-                .sizes
-                .range((i, 1)..(i + 1, 0))
-                .map(|(&(_, pid), &bytes)| MemberImage {
-                    pid,
-                    bytes,
-                    region: 0,
-                })
-                .collect();
+            let members = manifest::members_of(&c.sizes, i);
             images.push(ProcImage {
                 proc: i,
                 node: p.node,
