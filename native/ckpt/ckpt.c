@@ -1092,6 +1092,23 @@ static int sock_opt(int fd, int opt)
     return v;
 }
 
+/* "ip:port" (IPv4) or "[ip]:port" (IPv6) of socket address sa, "" for another family. */
+static void addr_text(const uint8_t *sa, char *out, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "";
+    const struct sockaddr *a = (const void *)sa;
+    out[0] = 0;
+    if (a->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(out, len, "%s:%u", host, ntohs(in->sin_port));
+    } else if (a->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(out, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+    }
+}
+
 /* A socket's family and type, and its peer's address where it has one. */
 static void describe_socket(int fd, char *out, size_t len)
 {
@@ -1100,20 +1117,10 @@ static void describe_socket(int fd, char *out, size_t len)
     const char *t = type == SOCK_STREAM ? "stream" : type == SOCK_DGRAM ? "datagram" : type == SOCK_SEQPACKET ? "seqpacket" : "raw";
     struct sockaddr_storage a;
     socklen_t al = sizeof a;
-    char peer[INET6_ADDRSTRLEN + 8] = "";
+    char peer[INET6_ADDRSTRLEN + 16] = "", at[INET6_ADDRSTRLEN + 8];
     if (getpeername(fd, (struct sockaddr *)&a, &al) == 0) {
-        char host[INET6_ADDRSTRLEN] = "";
-        if (a.ss_family == AF_INET) {
-            struct sockaddr_in *in = (void *)&a;
-            inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-            snprintf(peer, sizeof peer, ", peer %s:%u", host, ntohs(in->sin_port));
-        } else if (a.ss_family == AF_INET6) {
-            struct sockaddr_in6 *in6 = (void *)&a;
-            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-            snprintf(peer, sizeof peer, ", peer [%s]:%u", host, ntohs(in6->sin6_port));
-        } else {
-            snprintf(peer, sizeof peer, ", connected");
-        }
+        addr_text((const uint8_t *)&a, at, sizeof at);
+        snprintf(peer, sizeof peer, at[0] ? ", peer %s" : ", connected", at);
     } else if (sock_opt(fd, SO_ACCEPTCONN)) {
         snprintf(peer, sizeof peer, ", listening");
     }
@@ -2386,6 +2393,15 @@ static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const
  * machine is that end. */
 static uint64_t tcp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_TCP, r->peer, r->local); }
 
+/* Whether TCP connection r leads to the job's coordinator (CAIRN_COORD_ADDR, numeric): a
+ * connection of Cairn's own, not the program's. */
+static int to_coordinator(const struct cairn_img_sock *r)
+{
+    char peer[INET6_ADDRSTRLEN + 8];
+    addr_text(r->peer, peer, sizeof peer);
+    return S.coord[0] && peer[0] && strcmp(peer, S.coord) == 0;
+}
+
 /* The bytes TCP socket fd was given to send that its peer has not received, once every byte
  * sent is acknowledged (settle_tcp waited for that): those not sent yet, held back by a full
  * receive buffer at the peer. -1 while bytes sent are still unacknowledged, -2 for a socket
@@ -2570,22 +2586,34 @@ static void census_tcp(void)
             unrestorable("fd %d is a socket (%s; %s) whose addresses could not be read", e->fd, what, e->target);
             continue;
         }
-        e->peer = info[0] == TCP_ESTABLISHED ? tcp_peer(&r) : 0;
-        if (!e->peer) {
+        int established = info[0] == TCP_ESTABLISHED;
+        if (established && to_coordinator(&r)) {
+            /* Cairn's own (cairn rsh asking its sub-coordinator): it comes back closed, and
+             * the program that made it asks again. */
+            struct fd_rec *f = new_record(e->fd, FD_CLOSED_SOCK, e->target);
+            if (f) {
+                f->sock_type = SOCK_STREAM;
+                S.nfds++;
+            }
+            continue;
+        }
+        e->peer = established ? tcp_peer(&r) : 0;
+        /* No socket of this machine is its other end: one on another host, which the root
+         * looks for among the job's processes (CAIRN_XFD_REMOTE). */
+        int remote = established && !e->peer;
+        if (!e->peer && !remote) {
             if (S.close_external)
                 come_back_closed(e->fd, 1, e->target);
-            else if (info[0] != TCP_ESTABLISHED)
+            else
                 unrestorable("fd %d is a socket (%s; %s) that is half closed or closing (TCP state %u); "
                              "only established connections come back",
                              e->fd, what, e->target, info[0]);
-            else
-                unrestorable("fd %d is a socket (%s; %s) whose peer is not on this machine", e->fd, what, e->target);
             continue;
         }
         int first = 1;
         for (int j = 0; j < i && first; j++)
             first = tcp_ends[j].ino != e->ino;
-        struct cairn_img_xfd *x = new_xfd(e->fd, CAIRN_XFD_TCP, e->ino, e->peer);
+        struct cairn_img_xfd *x = new_xfd(e->fd, remote ? CAIRN_XFD_REMOTE : CAIRN_XFD_TCP, e->ino, e->peer);
         if (!x)
             return;
         x->how = S.close_external ? CAIRN_XFD_CLOSE_UNMATCHED : 0;
@@ -3378,6 +3406,464 @@ static void closed_end(const struct fd_rec *f)
     fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
 }
 
+/* ---- TCP connections to other hosts, connected again after a restart -------------------- */
+
+/* A TCP connection whose other end is a process of the job on another host
+ * (CAIRN_XFD_REMOTE) is made again once both processes run again, through the coordinators:
+ * the end whose address sorts first listens on a port of its host and says so (LISTEN); the
+ * other asks where (SEEK), connects, and names the connection. Then each end sends the other
+ * the bytes that had been waiting at it, which the other sends back into the new
+ * connection, followed by those it had sent that had not arrived: each end's stream goes on
+ * where it stopped. The connection's key is its two addresses at the checkpoint, lower
+ * first. A connection whose other end was not in the job (CAIRN_CKPT_EXTERNAL=close) comes
+ * back closed (NONE). */
+static void encode(const char *s, char *out, size_t len);
+static void field(const char *line, const char *key, char *out, size_t len);
+
+#define MEET_LIMIT_NS (120 * 1000000000ll)
+#define MEET_MAGIC "CAIRNRM1"
+#define MEET_KEY_MAX (2 * (INET6_ADDRSTRLEN + 8) + 2)
+
+enum { R_WAIT, R_CONNECTING, R_GREET, R_BYTES, R_WRITE, R_DONE, R_CLOSED };
+
+static struct remote_end {
+    const struct cairn_img_xfd *x; /* the first record of its socket in this process */
+    struct cairn_img_sock r;
+    const uint8_t *recv, *unsent;  /* the bytes that waited at it; those it had sent */
+    char key[MEET_KEY_MAX];
+    int listens;
+    int lfd, fd, state;
+    /* What it sends first (its greeting), and what it reads: the other end's greeting, then
+     * the bytes that had waited there, which it sends back after its own unsent bytes. */
+    uint8_t out[8 + 4 + MEET_KEY_MAX + 8];
+    size_t out_len, out_done;
+    uint64_t recv_done;            /* of its own waiting bytes, sent to the other end */
+    uint8_t in[8 + 4 + MEET_KEY_MAX + 8];
+    size_t in_len, in_got;
+    uint8_t *theirs;               /* the other end's waiting bytes (mapped) */
+    uint64_t theirs_len, theirs_got, back_done, unsent_done;
+} *rends;
+static int nrends;
+
+/* The socket address written as addr_text writes it, or -1. */
+static int parse_addr(const char *text, struct sockaddr_storage *sa, socklen_t *len)
+{
+    char host[INET6_ADDRSTRLEN + 2];
+    const char *colon = strrchr(text, ':');
+    if (!colon || (size_t)(colon - text) >= sizeof host)
+        return -1;
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = 0;
+    int port = atoi(colon + 1);
+    memset(sa, 0, sizeof *sa);
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        host[strlen(host) - 1] = 0;
+        struct sockaddr_in6 *in6 = (void *)sa;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        *len = sizeof *in6;
+        return inet_pton(AF_INET6, host + 1, &in6->sin6_addr) == 1 ? 0 : -1;
+    }
+    struct sockaddr_in *in = (void *)sa;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    *len = sizeof *in;
+    return inet_pton(AF_INET, host, &in->sin_addr) == 1 ? 0 : -1;
+}
+
+/* A new socket of the end's family, above every descriptor number the process had (so that
+ * placing one end cannot close another's), non-blocking, with room for `need` bytes each way
+ * (set before it connects or listens: the window is agreed then). */
+static int remote_socket(const struct remote_end *e, uint64_t need)
+{
+    int s = socket((int)e->r.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -1;
+    int high = fcntl(s, F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
+    close(s);
+    if (high < 0)
+        return -1;
+    int size = need > (1u << 29) ? 1 << 30 : (int)(2 * need + (256 << 10));
+    for (int rcv = 0; rcv < 2; rcv++)
+        if (setsockopt(high, SOL_SOCKET, rcv ? SO_RCVBUFFORCE : SO_SNDBUFFORCE, &size, sizeof size) != 0)
+            setsockopt(high, SOL_SOCKET, rcv ? SO_RCVBUF : SO_SNDBUF, &size, sizeof size);
+    return high;
+}
+
+/* The bytes end e moves, for its buffers: its own waiting and unsent bytes, twice over. */
+static uint64_t remote_need(const struct remote_end *e) { return 2 * (e->r.recv_len + e->r.send_len); }
+
+/* Puts the connection of end e at every descriptor number its socket had, with the flags and
+ * options each had, and closes the working copy. */
+static void remote_place(struct remote_end *e)
+{
+    int one = 1;
+    if (e->r.opts & CAIRN_SOCK_NODELAY)
+        setsockopt(e->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (e->r.opts & CAIRN_SOCK_KEEPALIVE)
+        setsockopt(e->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    for (int i = 0; i < nxfds; i++) {
+        const struct cairn_img_xfd *x = &xfds[i];
+        if (x->kind != CAIRN_XFD_REMOTE || x->ino != e->x->ino)
+            continue;
+        if (dup3(e->fd, x->fd, x->cloexec ? O_CLOEXEC : 0) < 0)
+            say("cannot put the connection to %s at fd %d: %s", e->key, x->fd, strerror(errno));
+        fcntl(x->fd, F_SETFL, x->flags & O_NONBLOCK);
+    }
+    close(e->fd);
+    e->fd = -1;
+}
+
+/* End e comes back closed: reads see end-of-file, writes fail with EPIPE. */
+static void remote_closed(struct remote_end *e)
+{
+    int ends[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
+        return;
+    close(ends[1]);
+    e->fd = fcntl(ends[0], F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
+    close(ends[0]);
+    if (e->fd >= 0)
+        remote_place(e);
+    if (e->lfd >= 0)
+        close(e->lfd);
+    e->lfd = -1;
+    e->state = R_CLOSED;
+}
+
+/* Starts the exchange on e's new connection: the greeting goes out; the other end's is read. */
+static void remote_greet(struct remote_end *e)
+{
+    size_t k = strlen(e->key), o = 0;
+    memcpy(e->out, MEET_MAGIC, 8);
+    o = 8;
+    if (!e->listens) {
+        /* The connecting end names the connection. */
+        uint32_t kl = (uint32_t)k;
+        memcpy(e->out + o, &kl, 4);
+        memcpy(e->out + o + 4, e->key, k);
+        o += 4 + k;
+    }
+    memcpy(e->out + o, &e->r.recv_len, 8);
+    e->out_len = o + 8;
+    e->out_done = 0;
+    e->recv_done = e->back_done = e->unsent_done = 0;
+    /* The listening end reads magic, key length, key and count; the other magic and count. */
+    e->in_len = e->listens ? 8 + 4 : 8 + 8;
+    e->in_got = 0;
+    e->state = R_GREET;
+}
+
+/* Sends what e has to send next, as far as the socket takes it: its greeting, its own
+ * waiting bytes (for the other end to send back), then, once the other end's waiting bytes
+ * are all in, those back, then its unsent bytes. -1 when the connection failed. */
+static int remote_send(struct remote_end *e)
+{
+    for (;;) {
+        const uint8_t *p;
+        uint64_t left, *done = NULL;
+        if (e->out_done < e->out_len) {
+            p = e->out + e->out_done, left = e->out_len - e->out_done;
+        } else if (e->recv_done < e->r.recv_len) {
+            p = e->recv + e->recv_done, left = e->r.recv_len - e->recv_done, done = &e->recv_done;
+        } else if (e->state == R_WRITE && e->back_done < e->theirs_len) {
+            p = e->theirs + e->back_done, left = e->theirs_len - e->back_done, done = &e->back_done;
+        } else if (e->state == R_WRITE && e->unsent_done < e->r.send_len) {
+            p = e->unsent + e->unsent_done, left = e->r.send_len - e->unsent_done, done = &e->unsent_done;
+        } else {
+            return 0;
+        }
+        ssize_t n = send(e->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        if (!done)
+            e->out_done += (size_t)n;
+        else
+            *done += (uint64_t)n;
+    }
+}
+
+/* Reads what e expects next: the other end's greeting, then its waiting bytes. Reads
+ * nothing beyond them: what follows is the program's. -1 when the connection failed or the
+ * greeting is wrong. */
+static int remote_recv(struct remote_end *e)
+{
+    for (;;) {
+        uint8_t *p;
+        uint64_t want;
+        if (e->state == R_GREET)
+            p = e->in + e->in_got, want = e->in_len - e->in_got;
+        else if (e->state == R_BYTES)
+            p = e->theirs + e->theirs_got, want = e->theirs_len - e->theirs_got;
+        else
+            return 0;
+        ssize_t n = want ? recv(e->fd, p, want, MSG_DONTWAIT) : 0;
+        if (want && n == 0)
+            return -1;
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        if (e->state == R_BYTES) {
+            e->theirs_got += (uint64_t)n;
+            if (e->theirs_got == e->theirs_len)
+                e->state = R_WRITE;
+            continue;
+        }
+        e->in_got += (size_t)n;
+        if (e->in_got < e->in_len)
+            continue;
+        if (memcmp(e->in, MEET_MAGIC, 8) != 0)
+            return -1;
+        if (e->listens && e->in_len == 8 + 4) {
+            uint32_t kl;
+            memcpy(&kl, e->in + 8, 4);
+            if (kl != strlen(e->key))
+                return -1;
+            e->in_len += kl + 8;
+            continue;
+        }
+        if (e->listens && memcmp(e->in + 12, e->key, strlen(e->key)) != 0)
+            return -1;
+        memcpy(&e->theirs_len, e->in + e->in_len - 8, 8);
+        if (e->theirs_len > (1ull << 31))
+            return -1;
+        if (e->theirs_len) {
+            e->theirs = mmap(NULL, e->theirs_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (e->theirs == MAP_FAILED) {
+                e->theirs = NULL;
+                return -1;
+            }
+        }
+        e->theirs_got = 0;
+        e->state = e->theirs_len ? R_BYTES : R_WRITE;
+    }
+}
+
+/* The connection of end e failed: a listening end waits for the next try, a connecting end
+ * gives up (its restart says so). */
+static void remote_drop(struct remote_end *e, const char *why)
+{
+    say("restart: the connection to %s: %s", e->key, why);
+    if (e->fd >= 0)
+        close(e->fd);
+    e->fd = -1;
+    if (e->theirs)
+        munmap(e->theirs, e->theirs_len);
+    e->theirs = NULL;
+    e->state = e->listens ? R_WAIT : R_DONE;
+}
+
+/* One line from the coordinator's MEET answer: where to connect (PEER), or that the
+ * connection comes back closed (NONE). */
+static void remote_answer(const char *line)
+{
+    char key[MEET_KEY_MAX], addr[INET6_ADDRSTRLEN + 16];
+    field(line, "key", key, sizeof key);
+    for (int i = 0; i < nrends; i++) {
+        struct remote_end *e = &rends[i];
+        if (strcmp(e->key, key) != 0 || e->state != R_WAIT)
+            continue;
+        if (strncmp(line, "NONE ", 5) == 0) {
+            say("restart: the connection to %s comes back closed: its other end is not in the job", e->key);
+            remote_closed(e);
+        } else if (strncmp(line, "PEER ", 5) == 0 && !e->listens) {
+            struct sockaddr_storage sa;
+            socklen_t sl;
+            field(line, "addr", addr, sizeof addr);
+            e->fd = parse_addr(addr, &sa, &sl) == 0 ? remote_socket(e, remote_need(e)) : -1;
+            if (e->fd < 0 || (connect(e->fd, (struct sockaddr *)&sa, sl) != 0 && errno != EINPROGRESS)) {
+                remote_drop(e, strerror(errno));
+                continue;
+            }
+            e->state = R_CONNECTING;
+        }
+    }
+}
+
+/* Every connection of this process to another host's process, made again (see above). */
+static void remote_again(void)
+{
+    nrends = 0;
+    for (int i = 0; i < nxfds; i++)
+        nrends += xfds[i].kind == CAIRN_XFD_REMOTE;
+    if (!nrends)
+        return;
+    size_t bytes = (size_t)nrends * sizeof *rends;
+    rends = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (rends == MAP_FAILED) {
+        say("restart: no memory to connect %d connections to other hosts again", nrends);
+        return;
+    }
+    nrends = 0;
+    for (int i = 0; i < nxfds; i++) {
+        const struct cairn_img_xfd *x = &xfds[i];
+        int first = x->kind == CAIRN_XFD_REMOTE;
+        for (int j = 0; j < nrends && first; j++)
+            first = rends[j].x->ino != x->ino;
+        if (!first)
+            continue;
+        struct remote_end *e = &rends[nrends++];
+        e->x = x;
+        memcpy(&e->r, inflight + x->data_off, sizeof e->r);
+        e->recv = (const uint8_t *)inflight + x->data_off + sizeof e->r;
+        e->unsent = e->recv + e->r.recv_len;
+        char lo[INET6_ADDRSTRLEN + 8], hi[INET6_ADDRSTRLEN + 8];
+        addr_text(e->r.local, lo, sizeof lo);
+        addr_text(e->r.peer, hi, sizeof hi);
+        e->listens = strcmp(lo, hi) < 0;
+        snprintf(e->key, sizeof e->key, "%s,%s", e->listens ? lo : hi, e->listens ? hi : lo);
+        e->lfd = e->fd = -1;
+    }
+    /* The coordinator: the node's sub-coordinator this process belongs to now. */
+    struct sockaddr_storage ca;
+    socklen_t cl;
+    int c = -1;
+    if (parse_addr(CONTROL.coord_addr, &ca, &cl) == 0 && (c = socket(ca.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        connect(c, (struct sockaddr *)&ca, cl) != 0) {
+        close(c);
+        c = -1;
+    }
+    char job[384];
+    encode(S.job, job, sizeof job);
+    FILE *out = c >= 0 ? fdopen(dup(c), "w") : NULL;
+    if (!out) {
+        say("restart: cannot reach the coordinator at %s to connect %d connections to other hosts again; "
+            "they come back unconnected", CONTROL.coord_addr, nrends);
+        if (c >= 0)
+            close(c);
+        munmap(rends, bytes);
+        return;
+    }
+    fprintf(out, "MEET token=%s job=%s proc=%d\n", CONTROL.token, job, CONTROL.proc);
+    for (int i = 0; i < nrends; i++) {
+        struct remote_end *e = &rends[i];
+        char key[3 * MEET_KEY_MAX];
+        encode(e->key, key, sizeof key);
+        int close_unmatched = (e->x->how & CAIRN_XFD_CLOSE_UNMATCHED) != 0;
+        if (!e->listens) {
+            fprintf(out, "SEEK key=%s close=%d\n", key, close_unmatched);
+            continue;
+        }
+        struct sockaddr_storage any = {.ss_family = (sa_family_t)e->r.family};
+        e->lfd = remote_socket(e, remote_need(e));
+        if (e->lfd < 0 ||
+            bind(e->lfd, (struct sockaddr *)&any, e->r.family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                          : sizeof(struct sockaddr_in)) != 0 ||
+            listen(e->lfd, 4) != 0) {
+            say("restart: cannot listen for the connection to %s again: %s", e->key, strerror(errno));
+            e->state = R_DONE;
+            continue;
+        }
+        struct sockaddr_storage at;
+        socklen_t al = sizeof at;
+        getsockname(e->lfd, (struct sockaddr *)&at, &al);
+        unsigned port = ntohs(at.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&at)->sin6_port
+                                                       : ((struct sockaddr_in *)&at)->sin_port);
+        fprintf(out, "LISTEN key=%s port=%u close=%d\n", key, port, close_unmatched);
+    }
+    fclose(out);
+    char lines[4096];
+    size_t have = 0;
+    int64_t deadline = mono_ns() + MEET_LIMIT_NS;
+    int made = 0;
+    struct pollfd *p = mmap(NULL, (size_t)(nrends + 1) * sizeof *p, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < nrends; i++) {
+            struct remote_end *e = &rends[i];
+            int more = e->out_done < e->out_len || e->recv_done < e->r.recv_len ||
+                       (e->state == R_WRITE && (e->back_done < e->theirs_len || e->unsent_done < e->r.send_len));
+            if (e->state == R_WRITE && !more) {
+                remote_place(e);
+                made++;
+                if (e->theirs)
+                    munmap(e->theirs, e->theirs_len);
+                e->theirs = NULL;
+                if (e->lfd >= 0)
+                    close(e->lfd);
+                e->lfd = -1;
+                e->state = R_DONE;
+            }
+            busy |= e->state < R_DONE;
+            p[i].fd = e->state == R_WAIT ? e->lfd : e->state < R_DONE ? e->fd : -1;
+            p[i].events = e->state == R_WAIT ? POLLIN
+                          : e->state == R_CONNECTING ? POLLOUT
+                                                     : POLLIN | (more ? POLLOUT : 0);
+            p[i].revents = 0;
+        }
+        if (!busy || mono_ns() > deadline)
+            break;
+        p[nrends] = (struct pollfd){c, POLLIN, 0};
+        if (poll(p, (nfds_t)nrends + 1, 1000) < 0 && errno != EINTR)
+            break;
+        if (p[nrends].revents) {
+            ssize_t n = read(c, lines + have, sizeof lines - 1 - have);
+            if (n <= 0) {
+                close(c);
+                c = -1;
+            } else {
+                have += (size_t)n;
+                lines[have] = 0;
+                char *nl;
+                while ((nl = memchr(lines, '\n', have))) {
+                    *nl = 0;
+                    remote_answer(lines);
+                    have -= (size_t)(nl + 1 - lines);
+                    memmove(lines, nl + 1, have);
+                }
+            }
+        }
+        for (int i = 0; i < nrends; i++) {
+            struct remote_end *e = &rends[i];
+            if (!p[i].revents)
+                continue;
+            if (e->state == R_WAIT) {
+                e->fd = accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (e->fd >= 0) {
+                    int high = fcntl(e->fd, F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
+                    close(e->fd);
+                    e->fd = high;
+                    remote_greet(e);
+                }
+                continue;
+            }
+            if (e->state == R_CONNECTING) {
+                int err = 0;
+                socklen_t el = sizeof err;
+                getsockopt(e->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+                if (err) {
+                    remote_drop(e, strerror(err));
+                    continue;
+                }
+                remote_greet(e);
+            }
+            if (remote_recv(e) != 0 || remote_send(e) != 0)
+                remote_drop(e, "it failed while its bytes in flight were exchanged");
+        }
+    }
+    for (int i = 0; i < nrends; i++) {
+        struct remote_end *e = &rends[i];
+        if (e->state < R_DONE)
+            say("restart: the connection to %s could not be made again within %lld s; fd %d comes back "
+                "unconnected", e->key, MEET_LIMIT_NS / 1000000000ll, e->x->fd);
+        if (e->fd >= 0)
+            close(e->fd);
+        if (e->lfd >= 0)
+            close(e->lfd);
+        if (e->theirs)
+            munmap(e->theirs, e->theirs_len);
+    }
+    if (c >= 0)
+        close(c);
+    if (S.verbose)
+        say("restart: %d of %d connections to other hosts made again in %.3f s", made, nrends,
+            (mono_ns() - (deadline - MEET_LIMIT_NS)) / 1e9);
+    munmap(p, (size_t)(nrends + 1) * sizeof *p);
+    munmap(rends, bytes);
+    rends = NULL;
+    nrends = 0;
+}
+
 /* The processes of a tree restored together wait for each other here, once their own
  * descriptors are back, before any of them runs the program again (image.h). */
 static void tree_barrier(void)
@@ -3461,6 +3947,8 @@ static void resume_process(void)
         if (!(f->flags & O_APPEND) && f->offset > 0)
             lseek(f->fd, f->offset, SEEK_SET);
     }
+    /* Before the epoll sets: each watches the descriptions its descriptors lead to. */
+    remote_again();
     for (int i = 0; i < S.nfds; i++)
         if (S.fds[i].kind == FD_EPOLL)
             anon_again(&S.fds[i]);

@@ -196,6 +196,12 @@ struct cairn_img_ipc {
                                 * data a struct cairn_img_sock, then (recv_len bytes) the
                                 * datagrams waiting at it, each a struct cairn_img_datagram and
                                 * its bytes */
+#define CAIRN_XFD_REMOTE 11u   /* a connected TCP socket whose other end is not on this machine
+                                * (another host's, in another tree of the job: the root checks
+                                * that some process of the job holds it): its data as for
+                                * CAIRN_XFD_TCP. The restorer puts an unconnected socket at its
+                                * number; the library connects the two ends again through the
+                                * coordinators (MEET) once the process runs again */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */

@@ -1169,7 +1169,8 @@ static int nx;
 
 static struct object {
     uint32_t kind;  /* CAIRN_XFD_PIPE_READ for a pipe, CAIRN_XFD_STREAM for a socket pair,
-                     * CAIRN_XFD_TCP for a connection, CAIRN_XFD_LISTEN, CAIRN_XFD_FILE,
+                     * CAIRN_XFD_TCP for a connection, CAIRN_XFD_REMOTE for one to another
+                     * host, CAIRN_XFD_LISTEN, CAIRN_XFD_FILE,
                      * CAIRN_XFD_EVENT */
     u64 a, b;       /* the pipe's, listener's or file's inode; the two ends' socket inodes */
     int has[2];     /* pipe: a read end, a write end held in the tree; pair: end a, end b */
@@ -1877,6 +1878,20 @@ static void make_objects(void)
         }
         if (o->kind == CAIRN_XFD_PTM) {
             make_pty(k);
+            continue;
+        }
+        if (o->kind == CAIRN_XFD_REMOTE) {
+            /* A connection to another host's process: an unconnected socket of its family
+             * holds its number until the library, running again, connects it (MEET). */
+            for (int i = 0; i < nx; i++)
+                if (X[i].object == k) {
+                    struct cairn_img_sock s;
+                    sock_of(&X[i], &s);
+                    if (put_at(sys3(SYS_socket, s.family, SOCK_STREAM, 0), xbase + 2 * k) < 0)
+                        fail(5, "cairn-restore: cannot hold the place of a connection to another host "
+                                "(too many open files?)");
+                    break;
+                }
             continue;
         }
         /* A connection with one end in the tree (CAIRN_CKPT_EXTERNAL=close) is a socket pair

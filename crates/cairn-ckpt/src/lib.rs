@@ -267,6 +267,10 @@ pub const XFD_EVENT: u32 = 9;
 /// A UDP socket (`size` 1 if connected; `peer` then the inode of the socket receiving what it
 /// sends).
 pub const XFD_UDP: u32 = 10;
+/// A connected TCP socket whose other end is on another host (made again through the
+/// coordinators once both ends run again; the root checks that a process of the job holds
+/// that end).
+pub const XFD_REMOTE: u32 = 11;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;
@@ -328,6 +332,101 @@ pub fn read_xfds(path: &Path) -> std::io::Result<Vec<Xfd>> {
         // SAFETY: Xfd is plain old data of exactly this size; read_unaligned copies it out.
         .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const Xfd) })
         .collect())
+}
+
+/// A connection to another host an image records ([`XFD_REMOTE`]): its descriptor, its
+/// socket's inode, and its two addresses at the checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteEnd {
+    pub fd: i32,
+    pub ino: u64,
+    pub local: std::net::SocketAddr,
+    pub peer: std::net::SocketAddr,
+    /// `CAIRN_CKPT_EXTERNAL=close`: with no process of the job at the other end, it comes
+    /// back closed.
+    pub close: bool,
+}
+
+/// The bytes of `struct cairn_img_sock` (native/ckpt/image.h) before its addresses, and
+/// each address's room.
+const SOCK_HEAD: usize = 24;
+const SOCK_ADDR: usize = 112;
+
+/// The socket address of a `struct sockaddr_in` or `sockaddr_in6` as the kernel wrote it.
+fn sockaddr(b: &[u8]) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    let family = u16::from_ne_bytes([b[0], b[1]]);
+    let port = u16::from_be_bytes([b[2], b[3]]);
+    match i32::from(family) {
+        libc::AF_INET => Some(SocketAddr::from((
+            Ipv4Addr::new(b[4], b[5], b[6], b[7]),
+            port,
+        ))),
+        libc::AF_INET6 => {
+            let ip: [u8; 16] = b[8..24].try_into().ok()?;
+            Some(SocketAddr::from((Ipv6Addr::from(ip), port)))
+        }
+        _ => None,
+    }
+}
+
+/// The connections to other hosts an image records, each checked to lie within the file.
+pub fn read_remote_ends(path: &Path) -> std::io::Result<Vec<RemoteEnd>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let xfds = read_xfds(path)?;
+    if !xfds.iter().any(|x| x.kind == XFD_REMOTE) {
+        return Ok(Vec::new());
+    }
+    let h = read_header(path)?;
+    // read_xfds checked that the table and its data lie within the file.
+    let data = h.xfds_off + u64::from(h.nxfds) * std::mem::size_of::<Xfd>() as u64;
+    let bad = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {why}", path.display()),
+        )
+    };
+    let mut f = std::fs::File::open(path)?;
+    let mut out = Vec::new();
+    for x in xfds.iter().filter(|x| x.kind == XFD_REMOTE) {
+        let mut rec = [0u8; SOCK_HEAD + 2 * SOCK_ADDR];
+        if x.data_len < rec.len() as u64 || x.data_off.saturating_add(x.data_len) > h.xdata_len {
+            return Err(bad(format!(
+                "the record of fd {}'s connection is damaged",
+                x.fd
+            )));
+        }
+        f.seek(SeekFrom::Start(data + x.data_off))?;
+        f.read_exact(&mut rec)?;
+        let (local, peer) = (
+            sockaddr(&rec[SOCK_HEAD..SOCK_HEAD + SOCK_ADDR]),
+            sockaddr(&rec[SOCK_HEAD + SOCK_ADDR..]),
+        );
+        let (Some(local), Some(peer)) = (local, peer) else {
+            return Err(bad(format!(
+                "fd {}'s connection has no IPv4 or IPv6 addresses",
+                x.fd
+            )));
+        };
+        out.push(RemoteEnd {
+            fd: x.fd,
+            ino: x.ino,
+            local,
+            peer,
+            close: x.how & XFD_CLOSE_UNMATCHED != 0,
+        });
+    }
+    Ok(out)
+}
+
+/// The name both ends of a TCP connection give it: its two addresses (`1.2.3.4:5`,
+/// `[::1]:5`), the lower as text first, as the checkpoint library writes it.
+pub fn connection_key(a: &str, b: &str) -> String {
+    if a < b {
+        format!("{a},{b}")
+    } else {
+        format!("{b},{a}")
+    }
 }
 
 fn find(env: &str, name: &str, built: &str) -> Option<PathBuf> {

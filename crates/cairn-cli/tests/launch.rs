@@ -8,6 +8,7 @@
 
 use rustix::process::Signal;
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -2153,8 +2154,11 @@ impl NsHosts {
 
     /// `None`, saying why, where namespaces cannot be made (not root, no `ip`).
     fn up(t: &Path) -> Option<NsHosts> {
-        let tag = std::process::id() % 10_000;
-        let subnet = format!("10.199.{}", std::process::id() % 250);
+        // Unique per test: the tests of this binary run side by side.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = (std::process::id() % 1000) * 10 + k % 10;
+        let subnet = format!("10.{}.{}", 190 + k % 10, std::process::id() % 250);
         let hosts = NsHosts {
             bridge: format!("cb{tag}"),
             names: vec![format!("cn{tag}a"), format!("cn{tag}b")],
@@ -2185,6 +2189,92 @@ impl NsHosts {
         c
     }
 
+    /// `cairn launch` of `n` processes of `cmd` as job `job`, its nodes on these hosts
+    /// (started by `nshost run`), with `env` added to the job's environment, its messages
+    /// in `<t>/job.log`.
+    fn launch(
+        &self,
+        config: &Path,
+        t: &Path,
+        job: &str,
+        (n, env): (usize, &[(&str, &str)]),
+        cmd: &[&OsStr],
+    ) -> Running {
+        let agent = format!("{} run", Self::tool().display());
+        let host_list = self.names.join(",");
+        let n = n.to_string();
+        let args = [
+            "launch", "--job", job, "-n", &n, "--hosts", &host_list, "--agent", &agent,
+        ];
+        Running(
+            self.cairn(config, &args)
+                .arg("--dir")
+                .arg(t.join("imgs"))
+                .arg("--")
+                .args(cmd)
+                .envs(env.iter().copied())
+                .stderr(job_log(t))
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// `cairn restart` of the job in `<t>/imgs` on these hosts, its messages in
+    /// `<t>/restart<cycle>.log`.
+    fn restart(&self, config: &Path, t: &Path, cycle: u64) -> Running {
+        Running(
+            self.cairn(config, &["restart"])
+                .arg("--dir")
+                .arg(t.join("imgs"))
+                .stderr(std::fs::File::create(t.join(format!("restart{cycle}.log"))).unwrap())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// A scratch directory, two hosts, and a configuration with each node's data in its
+    /// host's node-local directory and partner copies across the hosts; `None` (saying why)
+    /// where the library is not built or hosts cannot be made.
+    fn with_partner_copies() -> Option<(tempfile::TempDir, NsHosts, PathBuf)> {
+        if !real_tools() {
+            return None;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let hosts = NsHosts::up(t.path())?;
+        let config = write_config(
+            t.path(),
+            "/var/tmp/cairn-node",
+            "[redundancy]\nscheme = \"partner\"\n[checkpoint]\nfinalize = false\n",
+        );
+        Some((t, hosts, config))
+    }
+
+    /// Three cycles of the running job `job` of `procs` processes: `checkpoint(cycle)` (which
+    /// waits for progress, checkpoints and checks), then every process killed and the job
+    /// restarted; before the third restart host 1's storage is wiped. Returns the job
+    /// running after the third restart.
+    fn three_cycles(
+        &self,
+        config: &Path,
+        t: &Path,
+        (mut job, procs): (Running, usize),
+        checkpoint: &mut dyn FnMut(u64),
+    ) -> Running {
+        let mut pids = running_pids(t, procs);
+        for cycle in 1..=3u64 {
+            checkpoint(cycle);
+            kill9_all(&pids);
+            let st = wait_child(&mut job.0, 60);
+            assert!(!st.success(), "{st}");
+            if cycle == 3 {
+                self.wipe(1);
+            }
+            job = self.restart(config, t, cycle);
+            pids = running_pids(t, procs);
+        }
+        job
+    }
+
     /// Loses host `k`: its storage is wiped (its processes are already dead).
     fn wipe(&self, k: usize) {
         for d in ["shm", "node"] {
@@ -2211,46 +2301,26 @@ impl Drop for NsHosts {
 /// time with one host's storage wiped, and the counters end bit-exact.
 #[test]
 fn real_library_a_job_across_two_namespace_hosts_restarts_three_times_and_after_a_host_is_lost() {
-    if !real_tools() {
-        return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let Some(hosts) = NsHosts::up(t.path()) else {
+    let Some((t, hosts, config)) = NsHosts::with_partner_copies() else {
         return;
     };
-    let config = write_config(
-        t.path(),
-        "/var/tmp/cairn-node",
-        "[redundancy]\nscheme = \"partner\"\n[checkpoint]\nfinalize = false\n",
-    );
     let steps = 3000u64;
     let counter = build_counter(t.path());
-    let agent = format!("{} run", NsHosts::tool().display());
-    let host_list = hosts.names.join(",");
-    let launched = hosts
-        .cairn(
-            &config,
-            &[
-                "launch", "--job", "hl", "-n", "4", "--hosts", &host_list, "--agent", &agent,
-            ],
-        )
-        .arg("--dir")
-        .arg(t.path().join("imgs"))
-        .arg("--")
-        .arg(&counter)
-        .args([steps.to_string(), "5000".into()])
-        .arg(t.path())
-        .stderr(job_log(t.path()))
-        .spawn()
-        .unwrap();
-    let mut job = Running(launched);
-    let mut pids = running_pids(t.path(), 4);
+    let (steps_arg, pause) = (steps.to_string(), "5000");
+    let cmd = [
+        counter.as_os_str(),
+        OsStr::new(&steps_arg),
+        OsStr::new(pause),
+        t.path().as_os_str(),
+    ];
+    let job = hosts.launch(&config, t.path(), "hl", (4, &[]), &cmd);
+    running_pids(t.path(), 4);
     let s = status(&t.path().join("imgs"));
     for (i, want) in [0, 0, 1, 1].into_iter().enumerate() {
         assert_eq!(s["procs"][i]["host"], hosts.names[want].as_str(), "{s}");
     }
     let node_dir = |k: usize| hosts.root.join(&hosts.names[k]).join("node");
-    for cycle in 1..=3u64 {
+    let mut job = hosts.three_cycles(&config, t.path(), (job, 4), &mut |cycle| {
         wait_steps(t.path(), 4, 150 * cycle);
         checkpoint(t.path());
         if cycle == 1 {
@@ -2278,26 +2348,7 @@ fn real_library_a_job_across_two_namespace_hosts_restarts_three_times_and_after_
             }
             assert!(!Path::new("/var/tmp/cairn-node/node0/hl").exists());
         }
-        kill9_all(&pids);
-        let st = wait_child(&mut job.0, 60);
-        assert!(!st.success(), "{st}");
-        if cycle == 3 {
-            hosts.wipe(1);
-        }
-        job = Running(
-            hosts
-                .cairn(&config, &["restart"])
-                .arg("--dir")
-                .arg(t.path().join("imgs"))
-                // Each restart's messages in a file of their own.
-                .stderr(
-                    std::fs::File::create(t.path().join(format!("restart{cycle}.log"))).unwrap(),
-                )
-                .spawn()
-                .unwrap(),
-        );
-        pids = running_pids(t.path(), 4);
-    }
+    });
     ended_well(&mut job.0, t.path());
     check_counters(t.path(), 4, steps);
     let log = std::fs::read_to_string(t.path().join("restart3.log")).unwrap();
@@ -2307,4 +2358,136 @@ fn real_library_a_job_across_two_namespace_hosts_restarts_three_times_and_after_
     );
     // The parts of host 1's processes are back on host 1.
     assert!(node_dir(1).join("node1/hl/v3/rank2.ckpt").is_file());
+}
+
+/// A server on one namespace host and its clients on the other, as two processes of one job
+/// (native/ckpt/tests/tcpserv.c with HOST and PORT): three TCP connections between the hosts
+/// with requests and replies of up to 3 MiB in flight both ways are checkpointed, killed and
+/// restarted three times in a row, the last time with the clients' host wiped (its images
+/// rebuilt from partner copies): the connections are made again through the coordinators,
+/// every client sees every reply once and right, and both sides end well. A connection from
+/// the job to a listener outside it fails the checkpoint, naming it.
+#[test]
+fn real_library_tcp_connections_between_two_namespace_hosts_come_back() {
+    let Some((t, hosts, config)) = NsHosts::with_partner_copies() else {
+        return;
+    };
+    let prog = build_test_program(t.path(), "tcpserv");
+    let rounds = 3000u64.to_string();
+    let cmd = [
+        prog.as_os_str(),
+        t.path().as_os_str(),
+        OsStr::new("3"),
+        OsStr::new(&rounds),
+        OsStr::new(&hosts.names[0]),
+        OsStr::new("7777"),
+    ];
+    let verbose = [("CAIRN_CKPT_VERBOSE", "1")];
+    let job = hosts.launch(&config, t.path(), "tcp2", (2, &verbose), &cmd);
+    let out0 = t.path().join("out.client0");
+    let mut job = hosts.three_cycles(&config, t.path(), (job, 2), &mut |cycle| {
+        let at = last_step(&out0);
+        wait_for("the clients to go on", 60, || {
+            (last_step(&out0) > at + 200).then_some(())
+        });
+        checkpoint(t.path());
+        let m = manifest(t.path(), "tcp2", cycle);
+        assert!(m.get("closed").is_none(), "{m}");
+    });
+    ended_well(&mut job.0, t.path());
+    for i in 0..3 {
+        let out = std::fs::read_to_string(t.path().join(format!("out.client{i}"))).unwrap();
+        assert!(!out.contains("BAD"), "client {i}: {out}");
+        assert!(out.ends_with(&format!("client {i}: done OK\n")), "{out}");
+    }
+    let server = std::fs::read_to_string(t.path().join("out.server")).unwrap();
+    assert_eq!(server, "server: done 3 OK\n");
+    let clients = std::fs::read_to_string(t.path().join("out.clients")).unwrap();
+    assert_eq!(clients, "clients: done 3 OK\n");
+    let log = std::fs::read_to_string(t.path().join("restart3.log")).unwrap();
+    assert!(log.contains("rebuilt the parts of ranks [1]"), "{log}");
+    // Each restart made the three connections again, from both ends: the processes say
+    // so on their standard error, the launch's log file, reopened at each restart.
+    let log = std::fs::read_to_string(t.path().join("job.log")).unwrap();
+    let made = log
+        .matches("restart: 1 of 1 connections to other hosts made again")
+        .count();
+    assert_eq!(made, 3 * 6, "{log}");
+}
+
+/// Two processes of a job on two namespace hosts, each with a connection to a listener
+/// outside the job (this test's, on the bridge): a checkpoint fails, naming each; with
+/// CAIRN_CKPT_EXTERNAL=close it succeeds, the manifest names the two connections as closed,
+/// and after a restart each process reads end-of-file from its socket.
+#[test]
+fn real_library_a_connection_from_namespace_hosts_to_outside_the_job_is_refused_or_closed() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let Some(hosts) = NsHosts::up(t.path()) else {
+        return;
+    };
+    let config = write_config(t.path(), "/var/tmp/cairn-node", "");
+    let outside = std::net::TcpListener::bind((hosts.addr.as_str(), 0)).unwrap();
+    let port = outside.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        // Held open, silent: the job's processes wait for bytes that never come.
+        let held: Vec<_> = outside.incoming().flatten().collect();
+        drop(held);
+    });
+    let script = "import os, socket, sys\n\
+        s = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n\
+        p = os.environ['CAIRN_PROC']\n\
+        open(f'{sys.argv[3]}/ready.{p}', 'w').close()\n\
+        open(f'{sys.argv[3]}/after.{p}', 'w').write(repr(s.recv(10)))\n";
+    let cmd =
+        |d: &str| ["python3", "-c", script, hosts.addr.as_str(), &port, d].map(|a| a.to_string());
+    let run = |job: &str, env: &[(&str, &str)], d: &Path| {
+        std::fs::create_dir_all(d).unwrap();
+        let args = cmd(d.to_str().unwrap());
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let job = hosts.launch(&config, t.path(), job, (2, env), &args);
+        for p in 0..2 {
+            wait_for("the connection", 30, || {
+                d.join(format!("ready.{p}")).exists().then_some(())
+            });
+        }
+        job
+    };
+    // Without CAIRN_CKPT_EXTERNAL: refused, naming both processes' connections.
+    let mut refused = run("out1", &[], &t.path().join("a"));
+    let pids = running_pids(t.path(), 2);
+    let why = refused_checkpoint(t.path(), &pids[0]);
+    assert!(
+        why.contains("no process of the job holds its other end")
+            && why.matches(&format!(" to {}:{port}", hosts.addr)).count() == 2,
+        "{why}"
+    );
+    kill9_all(&pids);
+    wait_child(&mut refused.0, 30);
+    // With it: they come back closed.
+    let d = t.path().join("b");
+    std::fs::remove_dir_all(t.path().join("imgs")).unwrap();
+    let mut job = run("out2", &[("CAIRN_CKPT_EXTERNAL", "close")], &d);
+    let pids = running_pids(t.path(), 2);
+    checkpoint(t.path());
+    let m = manifest(t.path(), "out2", 1);
+    let closed = m["closed"].as_array().cloned().unwrap_or_default();
+    assert_eq!(closed.len(), 2, "{m}");
+    assert!(
+        closed.iter().all(|k| k
+            .as_str()
+            .unwrap()
+            .contains(&format!("{}:{port}", hosts.addr))),
+        "{m}"
+    );
+    kill9_all(&pids);
+    wait_child(&mut job.0, 30);
+    let mut job = hosts.restart(&config, t.path(), 1);
+    ended_well(&mut job.0, t.path());
+    for p in 0..2 {
+        let after = std::fs::read_to_string(d.join(format!("after.{p}"))).unwrap();
+        assert_eq!(after, "b''", "process {p}");
+    }
 }

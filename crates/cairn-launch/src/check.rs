@@ -10,9 +10,18 @@ use crate::images::RestoredImage;
 use crate::manifest::ProcImage;
 use std::path::Path;
 
+/// A connection of a tree's process to another host ([`cairn_ckpt::XFD_REMOTE`]): the root
+/// looks for its other end among every node's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remote {
+    /// Who holds it ("proc 3 (pid 812)"), and at which descriptor.
+    pub who: String,
+    pub end: cairn_ckpt::RemoteEnd,
+}
+
 /// Checks the images of one tree (`p`: the sizes its processes reported) in `dir`, the
-/// node's staging directory of the checkpoint.
-pub fn written(dir: &Path, p: &ProcImage) -> Result<(), String> {
+/// node's staging directory of the checkpoint, and returns its connections to other hosts.
+pub fn written(dir: &Path, p: &ProcImage) -> Result<Vec<Remote>, String> {
     for f in p.files() {
         let path = dir.join(&f.name);
         match std::fs::symlink_metadata(&path) {
@@ -35,7 +44,35 @@ pub fn written(dir: &Path, p: &ProcImage) -> Result<(), String> {
             }
         }
     }
-    shared_descriptors(dir, p)
+    shared_descriptors(dir, p)?;
+    remote_ends(dir, p)
+}
+
+/// The tree's connections to other hosts. One held by two processes of the tree cannot come
+/// back (each would connect again on its own): the checkpoint fails naming it.
+fn remote_ends(dir: &Path, p: &ProcImage) -> Result<Vec<Remote>, String> {
+    let mut out: Vec<Remote> = Vec::new();
+    for f in p.files() {
+        let path = dir.join(&f.name);
+        if !cairn_ckpt::is_image(&path) {
+            continue;
+        }
+        let ends = cairn_ckpt::read_remote_ends(&path).map_err(|e| format!("{}: {e}", f.who))?;
+        for end in ends {
+            if let Some(other) = out.iter().find(|r| r.end.ino == end.ino && r.who != f.who) {
+                return Err(format!(
+                    "{} (fd {}) and {} (fd {}) share a TCP connection to another host ({} to \
+                     {}); a connection to another host comes back only when one process holds it",
+                    other.who, other.end.fd, f.who, end.fd, end.local, end.peer
+                ));
+            }
+            out.push(Remote {
+                who: f.who.clone(),
+                end,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Every pipe and Unix stream socket a process of a tree recorded (`cairn_ckpt::Xfd`) must have
@@ -45,7 +82,7 @@ pub fn written(dir: &Path, p: &ProcImage) -> Result<(), String> {
 fn shared_descriptors(dir: &Path, p: &ProcImage) -> Result<(), String> {
     use cairn_ckpt::{
         Xfd, XFD_CLOSE_UNMATCHED, XFD_ENDED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ,
-        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
+        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_REMOTE, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
     };
     let mut all: Vec<(String, Xfd)> = Vec::new();
     for f in p.files() {
@@ -65,8 +102,11 @@ fn shared_descriptors(dir: &Path, p: &ProcImage) -> Result<(), String> {
         // and terminal masters made with a new slave, and a pipe end whose other end nobody
         // held comes back with it closed; the ends of pipes and connections, and terminal
         // slaves, need their other end.
-        if matches!(x.kind, XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM)
-            || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO | XFD_ENDED) != 0
+        // Connections to other hosts are matched by the root, across the job.
+        if matches!(
+            x.kind,
+            XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM | XFD_REMOTE
+        ) || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO | XFD_ENDED) != 0
         {
             continue;
         }

@@ -339,6 +339,7 @@ pub fn launch(
         record,
         first_version: 1,
         last: None,
+        closed: Vec::new(),
         settings: s.clone(),
         spawn: Box::new(spawn),
     });
@@ -521,6 +522,7 @@ pub fn restart(
                 version: m.version,
                 when: m.created,
             }),
+            closed: m.closed.clone(),
             settings: s,
             spawn: Box::new(spawn),
         })
@@ -746,6 +748,8 @@ struct Start<'a> {
     first_version: u64,
     /// The checkpoint a restart came from.
     last: Option<LastCheckpoint>,
+    /// Its connections to other hosts that come back closed.
+    closed: Vec<String>,
     /// The interval, timeout and window the root keeps from then on.
     settings: Settings,
     spawn: Box<Spawn<'a>>,
@@ -958,6 +962,7 @@ fn run(
         interval: start.settings.interval,
         timeout: start.settings.timeout,
         keep: start.settings.keep,
+        closed: start.closed,
     });
     let s = &start.settings;
     let _forwarder = if o.forward_signals {

@@ -56,6 +56,11 @@ pub struct Manifest {
     pub bytes: u64,
     /// One entry per process, by index.
     pub procs: Vec<ProcImage>,
+    /// The connections to other hosts that come back closed after a restart from this
+    /// version (their other end was not a process of the job; `CAIRN_CKPT_EXTERNAL=close`),
+    /// each named by its two addresses, the lower first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed: Vec<String>,
     /// Where the engine keeps the images.
     pub engine: EngineRecord,
     pub launch: LaunchRecord,
@@ -532,6 +537,7 @@ mod tests {
                     members: Vec::new(),
                 })
                 .collect(),
+            closed: Vec::new(),
             engine: EngineRecord {
                 name: job.into(),
                 cairn: "0.1.0".into(),

@@ -301,6 +301,9 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
         children: Procs::default(),
         staging: None,
         restart_dropped: false,
+        addr: my_addr,
+        meets: HashMap::new(),
+        meet_keys: HashMap::new(),
     };
     lp.run();
     acceptor.stop();
@@ -445,6 +448,9 @@ struct NodePhase {
     /// In SUSPEND, once every process answered: until when children of the tree that have
     /// not joined the job yet (just started) are waited for.
     grace: Option<Instant>,
+    /// In WRITE, once the images are checked: each tree's connections to other hosts, for
+    /// the root to match (CONN).
+    remotes: Vec<(usize, crate::check::Remote)>,
 }
 
 struct NodeLoop {
@@ -470,6 +476,13 @@ struct NodeLoop {
     staging: Option<Staging>,
     /// The restart directory was removed once every process had registered.
     restart_dropped: bool,
+    /// The address the processes connect to: a listener a restored process opens for a
+    /// connection to another host is on this host's address.
+    addr: SocketAddr,
+    /// Restored processes connecting their connections to other hosts again (MEET), and
+    /// which of them wait on each connection's answer from the root.
+    meets: HashMap<u64, TcpStream>,
+    meet_keys: HashMap<String, Vec<u64>>,
 }
 
 impl NodeLoop {
@@ -544,6 +557,14 @@ impl NodeLoop {
 
     fn hello(&mut self, id: u64, mut msg: Msg, writer: TcpStream, peer: SocketAddr) {
         let who = format!("node {}: {} from {peer}", self.a.node, msg.verb);
+        if msg.verb == Verb::Meet {
+            return match self.check_identity(&msg) {
+                Ok(_) => {
+                    self.meets.insert(id, writer);
+                }
+                Err(why) => deny(writer, &why, who),
+            };
+        }
         if msg.verb != Verb::Hello {
             return deny(writer, &format!("expected HELLO, got {}", msg.verb), who);
         }
@@ -675,7 +696,7 @@ impl NodeLoop {
             }
             Kind::Write => {
                 let why = format!(
-                    "{} started while the others were being written; take the checkpoint                      again",
+                    "{} started while the others were being written; take the checkpoint again",
                     describe_slot(&self.procs, (i, nspid))
                 );
                 self.report_failure(&[(i, nspid)], why);
@@ -737,6 +758,9 @@ impl NodeLoop {
     }
 
     fn on_proc_line(&mut self, id: u64, msg: Msg) {
+        if self.meets.contains_key(&id) {
+            return self.meet_line(id, msg);
+        }
         let Some(&(slot, _)) = self.peers.get(&id) else {
             return;
         };
@@ -765,7 +789,60 @@ impl NodeLoop {
         }
     }
 
+    /// A restored process's request for one of its connections to another host: LISTEN
+    /// (it listens at `port` on this host) or SEEK (where is the other end?), passed to the
+    /// root with this host's address; the root's answer comes back to it (`meet_answer`).
+    fn meet_line(&mut self, id: u64, msg: Msg) {
+        let Some(key) = msg.get("key").map(str::to_string) else {
+            tracing::warn!("node {}: {msg} without key=; ignored", self.a.node);
+            return;
+        };
+        let up = match msg.verb {
+            Verb::Listen => match msg.num::<u16>("port") {
+                Ok(port) => Msg::new(Verb::Listen)
+                    .arg("key", &key)
+                    .arg("addr", SocketAddr::new(self.addr.ip(), port)),
+                Err(e) => {
+                    tracing::warn!("node {}: {msg}: {e}", self.a.node);
+                    return;
+                }
+            },
+            Verb::Seek => Msg::new(Verb::Seek).arg("key", &key),
+            v => {
+                tracing::warn!(
+                    "node {}: {v} on a MEET connection, which only says LISTEN and SEEK",
+                    self.a.node
+                );
+                return;
+            }
+        };
+        let up = up.arg("close", msg.get("close").unwrap_or("0"));
+        self.meet_keys.entry(key).or_default().push(id);
+        self.up(up);
+    }
+
+    /// The root's answer for a connection to another host (PEER or NONE), to the restored
+    /// processes waiting on it.
+    fn meet_answer(&mut self, msg: &Msg) {
+        let Some(ids) = msg.get("key").and_then(|k| self.meet_keys.get(k)) else {
+            return;
+        };
+        for id in ids {
+            if let Some(w) = self.meets.get_mut(id) {
+                send_or_log(w, msg, "a restored process");
+            }
+        }
+    }
+
     fn proc_closed(&mut self, id: u64) {
+        if let Some(w) = self.meets.remove(&id) {
+            let _ = w.shutdown(Shutdown::Both);
+            self.meet_keys.retain(|_, ids| {
+                ids.retain(|&i| i != id);
+                !ids.is_empty()
+            });
+            return;
+        }
         let Some((slot, w)) = self.peers.remove(&id) else {
             return;
         };
@@ -894,6 +971,7 @@ impl NodeLoop {
             return;
         };
         let mut bad = None;
+        let mut remotes = Vec::new();
         for (&i, p) in &self.procs {
             let size = |slot: Slot| ph.sizes.get(&slot).copied().unwrap_or(0);
             let tree = ProcImage {
@@ -906,19 +984,27 @@ impl NodeLoop {
                 stored: 0,
                 members: manifest::members_of(&ph.sizes, i),
             };
-            if let Err(why) = crate::check::written(&dir, &tree) {
-                let slots: Vec<Slot> = ph
-                    .sizes
-                    .range((i, 0)..(i + 1, 0))
-                    .map(|(s, _)| *s)
-                    .collect();
-                bad = Some((slots, why));
-                break;
+            match crate::check::written(&dir, &tree) {
+                Ok(r) => remotes.extend(r.into_iter().map(|r| (i, r))),
+                Err(why) => {
+                    let slots: Vec<Slot> = ph
+                        .sizes
+                        .range((i, 0)..(i + 1, 0))
+                        .map(|(s, _)| *s)
+                        .collect();
+                    bad = Some((slots, why));
+                    break;
+                }
             }
         }
         match bad {
             Some((slots, why)) => self.report_failure(&slots, why),
-            None => self.phase_complete(),
+            None => {
+                if let Some(ph) = self.phase.as_mut() {
+                    ph.remotes = remotes;
+                }
+                self.phase_complete()
+            }
         }
     }
 
@@ -1011,6 +1097,9 @@ impl NodeLoop {
     // ---- the root ------------------------------------------------------------------------
 
     fn on_root_line(&mut self, msg: Msg) {
+        if matches!(msg.verb, Verb::Peer | Verb::NoPeer) {
+            return self.meet_answer(&msg);
+        }
         if msg.verb == Verb::Kill {
             match msg.num::<i32>("signal") {
                 Ok(sig) if sig > 0 && sig < 65 => {
@@ -1050,6 +1139,7 @@ impl NodeLoop {
             reported: false,
             writing: Vec::new(),
             grace: None,
+            remotes: Vec::new(),
         });
     }
 
@@ -1263,7 +1353,22 @@ impl NodeLoop {
                         m.arg("bytes", len)
                     })
                     .collect();
-                for l in lines {
+                // Then each connection to another host, for the root to find its other end.
+                let conns: Vec<Msg> = ph
+                    .remotes
+                    .iter()
+                    .map(|(i, r)| {
+                        Msg::new(Verb::Conn)
+                            .arg("ckpt", v)
+                            .arg("proc", i)
+                            .arg("who", &r.who)
+                            .arg("fd", r.end.fd)
+                            .arg("local", r.end.local)
+                            .arg("peer", r.end.peer)
+                            .arg("close", u8::from(r.end.close))
+                    })
+                    .collect();
+                for l in lines.into_iter().chain(conns) {
                     self.up(l);
                 }
                 Msg::new(Verb::Written)

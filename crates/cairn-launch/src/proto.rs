@@ -48,6 +48,14 @@ verbs! {
     Resumed = "RESUMED",
     Bye = "BYE",
     Checkpoint = "CHECKPOINT",
+    // A restored process connecting its connections to other hosts again (through its
+    // node's sub-coordinator and the root), and a node's report of them at a checkpoint.
+    Meet = "MEET",
+    Listen = "LISTEN",
+    Seek = "SEEK",
+    Peer = "PEER",
+    NoPeer = "NONE",
+    Conn = "CONN",
     // A sub-coordinator and the root.
     Subcoord = "SUBCOORD",
     Ended = "ENDED",

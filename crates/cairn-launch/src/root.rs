@@ -26,6 +26,7 @@ use crate::manifest::{self, LaunchRecord, Manifest, ProcImage};
 use crate::proto::{Msg, Verb};
 use crate::stage::Staging;
 use crate::{node_of, procs_of_node};
+use cairn_ckpt::connection_key;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::ExitStatusExt;
@@ -77,6 +78,9 @@ pub struct Begun {
     pub interval: Option<Duration>,
     pub timeout: Duration,
     pub keep: usize,
+    /// The connections to other hosts that come back closed (their other end was not in
+    /// the job at the checkpoint a restart came from), by key.
+    pub closed: Vec<String>,
 }
 
 /// Where a node's sub-coordinator listens: for its processes, and for the root's engine
@@ -319,12 +323,35 @@ struct Ckpt {
     /// namespace (0 for the launched process's own image), and the image's length.
     sizes: BTreeMap<(usize, u32), u64>,
     failures: Vec<String>,
+    /// The processes' connections to other hosts, as their nodes reported them (`CONN`).
+    conns: Vec<ConnEnd>,
+    /// Those whose other end no process of the job holds, which come back closed.
+    closed: Vec<String>,
     /// Clients waiting for its DONE.
     clients: Vec<u64>,
     /// The images, once every node answered WRITTEN and they were checked.
     images: Vec<ProcImage>,
     total_bytes: u64,
     total_stored: u64,
+}
+
+/// One end of a connection between hosts, as a node reported it at a checkpoint.
+struct ConnEnd {
+    node: usize,
+    who: String,
+    fd: i32,
+    local: String,
+    peer: String,
+    close: bool,
+}
+
+/// Restored processes connecting their connections between hosts again: where each
+/// connection's listening end listens, and the nodes whose processes wait to know.
+#[derive(Default)]
+struct Meeting {
+    listens: HashMap<String, String>,
+    seeks: HashMap<String, Vec<usize>>,
+    closed: std::collections::HashSet<String>,
 }
 
 struct RootLoop {
@@ -344,6 +371,7 @@ struct RootLoop {
     next_interval: Option<Instant>,
     /// Set by [`Root::begin`].
     begun: Option<Begun>,
+    meeting: Meeting,
 }
 
 fn now_unix() -> u64 {
@@ -383,6 +411,7 @@ impl RootLoop {
             last: None,
             next_interval: None,
             begun: None,
+            meeting: Meeting::default(),
             cfg,
             rx,
             tx,
@@ -425,6 +454,7 @@ impl RootLoop {
                     self.cfg.timeout = b.timeout;
                     self.cfg.keep = b.keep;
                     self.next_interval = self.cfg.interval.map(|i| Instant::now() + i);
+                    self.meeting.closed = b.closed.iter().cloned().collect();
                     self.begun = Some(*b);
                 }
                 None => {}
@@ -805,9 +835,15 @@ impl RootLoop {
                 let who = msg.get("proc").unwrap_or("?");
                 self.request(None, format!("proc {who}"));
             }
-            Verb::Suspended | Verb::Written | Verb::Image | Verb::Failed | Verb::Resumed => {
+            Verb::Suspended
+            | Verb::Written
+            | Verb::Image
+            | Verb::Conn
+            | Verb::Failed
+            | Verb::Resumed => {
                 self.phase_answer(n, msg)?;
             }
+            Verb::Listen | Verb::Seek => self.meet(n, msg)?,
             v => {
                 return Err(Error::new(
                     ErrorKind::Protocol,
@@ -876,6 +912,24 @@ impl RootLoop {
                 }
                 c.sizes.insert((i, ns), msg.num("bytes")?);
             }
+            (Verb::Conn, Phase::Write) => {
+                let i: usize = msg.num("proc")?;
+                if !self.procs.get(i).is_some_and(|p| p.node == n) {
+                    self.fail(format!(
+                        "node {n} reported a connection of proc {i}, not one of its own"
+                    ));
+                    return Ok(());
+                }
+                let text = |k: &str| msg.get(k).unwrap_or("").to_string();
+                c.conns.push(ConnEnd {
+                    node: n,
+                    who: text("who"),
+                    fd: msg.num("fd")?,
+                    local: text("local"),
+                    peer: text("peer"),
+                    close: msg.get("close") == Some("1"),
+                });
+            }
             (Verb::Resumed, Phase::Resume { .. }) => {
                 if let Some(w) = msg.get("writing") {
                     tracing::info!(
@@ -939,6 +993,8 @@ impl RootLoop {
             bytes: vec![None; self.cfg.nodes],
             sizes: BTreeMap::new(),
             failures: Vec::new(),
+            conns: Vec::new(),
+            closed: Vec::new(),
             clients,
             images: Vec::new(),
             total_bytes: 0,
@@ -1061,9 +1117,98 @@ impl RootLoop {
                 members,
             });
         }
+        let closed = self.match_connections()?;
         let c = self.ckpt.as_mut().expect("a checkpoint runs");
         c.total_bytes = c.sizes.values().sum();
         c.images = images;
+        c.closed = closed;
+        Ok(())
+    }
+
+    /// Every connection between hosts the nodes reported needs its other end in the job
+    /// (the end whose addresses are this one's, the other way round), held once: a restart
+    /// connects the two again. One whose other end is elsewhere fails the checkpoint,
+    /// naming it, unless its process chose to have it come back closed
+    /// (`CAIRN_CKPT_EXTERNAL=close`): those are returned, by key.
+    fn match_connections(&self) -> Result<Vec<String>, String> {
+        let c = self.ckpt.as_ref().expect("a checkpoint runs");
+        let mut ends: HashMap<(&str, &str), &ConnEnd> = HashMap::new();
+        for e in &c.conns {
+            if let Some(other) = ends.insert((&e.local, &e.peer), e) {
+                return Err(format!(
+                    "node {}: {} (fd {}) and node {}: {} (fd {}) both hold a connection from {} \
+                     to {}",
+                    other.node, other.who, other.fd, e.node, e.who, e.fd, e.local, e.peer
+                ));
+            }
+        }
+        let mut outside = Vec::new();
+        let mut closed = Vec::new();
+        for e in &c.conns {
+            if ends.contains_key(&(e.peer.as_str(), e.local.as_str())) {
+                continue;
+            }
+            if e.close {
+                closed.push(connection_key(&e.local, &e.peer));
+            } else {
+                outside.push(format!(
+                    "node {}: {}: fd {} is a TCP connection from {} to {}, and no process of the \
+                     job holds its other end",
+                    e.node, e.who, e.fd, e.local, e.peer
+                ));
+            }
+        }
+        if outside.is_empty() {
+            return Ok(closed);
+        }
+        const SHOWN: usize = 8;
+        let more = outside.len().saturating_sub(SHOWN);
+        outside.truncate(SHOWN);
+        if more > 0 {
+            outside.push(format!("and {more} more"));
+        }
+        Err(format!(
+            "{} (a connection leaving the job cannot be made again at a restart; with \
+             CAIRN_CKPT_EXTERNAL=close in the job's environment it comes back closed instead)",
+            outside.join("; ")
+        ))
+    }
+
+    /// A restored process's connection to another host (through node `n`): its listening
+    /// end says where it listens (LISTEN), its other end asks (SEEK); each answer goes to the
+    /// nodes of those that asked. A connection that comes back closed is answered NONE.
+    fn meet(&mut self, n: usize, msg: &Msg) -> Result<()> {
+        let key = msg
+            .get("key")
+            .ok_or_else(|| Error::new(ErrorKind::Protocol, "no key="))?
+            .to_string();
+        let m = &mut self.meeting;
+        let mut answers: Vec<(usize, Msg)> = Vec::new();
+        if m.closed.contains(&key) {
+            answers.push((n, Msg::new(Verb::NoPeer).arg("key", &key)));
+        } else if msg.verb == Verb::Listen {
+            let addr = msg
+                .get("addr")
+                .ok_or_else(|| Error::new(ErrorKind::Protocol, "no addr="))?
+                .to_string();
+            let peer = Msg::new(Verb::Peer).arg("key", &key).arg("addr", &addr);
+            for k in m.seeks.remove(&key).unwrap_or_default() {
+                answers.push((k, peer.clone()));
+            }
+            m.listens.insert(key, addr);
+        } else if let Some(addr) = m.listens.get(&key) {
+            answers.push((n, Msg::new(Verb::Peer).arg("key", &key).arg("addr", addr)));
+        } else {
+            m.seeks.entry(key).or_default().push(n);
+        }
+        for (k, a) in answers {
+            let Some(id) = self.nodes[k].conn else {
+                continue;
+            };
+            if let Some(p) = self.peers.get_mut(&id) {
+                send_or_log(&mut p.writer, &a, "sub-coordinator");
+            }
+        }
         Ok(())
     }
 
@@ -1147,6 +1292,7 @@ impl RootLoop {
             nodes: self.cfg.nodes,
             bytes: c.total_bytes,
             procs: c.images.clone(),
+            closed: c.closed.clone(),
             engine,
             launch: begun.launch.clone(),
         };

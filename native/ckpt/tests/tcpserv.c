@@ -13,7 +13,15 @@
  * bytes in flight at most moments. Client i writes "step r" to DIR/out.client<i> every round and ends
  * with "client i: done OK"; the server collects every handler and client by the pid fork gave
  * it and writes "server: done N OK" to DIR/out.server. Bytes lost, doubled or reordered in a
- * connection show as BAD and exit 1. */
+ * connection show as BAD and exit 1.
+ *
+ *     tcpserv DIR CLIENTS ROUNDS HOST PORT
+ *
+ * The same over connections between two processes of a job on two hosts: process 0 of the
+ * job (CAIRN_PROC) listens on every address at PORT and serves; process 1 forks the CLIENTS
+ * clients, which connect to HOST:PORT (trying again for 20 s while the server starts), and
+ * collects them, writing "clients: done N OK" to DIR/out.clients. */
+#include <netdb.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -50,15 +58,22 @@ static uint8_t byte_of(int client, uint32_t round, uint32_t i)
     return (uint8_t)((client * 131u + round * 7u + i * 13u) ^ (i >> 8));
 }
 
-static int client(int id, uint16_t port, long rounds)
+static int client(int id, const struct sockaddr_in *a, long rounds)
 {
     char name[32];
     snprintf(name, sizeof name, "client%d", id);
     FILE *o = out(name);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 200; tries++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (const struct sockaddr *)a, sizeof *a) == 0)
+            break;
+        close(fd);
+        fd = -1;
+        struct timespec wait = {0, 100 * 1000 * 1000};
+        nanosleep(&wait, NULL);
+    }
+    if (fd < 0) {
         fprintf(o, "client %d: BAD connect: %s\n", id, strerror(errno));
         return 1;
     }
@@ -118,6 +133,50 @@ static int handler(int fd)
     }
 }
 
+/* Waits for each of the n children in kids; 1 if one did not exit with 0 (said in o). */
+static int collect(FILE *o, const char *who, const pid_t *kids, int n)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int st;
+        pid_t w;
+        while ((w = waitpid(kids[i], &st, 0)) < 0 && errno == EINTR)
+            ;
+        if (w != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(o, "%s: BAD child %d: %s, status %d\n", who, (int)kids[i], w < 0 ? strerror(errno) : "ended",
+                    st);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+/* Process 1 of a job on two hosts: the clients, connecting to host:port. */
+static int remote_clients(int clients, long rounds, const char *host, const char *port)
+{
+    FILE *o = out("clients");
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, port, &hints, &ai) != 0) {
+        fprintf(o, "clients: BAD host %s\n", host);
+        return 1;
+    }
+    struct sockaddr_in a;
+    memcpy(&a, ai->ai_addr, sizeof a);
+    freeaddrinfo(ai);
+    pid_t kids[32];
+    int n = 0;
+    for (int i = 0; i < clients && i < 32; i++) {
+        pid_t c = fork();
+        if (c == 0)
+            _exit(client(i, &a, rounds));
+        kids[n++] = c;
+    }
+    if (collect(o, "clients", kids, n))
+        return 1;
+    fprintf(o, "clients: done %d OK\n", n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4)
@@ -125,22 +184,27 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s", argv[1]);
     int clients = atoi(argv[2]);
     long rounds = atol(argv[3]);
+    const char *proc = getenv("CAIRN_PROC");
+    int across = argc >= 6;
+    if (across && proc && strcmp(proc, "0") != 0)
+        return remote_clients(clients, rounds, argv[4], argv[5]);
     int l = socket(AF_INET, SOCK_STREAM, 0), on = 1;
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(across ? (uint16_t)atoi(argv[5]) : 0)};
+    inet_pton(AF_INET, across ? "0.0.0.0" : "127.0.0.1", &a.sin_addr);
     socklen_t al = sizeof a;
     if (bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 16) != 0 ||
         getsockname(l, (struct sockaddr *)&a, &al) != 0)
         return 3;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     FILE *o = out("server");
     pid_t kids[64];
     int nkids = 0;
-    for (int i = 0; i < clients && i < 32; i++) {
+    for (int i = 0; i < clients && i < 32 && !across; i++) {
         pid_t c = fork();
         if (c == 0) {
             close(l);
-            _exit(client(i, ntohs(a.sin_port), rounds));
+            _exit(client(i, &a, rounds));
         }
         kids[nkids++] = c;
     }
@@ -160,19 +224,7 @@ int main(int argc, char **argv)
         close(fd);
         kids[nkids++] = h;
     }
-    int bad = 0;
-    for (int i = 0; i < nkids; i++) {
-        int st;
-        pid_t w;
-        while ((w = waitpid(kids[i], &st, 0)) < 0 && errno == EINTR)
-            ;
-        if (w != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(o, "server: BAD child %d: %s, status %d\n", (int)kids[i], w < 0 ? strerror(errno) : "ended",
-                    st);
-            bad = 1;
-        }
-    }
-    if (bad)
+    if (collect(o, "server", kids, nkids))
         return 1;
     fprintf(o, "server: done %d OK\n", nkids);
     return 0;
