@@ -11,7 +11,8 @@
 **     image written from the process's own memory;
 **   - resume after a restart: signal actions, files, cwd, umask, limits, then per thread
 **     rseq, robust list, CPU mask, name and timer slack;
-**   - the manager thread and its side of the coordinator protocol (docs/coordinator.md).
+**   - the manager thread and its side of the coordinator protocol (docs/coordinator.md),
+**     including a slot's RUN: the command an rsh agent asked for, run in the slot's place.
 **
 ** A checkpoint, as the manager drives it:
 **
@@ -234,6 +235,7 @@ static struct {
     int member;                   /* a process the job's process started (not the launched one) */
     int max_fd;                   /* the highest descriptor number seen by the last census */
     int host_pid;                 /* the pid as /proc (and cairn status, and kill from outside) see it */
+    int slot;                     /* started as a slot (CAIRN_CKPT_SLOT=1): RUN replaces it by a command */
 } S = { .sock = -1, .wake = { -1, -1 }, .affinity = 1 };
 
 /* Written by the restorer (image.h). */
@@ -476,6 +478,7 @@ static void after_fork_child(void)
     S.manager_tid = 0;
     S.member = 1;
     S.execed = 0;
+    S.slot = 0; /* a slot's child is not the slot */
     update_pid_env();
     find_host_pid();
     S.main_tid_at_start = gettid_raw();
@@ -498,6 +501,8 @@ __attribute__((constructor(101))) static void cairn_ckpt_init(void)
     S.affinity = !(p && strcmp(p, "off") == 0);
     p = getenv("CAIRN_CKPT_VERBOSE");
     S.verbose = p && *p && strcmp(p, "0") != 0;
+    p = getenv("CAIRN_CKPT_SLOT");
+    S.slot = p && strcmp(p, "1") == 0;
     p = getenv("CAIRN_CKPT_EXTERNAL");
     S.close_external = p && strcmp(p, "close") == 0;
     if (p && *p && strcmp(p, "close") != 0 && strcmp(p, "fail") != 0)
@@ -4292,6 +4297,34 @@ static void run_standalone(void)
     }
 }
 
+/* RUN cmd=<command>: a slot of a job launched with `cairn launch --rsh` replaces itself by
+ * `/bin/sh -c <command>` (what an rsh agent, `cairn rsh`, asked to run on this host). The
+ * shell loads this library again and joins the job as the same process (exec=1), so the
+ * command is checkpointed and restarted here. Only a process started as a slot does this,
+ * and CAIRN_CKPT_SLOT leaves the environment first: neither the command nor what it starts
+ * is a slot. execve from this thread is fine (the kernel ends the others); the manager's
+ * signal mask, everything blocked, would pass to the command, so it gets an empty one.
+ * Should the exec fail, the slot stays a slot and says why. */
+static void run_in_slot(const char *line)
+{
+    static char cmd[4096];
+    if (!S.slot) {
+        say("the coordinator sent RUN, but this process is not a slot; ignored");
+        return;
+    }
+    field(line, "cmd", cmd, sizeof cmd);
+    char *argv[] = {"sh", "-c", cmd, NULL};
+    sigset_t none, old;
+    sigemptyset(&none);
+    unsetenv("CAIRN_CKPT_SLOT");
+    pthread_sigmask(SIG_SETMASK, &none, &old);
+    execve("/bin/sh", argv, environ);
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    setenv("CAIRN_CKPT_SLOT", "1", 1);
+    say("the slot cannot run its command: exec /bin/sh: %s", strerror(err));
+}
+
 static void run_coordinated(int restarted)
 {
     char line[4096];
@@ -4332,6 +4365,10 @@ static void run_coordinated(int restarted)
         if (strncmp(line, "DENIED", 6) == 0) {
             say("the coordinator refused this process: %s", line);
             return;
+        }
+        if (strncmp(line, "RUN ", 4) == 0) {
+            run_in_slot(line);
+            continue;
         }
         if (strncmp(line, "SUSPEND ", 8) == 0) {
             char vs[32];

@@ -213,6 +213,7 @@ fn measure(
         },
         hosts: Vec::new(),
         agent: Vec::new(),
+        rsh: None,
         init: None,
     };
     let settings = cairn_launch::launch::Settings {

@@ -1,5 +1,7 @@
-//! `cairn launch`, `checkpoint`, `status` and `restart`, and the hidden `coord-node` (a
-//! node's sub-coordinator, started by launch and restart): front ends of `cairn_launch`,
+//! `cairn launch`, `checkpoint`, `status`, `restart` and `rsh` (an rsh agent for `mpirun`),
+//! and the hidden `coord-node` (a node's sub-coordinator, started by launch and restart) and
+//! `slot` (what a slot of a `--rsh` job runs until it is given a command): front ends of
+//! `cairn_launch`,
 //! where the coordinator, the protocol, the on-disk formats and the images' way through the
 //! engine live (`docs/coordinator.md`).
 
@@ -7,7 +9,7 @@ use crate::GlobalOpts;
 use cairn_core::model::{format_duration, parse_duration};
 use cairn_launch::launch::{self as job, Overrides, Settings};
 use cairn_launch::proto::Msg;
-use cairn_launch::{jobdir, Affinity, Client, CpuList, ErrorKind, Helper, Options};
+use cairn_launch::{jobdir, Affinity, Client, CpuList, ErrorKind, Helper, Options, RshSlots};
 use clap::Args;
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -36,6 +38,14 @@ across the simulated nodes, flush to the global tier, compression, incremental),
 <dir>/<job>/v<N>/manifest.json makes the version complete. `cairn list` and `cairn inspect`
 show the engine's checkpoints. `cairn restart` brings the job back from the newest complete
 one. SIGINT and SIGTERM sent to cairn are forwarded to the processes.
+
+With --rsh (and --hosts, -n 1) the program, typically mpirun, runs as process 0 on the first
+host, and every other host runs one more process, a slot, that waits for a command. The
+processes get `cairn rsh` as Open MPI's rsh agent (OMPI_MCA_plm_rsh_agent, with
+OMPI_MCA_plm_rsh_no_tree_spawn=1 and OMPI_MCA_orte_leave_session_attached=1, unless set
+already), so the orted mpirun starts on another host runs in that host's slot, as a process of
+the job, checkpointed and restarted there. The job ends when the program and the slots that
+ran a command have ended; slots never used are then ended and do not count in its exit status.
 
 Exit codes:
   the job's: that of the lowest-numbered process that exited non-zero (128 + the signal
@@ -121,6 +131,10 @@ pub(crate) struct LaunchArgs {
     /// The address the coordinators listen on (with --hosts, one the hosts reach)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     bind: IpAddr,
+    /// Run the program once, on the first host, and a slot on every other host, where
+    /// `cairn rsh HOST CMD` (the job's rsh agent for mpirun) runs CMD (needs --hosts)
+    #[arg(long)]
+    rsh: bool,
     /// The program and its arguments, after --
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -174,6 +188,121 @@ pub(crate) struct CoordNodeArgs {
     args: Vec<String>,
 }
 
+pub(crate) const RSH_HELP: &str = "\
+Runs CMD on HOST, a host of the Cairn job this runs in (launched with --rsh), in the slot
+there: the slot's process replaces itself by `/bin/sh -c CMD` and stays a process of the job,
+checkpointed and restarted on that host. For use as an ssh replacement by a program of the
+job (Open MPI's mpirun gets it as its rsh agent): the ssh options -x, -T, -n are ignored, and
+-l USER, -p PORT, -o OPTION, -i FILE skipped with their values; USER@HOST is HOST; CMD's words
+are joined by spaces, as ssh does, for the shell to split. HOST is a name of --hosts, a
+node's address, or the host name its processes report. It returns as soon as the slot has the
+command; no standard input or output is passed.
+
+Exit codes:
+  0    the command was handed to the slot
+  255  it was not: not run inside a Cairn job (CAIRN_COORD_ADDR, CAIRN_COORD_TOKEN, CAIRN_JOB
+       unset), HOST is not a host of the job, HOST has no free slot, the command does not fit
+       the coordinator protocol's 4096-byte line (the message says which)";
+
+/// `cairn rsh`'s arguments, as ssh takes them: parsed by [`rsh_args`], not by clap.
+#[derive(Args, Debug)]
+pub(crate) struct RshArgs {
+    /// [ssh options] HOST CMD...
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<String>,
+}
+
+/// The host and command of `cairn rsh`'s arguments: ssh options skipped (`-x`, `-T`, `-n`;
+/// `-l`, `-p`, `-o`, `-i` with their values, given apart or joined), `USER@` dropped, the
+/// command's words joined by spaces.
+fn rsh_args(args: &[String]) -> Result<(String, String), String> {
+    const IGNORED: [&str; 3] = ["-x", "-T", "-n"];
+    const WITH_VALUE: [&str; 4] = ["-l", "-p", "-o", "-i"];
+    let mut it = args.iter();
+    let host = loop {
+        let Some(a) = it.next() else {
+            return Err("no host: cairn rsh [ssh options] HOST CMD...".into());
+        };
+        match a.as_str() {
+            "--" => break it.next().ok_or("no host after --")?,
+            o if IGNORED.contains(&o) => {}
+            o if WITH_VALUE.contains(&o) => {
+                it.next()
+                    .ok_or_else(|| format!("ssh option {o} needs a value"))?;
+            }
+            o if WITH_VALUE.iter().any(|w| o.starts_with(w)) => {}
+            o if o.starts_with('-') => {
+                return Err(format!(
+                    "ssh option {o} is not one cairn rsh takes (it ignores -x -T -n and skips \
+                     -l -p -o -i with their values)"
+                ))
+            }
+            _ => break a,
+        }
+    };
+    let host = host.rsplit_once('@').map_or(host.as_str(), |(_, h)| h);
+    let cmd: Vec<&str> = it.map(String::as_str).collect();
+    if host.is_empty() {
+        return Err("an empty host name".into());
+    }
+    if cmd.is_empty() {
+        return Err(format!(
+            "no command for {host}: cairn rsh runs a command in a slot, it opens no login shell"
+        ));
+    }
+    Ok((host.to_string(), cmd.join(" ")))
+}
+
+/// `cairn rsh`: hands a command to a slot of the job it runs in; 0 once the slot has it,
+/// 255 (as ssh) otherwise.
+pub(crate) fn rsh(a: &RshArgs) -> u8 {
+    const FAILED: u8 = 255;
+    let (host, cmd) = match rsh_args(&a.args) {
+        Ok(hc) => hc,
+        Err(e) => {
+            eprintln!("cairn rsh: error: {e}");
+            return FAILED;
+        }
+    };
+    let env = ["CAIRN_COORD_ADDR", cairn_launch::TOKEN_ENV, "CAIRN_JOB"]
+        .map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    let [Some(addr), Some(token), Some(job)] = env else {
+        eprintln!(
+            "cairn rsh: error: not run inside a Cairn job (CAIRN_COORD_ADDR, CAIRN_COORD_TOKEN \
+             and CAIRN_JOB must be set, as they are for the processes of `cairn launch --rsh`): \
+             cannot run `{cmd}` on {host}"
+        );
+        return FAILED;
+    };
+    match cairn_launch::client::rsh(&addr, &token, &job, &host, &cmd) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("cairn rsh: error: {e}");
+            FAILED
+        }
+    }
+}
+
+/// `cairn slot` (hidden): a slot of a `--rsh` job. It only waits: the checkpoint library in
+/// it replaces it by the command its node sends (`RUN`). Refuses to run anywhere else.
+pub(crate) fn slot() -> u8 {
+    if std::env::var_os(job::SLOT_ENV).map_or(true, |v| v != "1") {
+        eprintln!(
+            "cairn slot: error: this is a slot of a job launched with `cairn launch --rsh`, \
+             started by it ({}=1); it does nothing on its own",
+            job::SLOT_ENV
+        );
+        return 2;
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
 fn fail(code: u8, e: impl std::fmt::Display) -> u8 {
     eprintln!("cairn: error: {e}");
     code
@@ -188,6 +317,19 @@ fn subcoord() -> std::io::Result<Helper> {
     Ok(Helper {
         program: std::env::current_exe()?,
         args: vec!["coord-node".into()],
+    })
+}
+
+/// The slots of a `--rsh` job: they run `cairn slot`, and the job's rsh agent is `cairn rsh`,
+/// both this binary.
+fn rsh_slots() -> Result<RshSlots, String> {
+    let me = std::env::current_exe().map_err(|e| format!("the cairn binary's path: {e}"))?;
+    Ok(RshSlots {
+        slot: Helper {
+            program: me.clone(),
+            args: vec!["slot".into()],
+        },
+        agent: vec![me.into_os_string(), "rsh".into()],
     })
 }
 
@@ -276,6 +418,7 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
             engine,
             hosts: a.hosts.clone(),
             agent: agent(&a.agent)?,
+            rsh: a.rsh.then(rsh_slots).transpose()?,
             init: job::restorer(),
         };
         let nodes = match a.hosts.len() {
@@ -300,7 +443,19 @@ pub(crate) fn launch(g: &GlobalOpts, a: &LaunchArgs) -> u8 {
             affinity: affinity(&a.affinity),
             cpus,
         };
-        cairn_launch::launch(&o, &s, a.procs, nodes, &lib, &a.command).map_err(|e| e.to_string())
+        // With --rsh the program runs once; the other nodes' processes are slots.
+        let procs = match a.rsh {
+            true if a.procs != 1 => {
+                return Err(format!(
+                    "--rsh runs the program once (-n 1, not -n {}): its processes on other \
+                     hosts are started through the slots, by mpirun",
+                    a.procs
+                ))
+            }
+            true => nodes,
+            false => a.procs,
+        };
+        cairn_launch::launch(&o, &s, procs, nodes, &lib, &a.command).map_err(|e| e.to_string())
     };
     match run() {
         Ok(exit) => u8::try_from(exit.code).unwrap_or(255),
@@ -351,6 +506,8 @@ pub(crate) fn restart(g: &GlobalOpts, a: &RestartArgs) -> u8 {
                 .map(agent)
                 .transpose()?
                 .unwrap_or_default(),
+            // The manifest says whether the job has slots; they come back from their images.
+            rsh: None,
             init: job::restorer(),
         };
         eprintln!("cairn: restarting job {}", o.job);
@@ -499,4 +656,45 @@ fn render_status(s: &cairn_launch::Status) -> String {
 /// `cairn coord-node` (hidden): a node's sub-coordinator.
 pub(crate) fn coord_node(a: &CoordNodeArgs) -> u8 {
     u8::try_from(cairn_launch::node::main(&a.args)).unwrap_or(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn rsh_takes_arguments_as_ssh_does() {
+        let got = rsh_args(&args(&[
+            "-x",
+            "-T",
+            "-l",
+            "me",
+            "-p22",
+            "-o",
+            "BatchMode=yes",
+            "me@nodeb",
+            "orted",
+            "-mca",
+            "ess",
+            "\"env\"",
+        ]))
+        .unwrap();
+        assert_eq!(got, ("nodeb".into(), "orted -mca ess \"env\"".into()));
+        assert_eq!(
+            rsh_args(&args(&["-n", "--", "-odd", "true"])).unwrap(),
+            ("-odd".into(), "true".into())
+        );
+        let e = rsh_args(&args(&["nodeb"])).unwrap_err();
+        assert!(e.contains("no command for nodeb"), "{e}");
+        let e = rsh_args(&args(&["-A", "nodeb", "true"])).unwrap_err();
+        assert!(e.contains("ssh option -A"), "{e}");
+        assert!(rsh_args(&args(&["-l"]))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(rsh_args(&[]).unwrap_err().contains("no host"));
+    }
 }

@@ -14,7 +14,8 @@
 //! shared-memory stores through `cairn_shm` directly, as they hold programs' files rather
 //! than checkpoints; `fs run` replaces itself with the command it runs. `launch`, `restart`,
 //! `checkpoint` and `status` (`launch.rs`) run unmodified programs under the checkpoint
-//! coordinator of `cairn_launch`; they have exit codes of their own (see their help).
+//! coordinator of `cairn_launch`; they have exit codes of their own (see their help), and so
+//! has `rsh`, the rsh agent of a job's `mpirun` (255 on failure, as ssh).
 #![forbid(unsafe_code)]
 
 mod demo;
@@ -190,9 +191,16 @@ uninterrupted one; 1 if it differs; 2 if the demo could not run."
     /// Bring a job back from its newest complete checkpoint (or VERSION)
     #[command(after_help = launch::RESTART_HELP)]
     Restart(launch::RestartArgs),
+    /// Run a command on a host of the job this runs in, in the slot there (an rsh agent for
+    /// mpirun in a job launched with --rsh)
+    #[command(after_help = launch::RSH_HELP)]
+    Rsh(launch::RshArgs),
     /// A node's sub-coordinator (started by launch and restart)
     #[command(hide = true)]
     CoordNode(launch::CoordNodeArgs),
+    /// A slot of a job launched with --rsh: waits for a command (started by launch)
+    #[command(hide = true)]
+    Slot,
 }
 
 /// An error that means "the check said no" rather than "could not check".
@@ -227,6 +235,8 @@ fn main() -> ExitCode {
         Cmd::Checkpoint(a) => return ExitCode::from(launch::checkpoint(&cli.global, a)),
         Cmd::Status(a) => return ExitCode::from(launch::status(&cli.global, a)),
         Cmd::CoordNode(a) => return ExitCode::from(launch::coord_node(a)),
+        Cmd::Rsh(a) => return ExitCode::from(launch::rsh(a)),
+        Cmd::Slot => return ExitCode::from(launch::slot()),
         _ => {}
     }
     match run(cli) {
@@ -321,6 +331,8 @@ fn run(cli: Cli) -> Result<()> {
         | Cmd::Restart(_)
         | Cmd::Checkpoint(_)
         | Cmd::Status(_)
+        | Cmd::Rsh(_)
+        | Cmd::Slot
         | Cmd::CoordNode(_) => unreachable!("handled in main"),
         Cmd::Demo(args) => {
             no_tier_options(

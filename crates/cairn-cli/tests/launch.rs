@@ -2152,7 +2152,8 @@ impl NsHosts {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/nshost")
     }
 
-    /// `None`, saying why, where namespaces cannot be made (not root, no `ip`).
+    /// `None`, saying why, where namespaces cannot be made (not root, no `ip`). Each call
+    /// makes hosts of its own (names, bridge and subnet), so tests may run at once.
     fn up(t: &Path) -> Option<NsHosts> {
         // Unique per test: the tests of this binary run side by side.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -2236,11 +2237,7 @@ impl NsHosts {
     /// host's node-local directory and partner copies across the hosts; `None` (saying why)
     /// where the library is not built or hosts cannot be made.
     fn with_partner_copies() -> Option<(tempfile::TempDir, NsHosts, PathBuf)> {
-        if !real_tools() {
-            return None;
-        }
-        let t = tempfile::tempdir().unwrap();
-        let hosts = NsHosts::up(t.path())?;
+        let (t, hosts) = real_hosts()?;
         let config = write_config(
             t.path(),
             "/var/tmp/cairn-node",
@@ -2283,6 +2280,17 @@ impl NsHosts {
             std::fs::create_dir(&dir).unwrap();
         }
     }
+}
+
+/// A scratch directory and two namespace hosts for a test of the real library; `None`,
+/// saying why, when the library is not built or hosts cannot be made.
+fn real_hosts() -> Option<(tempfile::TempDir, NsHosts)> {
+    if !real_tools() {
+        return None;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let hosts = NsHosts::up(t.path())?;
+    Some((t, hosts))
 }
 
 impl Drop for NsHosts {
@@ -2490,4 +2498,187 @@ fn real_library_a_connection_from_namespace_hosts_to_outside_the_job_is_refused_
         let after = std::fs::read_to_string(d.join(format!("after.{p}"))).unwrap();
         assert_eq!(after, "b''", "process {p}");
     }
+}
+
+/// `cairn rsh` outside a job says so and exits 255, as ssh does when it cannot connect; a
+/// launch with --rsh needs hosts and runs the program once.
+#[test]
+fn rsh_outside_a_job_and_rsh_launches_without_hosts_are_refused() {
+    let o = cairn()
+        .env_remove("CAIRN_COORD_ADDR")
+        .env_remove("CAIRN_COORD_TOKEN")
+        .env_remove("CAIRN_JOB")
+        .args(["rsh", "-x", "-l", "me", "nodeb", "orted", "--x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(255), "{}", text(&o));
+    assert!(
+        text(&o).contains("not run inside a Cairn job")
+            && text(&o).contains("`orted --x` on nodeb"),
+        "{}",
+        text(&o)
+    );
+    let t = tempfile::tempdir().unwrap();
+    for (args, why) in [
+        (&["--rsh"][..], "--rsh needs --hosts"),
+        (
+            &["--rsh", "-n", "2", "--hosts", "a,b"][..],
+            "--rsh runs the program once",
+        ),
+    ] {
+        let o = fake(&["launch", "--dir"])
+            .arg(t.path())
+            .args(args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+        assert!(text(&o).contains(why), "{}", text(&o));
+    }
+}
+
+/// Two namespace hosts and a job launched on them with `--rsh`, its nodes started by
+/// `nshost run`: process 0 runs `program`, process 1 is host b's slot.
+fn launch_with_slots(t: &Path, hosts: &NsHosts, job: &str, program: &[&OsStr]) -> Running {
+    let config = write_config(t, "/var/tmp/cairn-node", "");
+    let agent = format!("{} run", NsHosts::tool().display());
+    let host_list = hosts.names.join(",");
+    let launched = hosts
+        .cairn(
+            &config,
+            &[
+                "launch", "--job", job, "--hosts", &host_list, "--agent", &agent, "--rsh",
+            ],
+        )
+        .arg("--dir")
+        .arg(t.join("imgs"))
+        .arg("--")
+        .args(program)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stderr(job_log(t))
+        .spawn()
+        .unwrap();
+    Running(launched)
+}
+
+/// A program launched with `--rsh` on host a runs a command on host b with `cairn rsh`: the
+/// command runs there (its host name is b's), in b's slot, as process 1 of the job on node 1,
+/// and the job ends with status 0 once the program and the command have. A host that is not
+/// the job's, and the program's own host (no slot), are refused with exit status 255 and a
+/// message naming why.
+#[test]
+fn real_library_rsh_runs_a_command_on_another_host_in_its_slot() {
+    let Some((t, hosts)) = real_hosts() else {
+        return;
+    };
+    let cairn_bin = env!("CARGO_BIN_EXE_cairn");
+    let d = t.path().display();
+    let (a, b) = (&hosts.names[0], &hosts.names[1]);
+    let script = format!(
+        "{cairn_bin} rsh -x {b} 'hostname > {d}/remote; echo $CAIRN_PROC $CAIRN_NODE \
+         ${{CAIRN_CKPT_SLOT:-none}} >> {d}/remote; while [ ! -e {d}/go ]; do sleep 0.05; done'; \
+         echo $? > {d}/rsh.status; \
+         {cairn_bin} rsh nosuchhost true 2> {d}/unknown; echo $? >> {d}/rsh.status; \
+         {cairn_bin} rsh {a} true 2> {d}/own; echo $? >> {d}/rsh.status; \
+         while [ ! -e {d}/go ]; do sleep 0.05; done"
+    );
+    let mut job = launch_with_slots(
+        t.path(),
+        &hosts,
+        "rs",
+        &[OsStr::new("sh"), OsStr::new("-c"), OsStr::new(&script)],
+    );
+    let statuses = wait_for("the rsh calls", 60, || {
+        let s = std::fs::read_to_string(t.path().join("rsh.status")).ok()?;
+        (s.lines().count() == 3).then_some(s)
+    });
+    assert_eq!(statuses, "0\n255\n255\n", "{}", log_tail(t.path()));
+    let remote = wait_for("the remote command", 30, || {
+        let r = std::fs::read_to_string(t.path().join("remote")).ok()?;
+        (r.lines().count() == 2).then_some(r)
+    });
+    assert_eq!(remote, format!("{b}\n1 1 none\n"));
+    let unknown = std::fs::read_to_string(t.path().join("unknown")).unwrap();
+    assert!(
+        unknown.contains(&format!(
+            "nosuchhost is not a host of job rs (its hosts are {a}, {b})"
+        )),
+        "{unknown}"
+    );
+    let own = std::fs::read_to_string(t.path().join("own")).unwrap();
+    assert!(
+        own.contains(&format!("host {a} (node 0) has no slot")),
+        "{own}"
+    );
+    // The command is process 1 of the job, on node 1, host b: a slot that has been used.
+    let s = status(&t.path().join("imgs"));
+    let p1 = &s["procs"][1];
+    assert_eq!(
+        (&p1["node"], &p1["host"], &p1["state"], &p1["slot"]),
+        (
+            &Value::from("1"),
+            &Value::from(b.as_str()),
+            &Value::from("running"),
+            &Value::from("used")
+        ),
+        "{s}"
+    );
+    std::fs::write(t.path().join("go"), "").unwrap();
+    ended_well(&mut job.0, t.path());
+}
+
+/// An unmodified `mpirun` across two hosts: launched with `--rsh` on host a, it starts its
+/// daemon on host b through `cairn rsh` (the job's rsh agent), in b's slot; ranks 2 and 3 run
+/// on b, and the MPI ring (messages around a ring over TCP between the hosts, an allreduce,
+/// a broadcast) runs to its end with status 0. No checkpoint is taken.
+#[test]
+fn real_library_mpirun_starts_its_daemon_on_another_host_through_the_slot() {
+    let Some((t, hosts)) = real_hosts() else {
+        return;
+    };
+    let ring = build_mpi_program(t.path(), "mpiring");
+    let (a, b) = (&hosts.names[0], &hosts.names[1]);
+    let on = format!("{a}:2,{b}:2");
+    let rank = format!(
+        "hostname > {d}/host.$OMPI_COMM_WORLD_RANK; exec {} 300 {d}",
+        ring.display(),
+        d = t.path().display()
+    );
+    let args = [
+        "mpirun",
+        "--oversubscribe",
+        "-np",
+        "4",
+        "--host",
+        &on,
+        "--mca",
+        "btl",
+        "self,tcp",
+        "--mca",
+        "btl_tcp_if_include",
+        "eth0",
+        "--mca",
+        "oob_tcp_if_include",
+        "eth0",
+        "sh",
+        "-c",
+        &rank,
+    ];
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let mut job = launch_with_slots(t.path(), &hosts, "mr", &args);
+    ended_well(&mut job.0, t.path());
+    for r in 0..4 {
+        let host = std::fs::read_to_string(t.path().join(format!("host.{r}"))).unwrap();
+        assert_eq!(host.trim(), if r < 2 { a } else { b }, "rank {r}");
+        let end = std::fs::read_to_string(t.path().join(format!("end.{r}"))).unwrap();
+        assert_eq!(end.trim(), format!("rank {r} ok"));
+    }
+    let log = std::fs::read_to_string(t.path().join("job.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "host {b}: proc 1, the slot on node 1, runs ` orted"
+        )),
+        "{log}"
+    );
 }

@@ -6,6 +6,7 @@ use crate::jobdir::CoordInfo;
 use crate::net;
 use crate::proto::{Conn, Msg, Verb};
 use std::path::Path;
+use std::time::Duration;
 
 /// A connection to a job's root coordinator, found through `<job_dir>/coord`.
 pub struct Client {
@@ -146,6 +147,58 @@ impl Client {
             Verb::Denied => Err(denied(&m)),
             v => bail!(Protocol, "the root answered {v} to a kill request"),
         }
+    }
+}
+
+/// How long `cairn rsh` waits for its command to reach a slot: the slot may still be
+/// starting, or held by a checkpoint (one phase timeout each, 60 s by default).
+const RSH_LIMIT: Duration = Duration::from_secs(300);
+
+/// Where `cairn rsh`'s command went: the slot's process index and node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RshDone {
+    pub proc: usize,
+    pub node: usize,
+}
+
+/// Asks the sub-coordinator at `addr` (the caller's own node's: `cairn rsh` runs inside the
+/// job) to run `cmd` on `host`, in a free slot of job `job` there (`--rsh`); returns once the
+/// slot has the command. A host that is not the job's, one without a free slot, or a
+/// command whose line would pass [`crate::proto::MAX_LINE`] is refused (kind
+/// [`ErrorKind::Denied`], or [`ErrorKind::Protocol`] for the length), naming what is wrong.
+pub fn rsh(addr: &str, token: &str, job: &str, host: &str, cmd: &str) -> Result<RshDone> {
+    let ask = Msg::new(Verb::Rsh)
+        .arg("token", token)
+        .arg("job", job)
+        .arg("host", host)
+        .arg("cmd", cmd);
+    // Checked before connecting, so the refusal names the command.
+    ask.encode_whole().map_err(|e| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!(
+                "the command ({} bytes) is too long for the coordinator's protocol: {}",
+                cmd.len(),
+                e.message()
+            ),
+        )
+    })?;
+    let stream = net::connect(addr, 0)?;
+    let mut conn = Conn::new(stream)?;
+    conn.send_whole(&ask)?;
+    conn.set_read_timeout(Some(RSH_LIMIT))?;
+    let m = conn.expect("the answer to RSH")?;
+    match (m.verb, m.get("ok")) {
+        (Verb::Done, Some("1")) => Ok(RshDone {
+            proc: m.num("proc")?,
+            node: m.num("node")?,
+        }),
+        (Verb::Done | Verb::Denied, _) => bail!(
+            Denied,
+            "job {job} cannot run the command on {host}: {}",
+            m.get("why").unwrap_or("no reason given")
+        ),
+        (v, _) => bail!(Protocol, "the sub-coordinator answered {v} to RSH"),
     }
 }
 

@@ -929,6 +929,7 @@ mod tests {
             region: 0,
             stored: 0,
             members: Vec::new(),
+            slot: None,
         };
         let mut procs: Vec<ProcImage> = (0..4).map(|r| entry(r, 20_000)).collect();
         procs[3].bytes = 19_000;

@@ -11,12 +11,13 @@ use crate::engines::Engines;
 use crate::error::{bail, Error, ErrorKind, Result};
 use crate::images::{RestoreError, RestoredImage};
 use crate::jobdir::{self, CoordInfo, Token};
-use crate::manifest::{self, Affinity, LaunchRecord, Manifest};
+use crate::manifest::{self, Affinity, LaunchRecord, Manifest, SlotUse};
 use crate::node::NodeArgs;
 use crate::root::{Begun, LastCheckpoint, Root, RootConfig};
 use crate::spawn::ProcStart;
 use crate::stage::Staging;
 use crate::{net, node_of, sys, TOKEN_ENV};
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::net::IpAddr;
@@ -30,7 +31,8 @@ use std::time::{Duration, Instant};
 
 /// The variables every process of a job gets (and the restorer too): where its node's
 /// sub-coordinator listens, the job's token, the job id, the process and node indices, and
-/// the affinity settings. Not recorded in manifests: they differ from run to run.
+/// the affinity settings; and a slot's mark (`--rsh`). Not recorded in manifests: they
+/// differ from run to run.
 pub const JOB_ENV: &[&str] = &[
     "CAIRN_COORD_ADDR",
     "CAIRN_COORD_TOKEN",
@@ -39,6 +41,23 @@ pub const JOB_ENV: &[&str] = &[
     "CAIRN_NODE",
     "CAIRN_CKPT_AFFINITY",
     "CAIRN_CKPT_CPUS",
+    SLOT_ENV,
+];
+
+/// Set to `1` in a slot's environment (`--rsh`): the checkpoint library of that process, and
+/// of no other, runs the command its node sends it (`RUN`) in its place.
+pub const SLOT_ENV: &str = "CAIRN_CKPT_SLOT";
+
+/// What the processes of a job launched with `--rsh` get, unless the launcher's environment
+/// already sets it: Open MPI's rsh agent (the words of [`RshSlots::agent`]), one daemon
+/// started by `mpirun` itself per host (no tree of daemons starting daemons), and daemons
+/// that stay the processes the agent started: without `orte_leave_session_attached`,
+/// `mpirun` asks every daemon it starts without a tree to daemonize, and the process in the
+/// slot would exit, leaving its daemon outside it.
+const RSH_ENV: [&str; 3] = [
+    "OMPI_MCA_plm_rsh_agent",
+    "OMPI_MCA_plm_rsh_no_tree_spawn",
+    "OMPI_MCA_orte_leave_session_attached",
 ];
 
 /// The checkpoint library's file name, and the variable that names another one.
@@ -204,11 +223,30 @@ pub struct Options {
     /// simulated, each sub-coordinator a child of the launcher on its host.
     pub hosts: Vec<String>,
     pub agent: Vec<OsString>,
+    /// Slots for an rsh agent (`--rsh`): at launch, process 0 runs the program and every other
+    /// node a slot ([`RshSlots`]). A restart restores the slots from their images as it does
+    /// every process (the manifest says which processes are slots), so it does not look at
+    /// this.
+    pub rsh: Option<RshSlots>,
     /// What each launched process starts under: `cairn-restore --init` makes a pid namespace
     /// per process tree (so a restart gives every process its ids back) and runs the
     /// program as its first process. `None` starts the program directly (the tests of the
     /// coordinators, with fake processes).
     pub init: Option<PathBuf>,
+}
+
+/// The slots of a job launched with `--rsh`: every node but the first runs, instead of a copy
+/// of the program, one process that waits for a command (`cairn slot`), and the job's
+/// processes get an rsh agent (`cairn rsh`) that runs a command on a host of the job in the
+/// slot there, as a process of the job. This is how `mpirun` starts its daemon on each other
+/// host under checkpoint control.
+#[derive(Debug, Clone)]
+pub struct RshSlots {
+    /// What a slot runs until it is given a command: `cairn slot`.
+    pub slot: Helper,
+    /// The agent the job's processes get in `OMPI_MCA_plm_rsh_agent`: `cairn rsh`, the
+    /// program by its absolute path.
+    pub agent: Vec<OsString>,
 }
 
 /// The settings of a job that a restart may change.
@@ -242,6 +280,9 @@ pub struct JobExit {
     pub code: i32,
     /// Each process's status, by index.
     pub statuses: Vec<ExitStatus>,
+    /// The slots that never ran a command (`--rsh`): ended when the rest of the job had,
+    /// and not part of [`JobExit::code`].
+    pub unused_slots: BTreeSet<usize>,
 }
 
 pub use crate::spawn::exit_code;
@@ -308,30 +349,59 @@ pub fn launch(
         restarts: 0,
         hosts: o.hosts.clone(),
         agent: recorded_agent(o),
+        rsh: o.rsh.is_some(),
     };
+    let slots = rsh_slots(o.rsh.is_some(), procs);
+    let rsh_env = match &o.rsh {
+        Some(r) => {
+            check_rsh(o, procs, nodes)?;
+            rsh_env(r)?
+        }
+        None => Vec::new(),
+    };
+    // A slot runs `cairn slot` (its own program and arguments) rather than the command.
+    let slot_command: Option<(PathBuf, Vec<OsString>)> = o.rsh.as_ref().map(|r| {
+        let mut argv = vec![r.slot.program.clone().into_os_string()];
+        argv.extend(r.slot.args.iter().cloned());
+        (r.slot.program.clone(), argv)
+    });
     let init = o.init.clone();
     let stride = pid_stride(procs);
-    let spawn = move |i: usize, _addr: &str| match &init {
-        Some(init) => {
-            let mut args: Vec<OsString> = vec![
-                "--init".into(),
-                "--first-pid".into(),
-                first_pid(i, stride).to_string().into(),
-                "--exec".into(),
-                resolved.clone().into(),
-            ];
-            args.extend(command.iter().cloned());
-            Argv {
-                program: init.clone().into(),
-                args,
-                preload: Some(ld_preload.clone()),
-            }
+    let slot_set: BTreeSet<usize> = slots.iter().copied().collect();
+    let spawn = move |i: usize, _addr: &str| {
+        let is_slot = slot_set.contains(&i);
+        let (exe, argv): (&Path, &[OsString]) = match &slot_command {
+            Some((p, a)) if is_slot => (p, a),
+            _ => (&resolved, command),
+        };
+        let mut env = rsh_env.clone();
+        if is_slot {
+            env.push((SLOT_ENV.into(), "1".into()));
         }
-        None => Argv {
-            program: program.clone(),
-            args: command[1..].to_vec(),
-            preload: Some(ld_preload.clone()),
-        },
+        match &init {
+            Some(init) => {
+                let mut args: Vec<OsString> = vec![
+                    "--init".into(),
+                    "--first-pid".into(),
+                    first_pid(i, stride).to_string().into(),
+                    "--exec".into(),
+                    exe.into(),
+                ];
+                args.extend(argv.iter().cloned());
+                Argv {
+                    program: init.clone().into(),
+                    args,
+                    preload: Some(ld_preload.clone()),
+                    env,
+                }
+            }
+            None => Argv {
+                program: exe.into(),
+                args: argv[1..].to_vec(),
+                preload: Some(ld_preload.clone()),
+                env,
+            },
+        }
     };
     check_job(o, s, procs, nodes)?;
     check_not_running(&job_dir)?;
@@ -342,10 +412,61 @@ pub fn launch(
         closed: Vec::new(),
         settings: s.clone(),
         spawn: Box::new(spawn),
+        used_slots: BTreeSet::new(),
     });
-    run(o, s, procs, nodes, &mut |_, _| {
+    run(o, s, procs, nodes, &slots, &mut |_, _| {
         Ok(start.take().expect("the job starts once"))
     })
+}
+
+/// The slots of a job of `procs` processes (one per node with `--rsh`): every process but
+/// the first, which runs the program.
+fn rsh_slots(rsh: bool, procs: usize) -> Vec<usize> {
+    match rsh {
+        true => (1..procs).collect(),
+        false => Vec::new(),
+    }
+}
+
+/// A job with slots (`--rsh`) runs on hosts, one process per host: the program on the first,
+/// a slot on each of the others.
+fn check_rsh(o: &Options, procs: usize, nodes: usize) -> Result<()> {
+    if o.hosts.is_empty() {
+        bail!(
+            Usage,
+            "--rsh needs --hosts: the commands an rsh agent runs go to the slots on the \
+             job's hosts"
+        );
+    }
+    if procs != nodes {
+        bail!(
+            Usage,
+            "--rsh runs one process on each host (the program on the first, a slot on each \
+             other), not {procs} processes on {nodes} hosts"
+        );
+    }
+    Ok(())
+}
+
+/// The variables of [`RSH_ENV`] the launcher's environment does not set already. The agent
+/// must be words without spaces or colons: Open MPI splits `plm_rsh_agent` at both.
+fn rsh_env(r: &RshSlots) -> Result<Vec<(OsString, OsString)>> {
+    let words: Vec<&str> = r.agent.iter().filter_map(|w| w.to_str()).collect();
+    if words.len() != r.agent.len() || words.iter().any(|w| w.contains([' ', ':'])) {
+        bail!(
+            Usage,
+            "the rsh agent {:?} cannot go into OMPI_MCA_plm_rsh_agent: its words must be UTF-8 \
+             without spaces or colons (move the cairn binary to such a path)",
+            r.agent
+        );
+    }
+    let values = [words.join(" "), "1".to_string(), "1".to_string()];
+    Ok(RSH_ENV
+        .iter()
+        .zip(values)
+        .filter(|(k, _)| std::env::var_os(k).is_none())
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .collect())
 }
 
 /// Where the pids of a job's trees start: process `i`'s tree counts through
@@ -460,7 +581,8 @@ pub fn restart(
     let s = settings(&cands[0].launch);
     check_job(o, &s, procs, nodes)?;
     let restorer = restorer.to_path_buf();
-    run(o, &s, procs, nodes, &mut |images, staging| {
+    let slots = rsh_slots(cands[0].launch.rsh, procs);
+    run(o, &s, procs, nodes, &slots, &mut |images, staging| {
         let (m, fitted) = restore_images(images, staging, &o.job, &cands)?;
         let (trees, namespaced): (Vec<Vec<RestoredImage>>, Vec<bool>) = fitted.into_iter().unzip();
         let s = settings(&m.launch);
@@ -513,8 +635,13 @@ pub fn restart(
                 program: restorer.clone().into(),
                 args,
                 preload: None,
+                env: Vec::new(),
             }
         };
+        let used_slots = (m.procs.iter())
+            .filter(|p| p.slot == Some(SlotUse::Used))
+            .map(|p| p.proc)
+            .collect();
         Ok(Start {
             record,
             first_version: m.version + 1,
@@ -525,6 +652,7 @@ pub fn restart(
             closed: m.closed.clone(),
             settings: s,
             spawn: Box::new(spawn),
+            used_slots,
         })
     })
 }
@@ -732,12 +860,13 @@ impl Drop for Forwarder {
 /// launcher adds the environment.
 type Spawn<'a> = dyn Fn(usize, &str) -> Argv + 'a;
 
-/// A process's command line, and the `LD_PRELOAD` it starts with (none for the restorer,
-/// which must not load the library it restores).
+/// A process's command line, the `LD_PRELOAD` it starts with (none for the restorer, which
+/// must not load the library it restores), and variables it gets besides the job's.
 struct Argv {
     program: OsString,
     args: Vec<OsString>,
     preload: Option<OsString>,
+    env: Vec<(OsString, OsString)>,
 }
 
 /// What differs between a launch and a restart once the engine job is up (a restart learns
@@ -753,6 +882,8 @@ struct Start<'a> {
     /// The interval, timeout and window the root keeps from then on.
     settings: Settings,
     spawn: Box<Spawn<'a>>,
+    /// The slots that had been given a command (a restart's, from its manifest).
+    used_slots: BTreeSet<usize>,
 }
 
 /// Decides how the job starts, given its engine job, once the sub-coordinators are up.
@@ -843,6 +974,7 @@ fn run(
     s: &Settings,
     procs: usize,
     nodes: usize,
+    slots: &[usize],
     prepare: &mut Prepare<'_, '_>,
 ) -> Result<JobExit> {
     let job_dir = o.dir.join(&o.job);
@@ -863,6 +995,8 @@ fn run(
             interval: s.interval,
             keep: s.keep,
             staging: staging.clone(),
+            hosts: o.hosts.clone(),
+            slots: slots.to_vec(),
         },
     )?;
     let root_addr = root.addr();
@@ -963,6 +1097,7 @@ fn run(
         timeout: start.settings.timeout,
         keep: start.settings.keep,
         closed: start.closed,
+        used_slots: start.used_slots.clone(),
     });
     let s = &start.settings;
     let _forwarder = if o.forward_signals {
@@ -987,6 +1122,7 @@ fn run(
             if let Some(p) = argv.preload {
                 env.push(("LD_PRELOAD".into(), p));
             }
+            env.extend(argv.env);
             let mut job_env = vec![
                 ("CAIRN_COORD_ADDR", addr.clone()),
                 (TOKEN_ENV, token.hex().to_string()),
@@ -1018,9 +1154,10 @@ fn run(
         job_dir.display()
     );
     let statuses = root.wait_ended();
-    let code = statuses
-        .iter()
-        .map(exit_code)
+    let unused_slots = root.unused_slots();
+    let code = (statuses.iter().enumerate())
+        .filter(|(i, _)| !unused_slots.contains(i))
+        .map(|(_, st)| exit_code(st))
         .find(|&c| c != 0)
         .unwrap_or(0);
     // The job has ended: the engine finishes its flushes and makes the newest checkpoint
@@ -1037,6 +1174,7 @@ fn run(
         job: o.job.clone(),
         code,
         statuses,
+        unused_slots,
     })
 }
 

@@ -47,10 +47,10 @@ pub mod spawn;
 pub mod stage;
 mod sys;
 
-pub use client::{Client, Status};
+pub use client::{Client, RshDone, Status};
 pub use error::{Error, ErrorKind, Result};
 pub use images::Images;
-pub use launch::{launch, restart, CpuList, Helper, JobExit, Options};
+pub use launch::{launch, restart, CpuList, Helper, JobExit, Options, RshSlots};
 pub use manifest::{Affinity, Manifest};
 pub use net::Backoff;
 pub use proto::{Conn, Msg, Verb};

@@ -86,6 +86,21 @@ pub struct ProcImage {
     /// image of its own, stored with this one's as further regions of the same part.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberImage>,
+    /// For a slot of a job launched with `--rsh` (a process kept for a command an rsh agent
+    /// runs there): whether it has been given one. A restart needs it to tell which
+    /// processes the job waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<SlotUse>,
+}
+
+/// What a slot of a job launched with `--rsh` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotUse {
+    /// It waits for a command (`cairn slot`); the job ends without waiting for it.
+    Free,
+    /// It runs the command `cairn rsh` gave it (or has run it); the job waits for it.
+    Used,
 }
 
 /// One image file of a process's tree, as the engine and the staging directories know it.
@@ -203,6 +218,9 @@ pub struct LaunchRecord {
     pub hosts: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agent: Vec<String>,
+    /// Launched with `--rsh`: process 0 runs the program, and every other node has a slot.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rsh: bool,
 }
 
 /// The environment subset recorded in the manifest: what a fresh launch of the same command
@@ -535,6 +553,8 @@ mod tests {
                     region: 64 << 10,
                     stored: b / 2,
                     members: Vec::new(),
+                    // A job launched with --rsh: proc 1 is a slot that runs a command.
+                    slot: (i == 1).then_some(SlotUse::Used),
                 })
                 .collect(),
             closed: Vec::new(),
@@ -559,6 +579,7 @@ mod tests {
                 restarts: 0,
                 hosts: Vec::new(),
                 agent: Vec::new(),
+                rsh: true,
             },
         }
     }

@@ -11,7 +11,7 @@ use crate::error::{bail, Error, ErrorKind, Result};
 use crate::hub::{self, deny, ranges, send_or_log, Acceptor, Event};
 use crate::jobdir::{check_job_id, Token};
 use crate::manifest::ProcImage;
-use crate::proto::{Conn, Msg, Verb};
+use crate::proto::{self, Conn, Msg, Verb};
 use crate::spawn::Procs;
 use crate::stage::Staging;
 use crate::{manifest, net, procs_of_node, TOKEN_ENV};
@@ -284,6 +284,7 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
                         suspended_for: None,
                         members: BTreeMap::new(),
                         namespaced: false,
+                        run: None,
                     },
                 )
             })
@@ -304,6 +305,7 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
         addr: my_addr,
         meets: HashMap::new(),
         meet_keys: HashMap::new(),
+        rsh: HashMap::new(),
     };
     lp.run();
     acceptor.stop();
@@ -368,6 +370,18 @@ struct Local {
     /// The process runs in a pid namespace of its own (`ids=1` in its HELLO): its children
     /// are processes of the job, and its namespace's init adopts their orphans.
     namespaced: bool,
+    /// A command the root sent for this process, a slot, not handed to it yet: it has not
+    /// joined, or a checkpoint holds it (the library reads only the checkpoint's lines
+    /// then).
+    run: Option<PendingRun>,
+}
+
+/// A command for a slot (`RUN` from the root), and the `cairn rsh` that asked for it: its
+/// connection's id on node `from`.
+struct PendingRun {
+    rsh: u64,
+    from: usize,
+    cmd: String,
 }
 
 /// A process of a tree other than the launched one.
@@ -483,6 +497,8 @@ struct NodeLoop {
     /// which of them wait on each connection's answer from the root.
     meets: HashMap<u64, TcpStream>,
     meet_keys: HashMap<String, Vec<u64>>,
+    /// Connections of `cairn rsh` waiting for the root's answer, by connection id.
+    rsh: HashMap<u64, TcpStream>,
 }
 
 impl NodeLoop {
@@ -550,7 +566,116 @@ impl NodeLoop {
             self.up(Msg::new(Verb::Ended)
                 .arg("proc", i)
                 .arg("status", st.into_raw()));
+            if let Some(run) = self.procs.get_mut(&i).and_then(|p| p.run.take()) {
+                let why = format!("proc {i}, the slot, ended ({st}) before it got the command");
+                self.ran(run, i, Err(why));
+            }
         }
+    }
+
+    // ---- commands run in slots (`--rsh`) ----------------------------------------------------
+
+    /// `cairn rsh` asks to run a command on a host of the job: the root picks a free slot
+    /// there and answers with DONE, which goes back on this connection.
+    fn rsh_request(&mut self, id: u64, msg: Msg, writer: TcpStream, who: String) {
+        if let Err(why) = self.check_token_and_job(&msg) {
+            return deny(writer, &why, who);
+        }
+        let (Some(host), Some(cmd)) = (msg.get("host"), msg.get("cmd")) else {
+            return deny(writer, "RSH without host= or cmd=", who);
+        };
+        let ask = Msg::new(Verb::Rsh)
+            .arg("rsh", id)
+            .arg("host", host)
+            .arg("cmd", cmd);
+        if let Err(e) = proto::send_whole(&mut self.root_w, &ask) {
+            return deny(
+                writer,
+                &format!("cannot ask the root coordinator: {e}"),
+                who,
+            );
+        }
+        self.rsh.insert(id, writer);
+    }
+
+    /// The root's answer to an RSH of this node: to the `cairn rsh` that asked, if it still
+    /// waits.
+    fn rsh_answer(&mut self, mut msg: Msg) {
+        let Ok(id) = msg.num::<u64>("rsh") else {
+            return tracing::warn!("node {}: from the root: {msg}: no rsh=", self.a.node);
+        };
+        let Some(mut w) = self.rsh.remove(&id) else {
+            return tracing::debug!("node {}: {msg}: its cairn rsh has gone", self.a.node);
+        };
+        msg.fields.retain(|(k, _)| k != "rsh");
+        send_or_log(&mut w, &msg, "cairn rsh");
+        let _ = w.shutdown(Shutdown::Both);
+    }
+
+    /// The root's `RUN`: the command for a slot of this node.
+    fn run_request(&mut self, msg: &Msg) {
+        let (Ok(rsh), Ok(from), Ok(i), Ok(cmd)) = (
+            msg.num::<u64>("rsh"),
+            msg.num::<usize>("from"),
+            msg.num::<usize>("proc"),
+            msg.req("cmd"),
+        ) else {
+            return tracing::warn!("node {}: from the root: malformed {msg}", self.a.node);
+        };
+        let run = PendingRun {
+            rsh,
+            from,
+            cmd: cmd.to_string(),
+        };
+        match self.procs.get_mut(&i) {
+            Some(p) => p.run = Some(run),
+            None => {
+                let why = format!("proc {i} is not a process of node {}", self.a.node);
+                return self.ran(run, i, Err(why));
+            }
+        }
+        self.try_run(i);
+    }
+
+    /// Hands slot `i` its command once it can take it: it has joined, and no checkpoint holds
+    /// it (its HELLO and its RESUME call this again). A slot that has ended fails the request.
+    fn try_run(&mut self, i: usize) {
+        let Some(p) = self.procs.get(&i).filter(|p| p.run.is_some()) else {
+            return;
+        };
+        let outcome = match p.state {
+            LState::Missing => return,
+            LState::Running if p.suspended_for.is_some() => return,
+            LState::Running => {
+                let cmd = p.run.as_ref().map(|r| r.cmd.as_str()).unwrap_or_default();
+                let msg = Msg::new(Verb::Run).arg("cmd", cmd);
+                match p.conn.and_then(|c| self.peers.get_mut(&c)) {
+                    Some((_, w)) => proto::send_whole(w, &msg)
+                        .map_err(|e| format!("{}: {e}", describe(&self.procs, i))),
+                    None => Err(format!("{} is not connected", describe(&self.procs, i))),
+                }
+            }
+            LState::Exited(st) => Err(format!(
+                "{}, the slot, has exited with status {st}",
+                describe(&self.procs, i)
+            )),
+            LState::Lost => Err(format!("{}, the slot, {LOST}", describe(&self.procs, i))),
+        };
+        if let Some(run) = self.procs.get_mut(&i).and_then(|p| p.run.take()) {
+            self.ran(run, i, outcome);
+        }
+    }
+
+    /// Tells the root whether slot `i` got the command `run` (`DONE`).
+    fn ran(&mut self, run: PendingRun, i: usize, outcome: std::result::Result<(), String>) {
+        let m = Msg::new(Verb::Done)
+            .arg("rsh", run.rsh)
+            .arg("to", run.from)
+            .arg("proc", i);
+        self.up(match outcome {
+            Ok(()) => m.arg("ok", 1),
+            Err(why) => m.arg("ok", 0).arg("why", why),
+        });
     }
 
     // ---- processes -----------------------------------------------------------------------
@@ -564,6 +689,9 @@ impl NodeLoop {
                 }
                 Err(why) => deny(writer, &why, who),
             };
+        }
+        if msg.verb == Verb::Rsh {
+            return self.rsh_request(id, msg, writer, who);
         }
         if msg.verb != Verb::Hello {
             return deny(writer, &format!("expected HELLO, got {}", msg.verb), who);
@@ -629,6 +757,7 @@ impl NodeLoop {
             .arg("node", self.a.node)
             .arg("restarted", msg.get("restarted").unwrap_or("0"));
         self.up(joined);
+        self.try_run(i);
     }
 
     /// A process the launched process of tree `proc` started joins the job. During a
@@ -705,21 +834,24 @@ impl NodeLoop {
         }
     }
 
-    /// The token, job, process index and node of a HELLO: the process index.
-    fn check_identity(&self, msg: &Msg) -> Result<usize, String> {
+    /// The token and job of a first line.
+    fn check_token_and_job(&self, msg: &Msg) -> Result<(), String> {
         if !msg.get("token").is_some_and(|t| self.token.matches(t)) {
             return Err("wrong token".into());
         }
         match msg.get("job") {
-            Some(j) if j == self.a.job => {}
-            j => {
-                return Err(format!(
-                    "job mismatch: this is job {}, not {}",
-                    self.a.job,
-                    j.unwrap_or("(none)")
-                ))
-            }
+            Some(j) if j == self.a.job => Ok(()),
+            j => Err(format!(
+                "job mismatch: this is job {}, not {}",
+                self.a.job,
+                j.unwrap_or("(none)")
+            )),
         }
+    }
+
+    /// The token, job, process index and node of a HELLO: the process index.
+    fn check_identity(&self, msg: &Msg) -> Result<usize, String> {
+        self.check_token_and_job(msg)?;
         let i: usize = msg.num("proc").map_err(|e| e.to_string())?;
         if i >= self.a.procs {
             return Err(format!(
@@ -774,6 +906,7 @@ impl NodeLoop {
                 self.procs.get_mut(&i).expect("known").state = LState::Exited(status);
                 self.up(Msg::new(Verb::Left).arg("proc", i).arg("status", status));
                 self.proc_gone(slot, &format!("exited with status {status}"));
+                self.try_run(i);
             }
             Verb::Checkpoint => self.up(Msg::new(Verb::Checkpoint).arg("proc", i)),
             v => {
@@ -843,6 +976,9 @@ impl NodeLoop {
             });
             return;
         }
+        if self.rsh.remove(&id).is_some() {
+            return; // a cairn rsh that left before its answer
+        }
         let Some((slot, w)) = self.peers.remove(&id) else {
             return;
         };
@@ -872,6 +1008,7 @@ impl NodeLoop {
             );
             self.up(Msg::new(Verb::Left).arg("proc", i).arg("lost", 1));
             self.proc_gone(slot, LOST);
+            self.try_run(i);
         }
     }
 
@@ -983,6 +1120,7 @@ impl NodeLoop {
                 region: 0,
                 stored: 0,
                 members: manifest::members_of(&ph.sizes, i),
+                slot: None,
             };
             match crate::check::written(&dir, &tree) {
                 Ok(r) => remotes.extend(r.into_iter().map(|r| (i, r))),
@@ -1100,15 +1238,11 @@ impl NodeLoop {
         if matches!(msg.verb, Verb::Peer | Verb::NoPeer) {
             return self.meet_answer(&msg);
         }
-        if msg.verb == Verb::Kill {
-            match msg.num::<i32>("signal") {
-                Ok(sig) if sig > 0 && sig < 65 => {
-                    let n = self.children.signal(sig);
-                    tracing::info!("node {}: signal {sig} sent to {n} processes", self.a.node);
-                }
-                _ => tracing::warn!("node {}: from the root: {msg}: bad signal", self.a.node),
-            }
-            return;
+        match msg.verb {
+            Verb::Kill => return self.kill(&msg),
+            Verb::Run => return self.run_request(&msg),
+            Verb::Done => return self.rsh_answer(msg),
+            _ => {}
         }
         let v = match msg.num::<u64>("ckpt") {
             Ok(v) => v,
@@ -1125,6 +1259,25 @@ impl NodeLoop {
                 "node {}: the root sent {other}, which it never sends; ignored",
                 self.a.node
             ),
+        }
+    }
+
+    /// `KILL signal=<n>`: the signal to every process this node started that still runs, or
+    /// with `proc=<i>` to that one only (the root ends unused slots so).
+    fn kill(&mut self, msg: &Msg) {
+        let only = match msg.get("proc").map(|_| msg.num::<usize>("proc")) {
+            None => None,
+            Some(Ok(i)) => Some(i),
+            Some(Err(e)) => return tracing::warn!("node {}: from the root: {e}", self.a.node),
+        };
+        match msg.num::<i32>("signal") {
+            Ok(sig) if sig > 0 && sig < 65 => {
+                let n = self
+                    .children
+                    .signal_where(sig, |i| only.map_or(true, |o| o == i));
+                tracing::info!("node {}: signal {sig} sent to {n} processes", self.a.node);
+            }
+            _ => tracing::warn!("node {}: from the root: {msg}: bad signal", self.a.node),
         }
     }
 
@@ -1309,6 +1462,14 @@ impl NodeLoop {
         self.phase.as_mut().expect("just set").writing = writing;
         if self.phase.as_ref().is_some_and(|p| p.pending.is_empty()) {
             self.phase_complete();
+        }
+        // Commands for slots that came during the checkpoint.
+        let waiting: Vec<usize> = (self.procs.iter())
+            .filter(|(_, p)| p.run.is_some())
+            .map(|(&i, _)| i)
+            .collect();
+        for i in waiting {
+            self.try_run(i);
         }
     }
 

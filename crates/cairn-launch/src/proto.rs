@@ -60,6 +60,10 @@ verbs! {
     Subcoord = "SUBCOORD",
     Ended = "ENDED",
     Kill = "KILL",
+    // `cairn rsh` and its node's sub-coordinator, the sub-coordinator and the root, and a
+    // node and the slot that runs the command (`--rsh`).
+    Rsh = "RSH",
+    Run = "RUN",
     // The root and a sub-coordinator's engine, and two sub-coordinators (`engines`).
     Engine = "ENGINE",
     Link = "LINK",
@@ -196,6 +200,22 @@ impl Msg {
         }
     }
 
+    /// The line, newline included, with every value whole; an error when it would be longer
+    /// than [`MAX_LINE`]. For lines whose values must arrive as they are (a command to run),
+    /// where [`Msg::encode`] would cut one.
+    pub fn encode_whole(&self) -> Result<String> {
+        let line = render(self.verb, &self.fields);
+        if line.len() > MAX_LINE {
+            return Err(proto(format!(
+                "{} line of {} bytes (values percent-encoded) is longer than the protocol's \
+                 {MAX_LINE}",
+                self.verb,
+                line.len()
+            )));
+        }
+        Ok(line)
+    }
+
     /// Parses one line (without its newline). An unknown verb is an error of its own, so the
     /// caller can say so before closing the connection.
     pub fn parse(line: &str) -> Result<Msg> {
@@ -314,6 +334,11 @@ impl Conn {
         send(&mut self.writer, m)
     }
 
+    /// Sends `m` with every value whole, or fails if it does not fit a line.
+    pub fn send_whole(&mut self, m: &Msg) -> Result<()> {
+        send_whole(&mut self.writer, m)
+    }
+
     pub fn recv(&mut self) -> Result<Option<Msg>> {
         self.reader.next_msg()
     }
@@ -352,6 +377,13 @@ pub fn setup(stream: &TcpStream) -> Result<()> {
     stream
         .set_write_timeout(Some(WRITE_TIMEOUT))
         .map_err(|e| Error::io("set socket timeout", e))
+}
+
+/// Writes one message in one `write` call, every value whole (an error if it does not fit
+/// a line).
+pub fn send_whole(w: &mut TcpStream, m: &Msg) -> Result<()> {
+    w.write_all(m.encode_whole()?.as_bytes())
+        .map_err(|e| Error::io(format_args!("send {}", m.verb), e))
 }
 
 /// Writes one message in one `write` call.
@@ -415,6 +447,19 @@ mod tests {
         // Multi-byte characters are never split.
         let m = Msg::new(Verb::Done).arg("why", "é".repeat(3000));
         assert!(Msg::parse(&m.encode()).is_ok());
+    }
+
+    #[test]
+    fn whole_lines_refuse_to_cut_a_value() {
+        let cmd = "orted -mca ess \"env\" ".repeat(100);
+        let m = Msg::new(Verb::Run).arg("cmd", &cmd);
+        assert_eq!(Msg::parse(&m.encode_whole().unwrap()).unwrap(), m);
+        let m = Msg::new(Verb::Run).arg("cmd", cmd.repeat(3));
+        let e = m.encode_whole().unwrap_err();
+        assert!(
+            e.message().contains("longer than the protocol's 4096"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hub::{self, deny, named, send_or_log, Acceptor, Event};
 use crate::images::{Stored, TreeImage};
 use crate::jobdir::Token;
-use crate::manifest::{self, LaunchRecord, Manifest, ProcImage};
+use crate::manifest::{self, LaunchRecord, Manifest, ProcImage, SlotUse};
 use crate::proto::{Msg, Verb};
 use crate::stage::Staging;
 use crate::{node_of, procs_of_node};
@@ -60,6 +60,12 @@ pub struct RootConfig {
     pub keep: usize,
     /// Where the processes write their images.
     pub staging: Staging,
+    /// The hosts of the nodes, by node (empty: simulated nodes): what `cairn rsh HOST` is
+    /// matched against, with each node's address and the host name its processes report.
+    pub hosts: Vec<String>,
+    /// The processes that are slots (`--rsh`): kept for commands `cairn rsh` runs on their
+    /// nodes.
+    pub slots: Vec<usize>,
 }
 
 /// What the root learns once the sub-coordinators are up and their engines started
@@ -81,6 +87,8 @@ pub struct Begun {
     /// The connections to other hosts that come back closed (their other end was not in
     /// the job at the checkpoint a restart came from), by key.
     pub closed: Vec<String>,
+    /// The slots that were given a command before the checkpoint a restart came from.
+    pub used_slots: BTreeSet<usize>,
 }
 
 /// Where a node's sub-coordinator listens: for its processes, and for the root's engine
@@ -105,6 +113,9 @@ pub struct LastCheckpoint {
 struct Shared {
     node_addrs: Vec<Option<NodeAddrs>>,
     ended: Vec<Option<ExitStatus>>,
+    /// Slots that never ran a command: ended by the root once the rest of the job had, and
+    /// not part of its exit status.
+    unused_slots: BTreeSet<usize>,
     stopped: bool,
 }
 
@@ -125,6 +136,7 @@ impl Root {
             Mutex::new(Shared {
                 node_addrs: vec![None; cfg.nodes],
                 ended: vec![None; cfg.procs],
+                unused_slots: BTreeSet::new(),
                 stopped: false,
             }),
             Condvar::new(),
@@ -213,6 +225,13 @@ impl Root {
             .collect()
     }
 
+    /// The slots that never ran a command, once the job has ended: their statuses (they were
+    /// killed) are not part of the job's.
+    pub fn unused_slots(&self) -> BTreeSet<usize> {
+        let (lock, _) = &*self.shared;
+        lock.lock().expect("root state lock").unused_slots.clone()
+    }
+
     /// Something that sends a signal to every process of the job, through their nodes'
     /// sub-coordinators (what `cairn kill` and the launcher's forwarded signals do).
     pub fn signaller(&self) -> impl Fn(i32) + Send + Sync + 'static {
@@ -260,6 +279,8 @@ struct ProcSlot {
     pid: u32,
     host: String,
     restarted: bool,
+    /// A slot (`--rsh`): free, or given a command.
+    slot: Option<SlotUse>,
 }
 
 struct NodeSlot {
@@ -404,6 +425,7 @@ impl RootLoop {
                 pid: 0,
                 host: String::new(),
                 restarted: false,
+                slot: cfg.slots.contains(&i).then_some(SlotUse::Free),
             })
             .collect();
         RootLoop {
@@ -455,6 +477,11 @@ impl RootLoop {
                     self.cfg.keep = b.keep;
                     self.next_interval = self.cfg.interval.map(|i| Instant::now() + i);
                     self.meeting.closed = b.closed.iter().cloned().collect();
+                    for &i in &b.used_slots {
+                        if let Some(p) = self.procs.get_mut(i).filter(|p| p.slot.is_some()) {
+                            p.slot = Some(SlotUse::Used);
+                        }
+                    }
                     self.begun = Some(*b);
                 }
                 None => {}
@@ -625,6 +652,8 @@ impl RootLoop {
         for (i, p) in self.procs.iter().enumerate() {
             let (state, status) = match p.state {
                 ProcState::Missing => ("missing", None),
+                // A slot that waits for a command.
+                ProcState::Running if p.slot == Some(SlotUse::Free) => ("slot", None),
                 ProcState::Running => ("running", None),
                 ProcState::Exited(s) => ("exited", Some(s)),
                 ProcState::Lost => ("lost", None),
@@ -638,6 +667,11 @@ impl RootLoop {
                 .arg("restarted", u8::from(p.restarted));
             if let Some(s) = status {
                 m = m.arg("status", s);
+            }
+            match p.slot {
+                Some(SlotUse::Free) => m = m.arg("slot", "free"),
+                Some(SlotUse::Used) => m = m.arg("slot", "used"),
+                None => {}
             }
             out.push(m);
         }
@@ -742,6 +776,7 @@ impl RootLoop {
                     // They die with their sub-coordinator.
                     self.set_ended(i, ExitStatus::from_raw(libc::SIGKILL));
                 }
+                self.end_unused_slots();
                 let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
                 let report = format!(
                     "node {n}: the sub-coordinator's connection was lost{why} ({})",
@@ -823,6 +858,7 @@ impl RootLoop {
                     };
                 }
                 self.set_ended(i, st);
+                self.end_unused_slots();
                 if self
                     .ckpt
                     .as_ref()
@@ -831,6 +867,8 @@ impl RootLoop {
                     self.check_registered();
                 }
             }
+            Verb::Rsh => self.rsh(n, msg)?,
+            Verb::Done => self.ran(n, msg)?,
             Verb::Checkpoint => {
                 let who = msg.get("proc").unwrap_or("?");
                 self.request(None, format!("proc {who}"));
@@ -948,6 +986,175 @@ impl RootLoop {
             _ => tracing::debug!("node {n}: {msg} in phase {}; ignored", c.phase.name()),
         }
         Ok(())
+    }
+
+    // ---- slots and commands run in them (`--rsh`) -----------------------------------------
+
+    /// Node `n` asks, for a `cairn rsh` connected to it (`rsh=`, its connection there), to
+    /// run a command on host `host=`: in a free slot of a node on that host, which is from
+    /// then on a process the job waits for. The target node answers when the slot got it.
+    fn rsh(&mut self, n: usize, msg: &Msg) -> Result<()> {
+        let id: u64 = msg.num("rsh")?;
+        let host = msg.req("host")?;
+        let cmd = msg.req("cmd")?;
+        let i = match self.free_slot(host) {
+            Ok(i) => i,
+            Err(why) => {
+                self.answer_rsh(n, id, Err(why));
+                return Ok(());
+            }
+        };
+        let k = self.procs[i].node;
+        let run = Msg::new(Verb::Run)
+            .arg("rsh", id)
+            .arg("from", n)
+            .arg("proc", i)
+            .arg("cmd", cmd);
+        let sent = match self.node_writer(k) {
+            Some(w) => crate::proto::send_whole(w, &run).map_err(|e| e.to_string()),
+            None => Err("its sub-coordinator is not connected".into()),
+        };
+        match sent {
+            Ok(()) => {
+                self.procs[i].slot = Some(SlotUse::Used);
+                tracing::info!(
+                    "job {}: host {host}: proc {i}, the slot on node {k}, runs `{cmd}`",
+                    self.cfg.job
+                );
+            }
+            Err(e) => self.answer_rsh(n, id, Err(format!("node {k}: {e}"))),
+        }
+        Ok(())
+    }
+
+    /// The connection to node `k`'s sub-coordinator, while it is connected.
+    fn node_writer(&mut self, k: usize) -> Option<&mut TcpStream> {
+        let id = self.nodes[k].conn?;
+        self.peers.get_mut(&id).map(|p| &mut p.writer)
+    }
+
+    /// Whether `host` names node `k`: its host as `--hosts` gave it, its sub-coordinator's
+    /// address, or the host name its processes reported.
+    fn node_is(&self, k: usize, host: &str) -> bool {
+        let addr = self.nodes[k].addr.as_deref();
+        self.cfg.hosts.get(k).is_some_and(|h| h == host)
+            || addr
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+                .is_some_and(|a| a.ip().to_string() == host)
+            || (self.nodes[k].procs.iter()).any(|&i| self.procs[i].host == host)
+    }
+
+    /// The first free slot, still running or starting, on a node of `host`; or why there is
+    /// none.
+    fn free_slot(&self, host: &str) -> Result<usize, String> {
+        let nodes: Vec<usize> = (0..self.nodes.len())
+            .filter(|&k| self.node_is(k, host))
+            .collect();
+        if nodes.is_empty() {
+            let known = match self.cfg.hosts.is_empty() {
+                true => "it runs on simulated nodes of one host".to_string(),
+                false => format!("its hosts are {}", self.cfg.hosts.join(", ")),
+            };
+            return Err(format!(
+                "{host} is not a host of job {} ({known})",
+                self.cfg.job
+            ));
+        }
+        let slots: Vec<usize> = (nodes.iter())
+            .flat_map(|&k| self.nodes[k].procs.iter().copied())
+            .filter(|&i| self.procs[i].slot.is_some())
+            .collect();
+        let free = slots.iter().copied().find(|&i| {
+            let p = &self.procs[i];
+            p.slot == Some(SlotUse::Free)
+                && matches!(p.state, ProcState::Running | ProcState::Missing)
+                && self.nodes[p.node].conn.is_some()
+        });
+        match (free, slots.is_empty()) {
+            (Some(i), _) => Ok(i),
+            (None, true) => Err(format!(
+                "host {host} ({}) has no slot: it runs the job's program itself (slots are on \
+                 the other hosts of a job launched with --rsh)",
+                named("node", nodes)
+            )),
+            (None, false) => Err(format!(
+                "no free slot on host {host} ({}): {} ran a command already or ended",
+                named("node", nodes),
+                named("proc", slots)
+            )),
+        }
+    }
+
+    /// Node `n` says whether slot `proc=` got the command of an `RSH` (`DONE rsh= to=`):
+    /// the answer goes to the node whose `cairn rsh` asked.
+    fn ran(&mut self, n: usize, msg: &Msg) -> Result<()> {
+        let id: u64 = msg.num("rsh")?;
+        let to: usize = msg.num("to")?;
+        let i: usize = msg.num("proc")?;
+        if to >= self.nodes.len() || !self.procs.get(i).is_some_and(|p| p.node == n) {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                "not an answer about a slot of this node",
+            ));
+        }
+        let outcome = match msg.get("ok") {
+            Some("1") => Ok(i),
+            _ => Err(format!(
+                "node {n}: {}",
+                msg.get("why").unwrap_or("no reason given")
+            )),
+        };
+        self.answer_rsh(to, id, outcome);
+        Ok(())
+    }
+
+    /// Answers the `cairn rsh` `id` waiting on node `to`: the slot that got its command, or
+    /// why none did.
+    fn answer_rsh(&mut self, to: usize, id: u64, outcome: Result<usize, String>) {
+        let m = Msg::new(Verb::Done).arg("rsh", id);
+        let m = match outcome {
+            Ok(i) => m
+                .arg("ok", 1)
+                .arg("proc", i)
+                .arg("node", self.procs[i].node),
+            Err(why) => {
+                tracing::warn!("job {}: cairn rsh refused: {why}", self.cfg.job);
+                m.arg("ok", 0).arg("why", why)
+            }
+        };
+        if let Some(w) = self.node_writer(to) {
+            send_or_log(w, &m, format_args!("node {to}"));
+        }
+    }
+
+    /// Once every process the job waits for has ended (those that are not slots, and the
+    /// slots that were given a command), the slots never used are ended by their nodes:
+    /// nothing will use them now, and their statuses are not the job's.
+    fn end_unused_slots(&mut self) {
+        let (lock, cv) = &*self.shared;
+        let mut g = lock.lock().expect("root state lock");
+        let waited_for_ended = (self.procs.iter().enumerate())
+            .filter(|(_, p)| p.slot != Some(SlotUse::Free))
+            .all(|(i, _)| g.ended[i].is_some());
+        let unused: Vec<usize> = (0..self.procs.len())
+            .filter(|&i| self.procs[i].slot == Some(SlotUse::Free) && !g.unused_slots.contains(&i))
+            .collect();
+        if !waited_for_ended || unused.is_empty() {
+            return;
+        }
+        g.unused_slots.extend(&unused);
+        let ended = g.ended.clone();
+        cv.notify_all();
+        drop(g);
+        for i in unused.into_iter().filter(|&i| ended[i].is_none()) {
+            let node = self.procs[i].node;
+            let kill = Msg::new(Verb::Kill)
+                .arg("signal", libc::SIGKILL)
+                .arg("proc", i);
+            if let Some(w) = self.node_writer(node) {
+                send_or_log(w, &kill, format_args!("node {node}"));
+            }
+        }
     }
 
     // ---- the checkpoint state machine ----------------------------------------------------
@@ -1115,6 +1322,7 @@ impl RootLoop {
                 region: 0,
                 stored: 0,
                 members,
+                slot: p.slot,
             });
         }
         let closed = self.match_connections()?;

@@ -126,9 +126,15 @@ impl Procs {
 
     /// Sends `sig` to every process still running; returns how many got it.
     pub fn signal(&self, sig: i32) -> usize {
+        self.signal_where(sig, |_| true)
+    }
+
+    /// Sends `sig` to the processes still running whose index `which` accepts (the root
+    /// ends a job's unused slots this way); returns how many got it.
+    pub fn signal_where(&self, sig: i32, which: impl Fn(usize) -> bool) -> usize {
         self.running
-            .values()
-            .filter(|c| sys::kill(c.id(), sig).is_ok())
+            .iter()
+            .filter(|(&i, c)| which(i) && sys::kill(c.id(), sig).is_ok())
             .count()
     }
 
@@ -205,6 +211,12 @@ mod tests {
         let mut p = Procs::default();
         p.spawn(&[start(0, "sleep 60"), start(1, "sleep 60")], None)
             .unwrap();
+        assert_eq!(p.signal_where(libc::SIGKILL, |i| i == 1), 1);
+        assert_eq!(
+            wait_all(&mut p, 1),
+            BTreeMap::from([(1, 128 + libc::SIGKILL)])
+        );
+        p.spawn(&[start(1, "sleep 60")], None).unwrap();
         assert_eq!(p.signal(libc::SIGTERM), 2);
         assert_eq!(
             wait_all(&mut p, 2),

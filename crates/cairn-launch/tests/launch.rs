@@ -494,6 +494,7 @@ impl Job {
             engine: engine_config(tmp),
             hosts: Vec::new(),
             agent: Vec::new(),
+            rsh: None,
             init: None,
         }
     }
