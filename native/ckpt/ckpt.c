@@ -3271,19 +3271,24 @@ static void listen_again(const struct fd_rec *f)
     fcntl(f->fd, F_SETFL, f->flags & O_NONBLOCK);
 }
 
+/* New descriptor fd moved above every number the process had at the checkpoint, so that
+ * placing one new descriptor at its number cannot close another still to be placed;
+ * close-on-exec, its old number closed. -1 if it cannot be (or fd is -1). */
+static int above_recorded(int fd)
+{
+    if (fd < 0)
+        return -1;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
+    close(fd);
+    return moved;
+}
+
 /* Put the two new descriptors `ends` at x->fd and y->fd, with their records' flags. They are
  * moved above every recorded number first, so that placing one cannot close the other. */
 static int place_pair(int ends[2], const struct fd_rec *x, const struct fd_rec *y)
 {
-    int high = 3;
-    for (int i = 0; i < S.nfds; i++)
-        if (S.fds[i].fd >= high)
-            high = S.fds[i].fd + 1;
-    for (int k = 0; k < 2; k++) {
-        int moved = fcntl(ends[k], F_DUPFD_CLOEXEC, high);
-        close(ends[k]);
-        ends[k] = moved;
-    }
+    for (int k = 0; k < 2; k++)
+        ends[k] = above_recorded(ends[k]);
     if (ends[0] < 0 || ends[1] < 0)
         return -1;
     place(ends[0], x);
@@ -3481,11 +3486,7 @@ static int parse_addr(const char *text, struct sockaddr_storage *sa, socklen_t *
  * (set before it connects or listens: the window is agreed then). */
 static int remote_socket(const struct remote_end *e, uint64_t need)
 {
-    int s = socket((int)e->r.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0)
-        return -1;
-    int high = fcntl(s, F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
-    close(s);
+    int high = above_recorded(socket((int)e->r.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (high < 0)
         return -1;
     int size = need > (1u << 29) ? 1 << 30 : (int)(2 * need + (256 << 10));
@@ -3526,8 +3527,7 @@ static void remote_closed(struct remote_end *e)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
         return;
     close(ends[1]);
-    e->fd = fcntl(ends[0], F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
-    close(ends[0]);
+    e->fd = above_recorded(ends[0]);
     if (e->fd >= 0)
         remote_place(e);
     if (e->lfd >= 0)
@@ -3772,6 +3772,12 @@ static void remote_again(void)
     int made = 0;
     struct pollfd *p = mmap(NULL, (size_t)(nrends + 1) * sizeof *p, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        say("restart: no memory to connect %d connections to other hosts again", nrends);
+        close(c);
+        munmap(rends, bytes);
+        return;
+    }
     for (;;) {
         int busy = 0;
         for (int i = 0; i < nrends; i++) {
@@ -3823,13 +3829,9 @@ static void remote_again(void)
             if (!p[i].revents)
                 continue;
             if (e->state == R_WAIT) {
-                e->fd = accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (e->fd >= 0) {
-                    int high = fcntl(e->fd, F_DUPFD_CLOEXEC, S.max_fd + 1 > 3 ? S.max_fd + 1 : 3);
-                    close(e->fd);
-                    e->fd = high;
+                e->fd = above_recorded(accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+                if (e->fd >= 0)
                     remote_greet(e);
-                }
                 continue;
             }
             if (e->state == R_CONNECTING) {

@@ -301,37 +301,72 @@ pub struct Xfd {
 }
 
 /// The shared descriptors an image records (`header.nxfds` of them at `header.xfds_off`),
-/// each checked to lie within the file.
-pub fn read_xfds(path: &Path) -> std::io::Result<Vec<Xfd>> {
+/// each checked to lie within the file, and among them its connections to other hosts
+/// ([`XFD_REMOTE`], with their addresses from the data after the table): one opening of the
+/// file.
+pub fn read_descriptors(path: &Path) -> std::io::Result<(Vec<Xfd>, Vec<RemoteEnd>)> {
     use std::io::{Read, Seek, SeekFrom};
     let h = read_header(path)?;
     let size = std::mem::size_of::<Xfd>() as u64;
     let n = u64::from(h.nxfds);
-    let end = n
+    if n == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let bad = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {why}", path.display()),
+        )
+    };
+    let Some(end) = n
         .checked_mul(size)
         .and_then(|t| h.xfds_off.checked_add(t))
-        .filter(|&e| e.checked_add(h.xdata_len).is_some_and(|d| d <= h.file_size));
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let Some(end) = end else {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{}: its table of shared descriptors lies outside the file",
-                path.display()
-            ),
+        .filter(|&e| e.checked_add(h.xdata_len).is_some_and(|d| d <= h.file_size))
+    else {
+        return Err(bad(
+            "its table of shared descriptors lies outside the file".into()
         ));
     };
     let mut f = std::fs::File::open(path)?;
     f.seek(SeekFrom::Start(h.xfds_off))?;
     let mut buf = vec![0u8; (end - h.xfds_off) as usize];
     f.read_exact(&mut buf)?;
-    Ok(buf
+    let xfds: Vec<Xfd> = buf
         .chunks_exact(size as usize)
         // SAFETY: Xfd is plain old data of exactly this size; read_unaligned copies it out.
         .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const Xfd) })
-        .collect())
+        .collect();
+    let mut remote = Vec::new();
+    for x in xfds.iter().filter(|x| x.kind == XFD_REMOTE) {
+        let mut rec = [0u8; SOCK_HEAD + 2 * SOCK_ADDR];
+        if x.data_len < rec.len() as u64 || x.data_off.saturating_add(x.data_len) > h.xdata_len {
+            return Err(bad(format!(
+                "the record of fd {}'s connection is damaged",
+                x.fd
+            )));
+        }
+        // The data follows the table.
+        f.seek(SeekFrom::Start(end + x.data_off))?;
+        f.read_exact(&mut rec)?;
+        let (local, peer) = (
+            sockaddr(&rec[SOCK_HEAD..SOCK_HEAD + SOCK_ADDR]),
+            sockaddr(&rec[SOCK_HEAD + SOCK_ADDR..]),
+        );
+        let (Some(local), Some(peer)) = (local, peer) else {
+            return Err(bad(format!(
+                "fd {}'s connection has no IPv4 or IPv6 addresses",
+                x.fd
+            )));
+        };
+        remote.push(RemoteEnd {
+            fd: x.fd,
+            ino: x.ino,
+            local,
+            peer,
+            close: x.how & XFD_CLOSE_UNMATCHED != 0,
+        });
+    }
+    Ok((xfds, remote))
 }
 
 /// A connection to another host an image records ([`XFD_REMOTE`]): its descriptor, its
@@ -368,55 +403,6 @@ fn sockaddr(b: &[u8]) -> Option<std::net::SocketAddr> {
         }
         _ => None,
     }
-}
-
-/// The connections to other hosts an image records, each checked to lie within the file.
-pub fn read_remote_ends(path: &Path) -> std::io::Result<Vec<RemoteEnd>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let xfds = read_xfds(path)?;
-    if !xfds.iter().any(|x| x.kind == XFD_REMOTE) {
-        return Ok(Vec::new());
-    }
-    let h = read_header(path)?;
-    // read_xfds checked that the table and its data lie within the file.
-    let data = h.xfds_off + u64::from(h.nxfds) * std::mem::size_of::<Xfd>() as u64;
-    let bad = |why: String| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{}: {why}", path.display()),
-        )
-    };
-    let mut f = std::fs::File::open(path)?;
-    let mut out = Vec::new();
-    for x in xfds.iter().filter(|x| x.kind == XFD_REMOTE) {
-        let mut rec = [0u8; SOCK_HEAD + 2 * SOCK_ADDR];
-        if x.data_len < rec.len() as u64 || x.data_off.saturating_add(x.data_len) > h.xdata_len {
-            return Err(bad(format!(
-                "the record of fd {}'s connection is damaged",
-                x.fd
-            )));
-        }
-        f.seek(SeekFrom::Start(data + x.data_off))?;
-        f.read_exact(&mut rec)?;
-        let (local, peer) = (
-            sockaddr(&rec[SOCK_HEAD..SOCK_HEAD + SOCK_ADDR]),
-            sockaddr(&rec[SOCK_HEAD + SOCK_ADDR..]),
-        );
-        let (Some(local), Some(peer)) = (local, peer) else {
-            return Err(bad(format!(
-                "fd {}'s connection has no IPv4 or IPv6 addresses",
-                x.fd
-            )));
-        };
-        out.push(RemoteEnd {
-            fd: x.fd,
-            ino: x.ino,
-            local,
-            peer,
-            close: x.how & XFD_CLOSE_UNMATCHED != 0,
-        });
-    }
-    Ok(out)
 }
 
 /// The name both ends of a TCP connection give it: its two addresses (`1.2.3.4:5`,

@@ -44,47 +44,8 @@ pub fn written(dir: &Path, p: &ProcImage) -> Result<Vec<Remote>, String> {
             }
         }
     }
-    shared_descriptors(dir, p)?;
-    remote_ends(dir, p)
-}
-
-/// The tree's connections to other hosts. One held by two processes of the tree cannot come
-/// back (each would connect again on its own): the checkpoint fails naming it.
-fn remote_ends(dir: &Path, p: &ProcImage) -> Result<Vec<Remote>, String> {
-    let mut out: Vec<Remote> = Vec::new();
-    for f in p.files() {
-        let path = dir.join(&f.name);
-        if !cairn_ckpt::is_image(&path) {
-            continue;
-        }
-        let ends = cairn_ckpt::read_remote_ends(&path).map_err(|e| format!("{}: {e}", f.who))?;
-        for end in ends {
-            if let Some(other) = out.iter().find(|r| r.end.ino == end.ino && r.who != f.who) {
-                return Err(format!(
-                    "{} (fd {}) and {} (fd {}) share a TCP connection to another host ({} to \
-                     {}); a connection to another host comes back only when one process holds it",
-                    other.who, other.end.fd, f.who, end.fd, end.local, end.peer
-                ));
-            }
-            out.push(Remote {
-                who: f.who.clone(),
-                end,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// Every pipe and Unix stream socket a process of a tree recorded (`cairn_ckpt::Xfd`) must have
-/// its other end in the same tree, where the restart makes it again; otherwise the
-/// checkpoint fails naming it, unless the process chose `CAIRN_CKPT_EXTERNAL=close` or it is
-/// a standard stream (the restart gives its own).
-fn shared_descriptors(dir: &Path, p: &ProcImage) -> Result<(), String> {
-    use cairn_ckpt::{
-        Xfd, XFD_CLOSE_UNMATCHED, XFD_ENDED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ,
-        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_REMOTE, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
-    };
-    let mut all: Vec<(String, Xfd)> = Vec::new();
+    let mut all: Vec<(String, cairn_ckpt::Xfd)> = Vec::new();
+    let mut remote: Vec<Remote> = Vec::new();
     for f in p.files() {
         // Only images of the checkpoint library record them (another preload library's
         // images, e.g. the coordinators' tests', are its own business).
@@ -92,12 +53,49 @@ fn shared_descriptors(dir: &Path, p: &ProcImage) -> Result<(), String> {
         if !cairn_ckpt::is_image(&path) {
             continue;
         }
-        let xfds = cairn_ckpt::read_xfds(&path).map_err(|e| format!("{}: {e}", f.who))?;
+        let (xfds, ends) =
+            cairn_ckpt::read_descriptors(&path).map_err(|e| format!("{}: {e}", f.who))?;
         all.extend(xfds.into_iter().map(|x| (f.who.clone(), x)));
+        remote.extend(ends.into_iter().map(|end| Remote {
+            who: f.who.clone(),
+            end,
+        }));
     }
+    shared_descriptors(&all, p.proc)?;
+    one_holder(&remote)?;
+    Ok(remote)
+}
+
+/// A connection to another host held by two processes of the tree cannot come back (each
+/// would connect again on its own): the checkpoint fails naming it.
+fn one_holder(remote: &[Remote]) -> Result<(), String> {
+    for (k, r) in remote.iter().enumerate() {
+        if let Some(other) = remote[..k]
+            .iter()
+            .find(|o| o.end.ino == r.end.ino && o.who != r.who)
+        {
+            return Err(format!(
+                "{} (fd {}) and {} (fd {}) share a TCP connection to another host ({} to {}); a \
+                 connection to another host comes back only when one process holds it",
+                other.who, other.end.fd, r.who, r.end.fd, r.end.local, r.end.peer
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every pipe and Unix stream socket a process of tree `proc` recorded (`all`, with who holds
+/// it) must have its other end in the same tree, where the restart makes it again;
+/// otherwise the checkpoint fails naming it, unless the process chose
+/// `CAIRN_CKPT_EXTERNAL=close` or it is a standard stream (the restart gives its own).
+fn shared_descriptors(all: &[(String, cairn_ckpt::Xfd)], proc: usize) -> Result<(), String> {
+    use cairn_ckpt::{
+        Xfd, XFD_CLOSE_UNMATCHED, XFD_ENDED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ,
+        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_REMOTE, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
+    };
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
-    for (who, x) in &all {
+    for (who, x) in all {
         // Files are reopened by path, eventfds made with their count, listeners bound again
         // and terminal masters made with a new slave, and a pipe end whose other end nobody
         // held comes back with it closed; the ends of pipes and connections, and terminal
@@ -170,7 +168,7 @@ fn shared_descriptors(dir: &Path, p: &ProcImage) -> Result<(), String> {
         "{} (no process of proc {}'s tree holds the other end; with CAIRN_CKPT_EXTERNAL=close \
          in the job's environment it comes back closed instead)",
         outside.join("; "),
-        p.proc
+        proc
     ))
 }
 

@@ -229,6 +229,18 @@ pub fn deny(mut w: TcpStream, why: &str, who: impl std::fmt::Display) {
     let _ = w.shutdown(Shutdown::Both);
 }
 
+/// The first eight findings of a report, joined by "; ", and how many more there are: a
+/// failure may name thousands of processes, and a protocol line holds 4096 bytes.
+pub fn first_findings<'a>(items: impl ExactSizeIterator<Item = &'a str>) -> String {
+    const SHOWN: usize = 8;
+    let total = items.len();
+    let mut out = items.take(SHOWN).collect::<Vec<_>>().join("; ");
+    if total > SHOWN {
+        out.push_str(&format!("; and {} more", total - SHOWN));
+    }
+    out
+}
+
 /// `0-3,5,7-8` from sorted indices, for reports about many processes.
 pub fn ranges(items: impl IntoIterator<Item = usize>) -> String {
     let mut v: Vec<usize> = items.into_iter().collect();

@@ -1172,16 +1172,7 @@ impl NodeLoop {
             Some(_) => {
                 ph.grace = None;
                 let slots: Vec<Slot> = outside.iter().map(|(s, _)| *s).collect();
-                const SHOWN: usize = 8;
-                let mut why = outside
-                    .iter()
-                    .take(SHOWN)
-                    .map(|(_, what)| what.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                if outside.len() > SHOWN {
-                    why.push_str(&format!("; and {} more", outside.len() - SHOWN));
-                }
+                let why = hub::first_findings(outside.iter().map(|(_, what)| what.as_str()));
                 self.report_failure(&slots, why);
             }
         }

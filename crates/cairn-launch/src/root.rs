@@ -958,13 +958,12 @@ impl RootLoop {
                     ));
                     return Ok(());
                 }
-                let text = |k: &str| msg.get(k).unwrap_or("").to_string();
                 c.conns.push(ConnEnd {
                     node: n,
-                    who: text("who"),
+                    who: msg.req("who")?.to_string(),
                     fd: msg.num("fd")?,
-                    local: text("local"),
-                    peer: text("peer"),
+                    local: msg.req("local")?.to_string(),
+                    peer: msg.req("peer")?.to_string(),
                     close: msg.get("close") == Some("1"),
                 });
             }
@@ -1369,16 +1368,10 @@ impl RootLoop {
         if outside.is_empty() {
             return Ok(closed);
         }
-        const SHOWN: usize = 8;
-        let more = outside.len().saturating_sub(SHOWN);
-        outside.truncate(SHOWN);
-        if more > 0 {
-            outside.push(format!("and {more} more"));
-        }
         Err(format!(
             "{} (a connection leaving the job cannot be made again at a restart; with \
              CAIRN_CKPT_EXTERNAL=close in the job's environment it comes back closed instead)",
-            outside.join("; ")
+            crate::hub::first_findings(outside.iter().map(String::as_str))
         ))
     }
 
@@ -1386,19 +1379,13 @@ impl RootLoop {
     /// end says where it listens (LISTEN), its other end asks (SEEK); each answer goes to the
     /// nodes of those that asked. A connection that comes back closed is answered NONE.
     fn meet(&mut self, n: usize, msg: &Msg) -> Result<()> {
-        let key = msg
-            .get("key")
-            .ok_or_else(|| Error::new(ErrorKind::Protocol, "no key="))?
-            .to_string();
+        let key = msg.req("key")?.to_string();
         let m = &mut self.meeting;
         let mut answers: Vec<(usize, Msg)> = Vec::new();
         if m.closed.contains(&key) {
             answers.push((n, Msg::new(Verb::NoPeer).arg("key", &key)));
         } else if msg.verb == Verb::Listen {
-            let addr = msg
-                .get("addr")
-                .ok_or_else(|| Error::new(ErrorKind::Protocol, "no addr="))?
-                .to_string();
+            let addr = msg.req("addr")?.to_string();
             let peer = Msg::new(Verb::Peer).arg("key", &key).arg("addr", &addr);
             for k in m.seeks.remove(&key).unwrap_or_default() {
                 answers.push((k, peer.clone()));
@@ -1410,11 +1397,8 @@ impl RootLoop {
             m.seeks.entry(key).or_default().push(n);
         }
         for (k, a) in answers {
-            let Some(id) = self.nodes[k].conn else {
-                continue;
-            };
-            if let Some(p) = self.peers.get_mut(&id) {
-                send_or_log(&mut p.writer, &a, "sub-coordinator");
+            if let Some(w) = self.node_writer(k) {
+                send_or_log(w, &a, format_args!("node {k}"));
             }
         }
         Ok(())
