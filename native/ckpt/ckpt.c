@@ -2301,11 +2301,11 @@ static int tree_listener(int fd, const char *target)
     return 1;
 }
 
-static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const uint8_t *dst);
+static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const uint8_t *dst, int listeners);
 
 /* The inode of the socket of this machine that receives what UDP socket r sends (the one a
  * datagram from r's local address to its peer address reaches), or 0 if none does. */
-static uint64_t udp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_UDP, r->local, r->peer); }
+static uint64_t udp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_UDP, r->local, r->peer, 1); }
 
 
 /* In a tree: a UDP socket (IPv4 or IPv6) is made once for the tree, bound to its address and
@@ -2360,8 +2360,11 @@ static int tcp_end(int fd, const char *target)
 
 /* The inode of the socket of this machine (in this network namespace) that the kernel's
  * lookup for protocol `proto` finds for a packet from address `src` to address `dst` (struct
- * sockaddr_in or sockaddr_in6 of `family`), or 0 if none. */
-static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const uint8_t *dst)
+ * sockaddr_in or sockaddr_in6 of `family`), or 0 if none. The lookup falls back to a socket
+ * listening at `dst`'s port (on any address): with `listeners` 0 such a socket is not one
+ * (a connection whose other end is on another host finds a listener here that happens to
+ * have its peer's port). */
+static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const uint8_t *dst, int listeners)
 {
     struct {
         struct nlmsghdr nlh;
@@ -2388,15 +2391,16 @@ static uint64_t diag_inode(uint32_t family, int proto, const uint8_t *src, const
     static char buf[8192];
     ssize_t n = sock_diag(&req, sizeof req, buf, sizeof buf);
     struct nlmsghdr *h = (void *)buf;
-    if (n > 0 && NLMSG_OK(h, (size_t)n) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY)
-        return ((struct inet_diag_msg *)NLMSG_DATA(h))->idiag_inode;
-    return 0;
+    if (n <= 0 || !NLMSG_OK(h, (size_t)n) || h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+        return 0;
+    const struct inet_diag_msg *m = NLMSG_DATA(h);
+    return listeners || m->idiag_state != TCP_LISTEN ? m->idiag_inode : 0;
 }
 
 /* The inode of the other end of TCP connection r (the socket whose local address is r's peer
  * and whose peer is r's local address, in this network namespace), or 0 if no socket of this
  * machine is that end. */
-static uint64_t tcp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_TCP, r->peer, r->local); }
+static uint64_t tcp_peer(const struct cairn_img_sock *r) { return diag_inode(r->family, IPPROTO_TCP, r->peer, r->local, 0); }
 
 /* Whether TCP connection r leads to the job's coordinator (CAIRN_COORD_ADDR, numeric): a
  * connection of Cairn's own, not the program's. */

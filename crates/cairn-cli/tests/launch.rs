@@ -2541,6 +2541,36 @@ fn rsh_outside_a_job_and_rsh_launches_without_hosts_are_refused() {
 /// `nshost run`: process 0 runs `program`, process 1 is host b's slot.
 fn launch_with_slots(t: &Path, hosts: &NsHosts, job: &str, program: &[&OsStr]) -> Running {
     let config = write_config(t, "/var/tmp/cairn-node", "");
+    launch_with_slots_configured(t, hosts, &config, job, program)
+}
+
+/// `mpirun` of `program` as 4 ranks, 2 on each of the two hosts, over TCP between them (the
+/// hosts' `eth0`).
+fn mpirun_on_two_hosts(hosts: &NsHosts, program: &[&str]) -> Vec<String> {
+    let on = format!("{}:2,{}:2", hosts.names[0], hosts.names[1]);
+    let mut args: Vec<String> = ["mpirun", "--oversubscribe", "-np", "4", "--host", &on]
+        .map(String::from)
+        .to_vec();
+    for (k, v) in [
+        ("btl", "self,tcp"),
+        ("btl_tcp_if_include", "eth0"),
+        ("oob_tcp_if_include", "eth0"),
+    ] {
+        args.extend(["--mca".into(), k.into(), v.into()]);
+    }
+    args.extend(program.iter().map(|a| a.to_string()));
+    args
+}
+
+/// As `launch_with_slots`, with the configuration `config`.
+fn launch_with_slots_configured(
+    t: &Path,
+    hosts: &NsHosts,
+    config: &Path,
+    job: &str,
+    program: &[&OsStr],
+) -> Running {
+    let config = config.to_path_buf();
     let agent = format!("{} run", NsHosts::tool().display());
     let host_list = hosts.names.join(",");
     let launched = hosts
@@ -2639,32 +2669,12 @@ fn real_library_mpirun_starts_its_daemon_on_another_host_through_the_slot() {
     };
     let ring = build_mpi_program(t.path(), "mpiring");
     let (a, b) = (&hosts.names[0], &hosts.names[1]);
-    let on = format!("{a}:2,{b}:2");
     let rank = format!(
         "hostname > {d}/host.$OMPI_COMM_WORLD_RANK; exec {} 300 {d}",
         ring.display(),
         d = t.path().display()
     );
-    let args = [
-        "mpirun",
-        "--oversubscribe",
-        "-np",
-        "4",
-        "--host",
-        &on,
-        "--mca",
-        "btl",
-        "self,tcp",
-        "--mca",
-        "btl_tcp_if_include",
-        "eth0",
-        "--mca",
-        "oob_tcp_if_include",
-        "eth0",
-        "sh",
-        "-c",
-        &rank,
-    ];
+    let args = mpirun_on_two_hosts(&hosts, &["sh", "-c", &rank]);
     let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
     let mut job = launch_with_slots(t.path(), &hosts, "mr", &args);
     ended_well(&mut job.0, t.path());
@@ -2681,4 +2691,37 @@ fn real_library_mpirun_starts_its_daemon_on_another_host_through_the_slot() {
         )),
         "{log}"
     );
+}
+
+/// An unmodified `mpirun` across two hosts (2 ranks on each, the daemon of host b in its
+/// slot, ranks over TCP between the hosts with two messages always in flight, an allreduce
+/// and a broadcast on a split communicator): checkpointed, killed and restarted three times
+/// in a row, the last time with host b's storage wiped (its images rebuilt from partner
+/// copies); every rank checks every message and reduction to the end.
+#[test]
+fn real_library_an_mpi_job_across_two_namespace_hosts_comes_back_three_times() {
+    let Some((t, hosts, config)) = NsHosts::with_partner_copies() else {
+        return;
+    };
+    let ring = build_mpi_program(t.path(), "mpiring");
+    let steps = 6000u64;
+    let (steps_arg, dir) = (steps.to_string(), t.path().to_str().unwrap());
+    let args = mpirun_on_two_hosts(&hosts, &[ring.to_str().unwrap(), &steps_arg, dir]);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let job = launch_with_slots_configured(t.path(), &hosts, &config, "mx", &args);
+    let out = t.path().join("out.ring");
+    let mut job = hosts.three_cycles(&config, t.path(), (job, 2), &mut |_| {
+        let at = last_step(&out);
+        wait_for("the ring to go on", 90, || {
+            (last_step(&out) > at + 300).then_some(())
+        });
+        checkpoint(t.path());
+    });
+    ended_well(&mut job.0, t.path());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains(&format!("done {steps} ")), "{text}");
+    for r in 0..4 {
+        let end = std::fs::read_to_string(t.path().join(format!("end.{r}"))).unwrap();
+        assert_eq!(end.trim(), format!("rank {r} ok"));
+    }
 }
