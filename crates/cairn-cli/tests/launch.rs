@@ -1969,6 +1969,7 @@ fn build_mpi_program(dir: &Path, name: &str) -> PathBuf {
         .args(["-O2", "-o"])
         .arg(&exe)
         .arg(&src)
+        .arg("-lm")
         .output()
         .expect("mpicc (Open MPI) must be installed: `./run test` installs it");
     assert!(o.status.success(), "{}", text(&o));
@@ -2724,4 +2725,53 @@ fn real_library_an_mpi_job_across_two_namespace_hosts_comes_back_three_times() {
         let end = std::fs::read_to_string(t.path().join(format!("end.{r}"))).unwrap();
         assert_eq!(end.trim(), format!("rank {r} ok"));
     }
+}
+
+/// An unmodified MPI halo-exchange stencil (native/ckpt/tests/stencil.c: 4 ranks, each a band
+/// of rows, its halo rows exchanged with both neighbours every step) across two hosts,
+/// checkpointed, killed and restarted three times in a row, the last time with host b's
+/// storage wiped: it ends with the same bits as the same program run once, uninterrupted,
+/// by mpirun alone.
+#[test]
+fn real_library_an_mpi_stencil_across_two_namespace_hosts_ends_as_an_uninterrupted_run() {
+    let Some((t, hosts, config)) = NsHosts::with_partner_copies() else {
+        return;
+    };
+    let stencil = build_mpi_program(t.path(), "stencil");
+    let grid = ["128", "1024", "12000"];
+    let reference = t.path().join("reference");
+    std::fs::create_dir(&reference).unwrap();
+    let o = Command::new("mpirun")
+        .args(["--oversubscribe", "-np", "4", "--mca", "btl", "self,tcp"])
+        .arg(&stencil)
+        .args(grid)
+        .arg(&reference)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let last = |dir: &Path| {
+        let text = std::fs::read_to_string(dir.join("out.stencil")).unwrap_or_default();
+        text.lines().last().unwrap_or("").to_string()
+    };
+    let want = last(&reference);
+    assert!(want.starts_with("done 12000 sum "), "{want}");
+    let dir = t.path().to_str().unwrap();
+    let mut program = vec![stencil.to_str().unwrap()];
+    program.extend(grid);
+    program.push(dir);
+    let args = mpirun_on_two_hosts(&hosts, &program);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let job = launch_with_slots_configured(t.path(), &hosts, &config, "st", &args);
+    let out = t.path().join("out.stencil");
+    let mut job = hosts.three_cycles(&config, t.path(), (job, 2), &mut |_| {
+        let at = last_step(&out);
+        wait_for("the stencil to go on", 90, || {
+            (last_step(&out) > at + 300).then_some(())
+        });
+        checkpoint(t.path());
+    });
+    ended_well(&mut job.0, t.path());
+    assert_eq!(last(t.path()), want);
 }
