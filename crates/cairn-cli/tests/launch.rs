@@ -2563,6 +2563,29 @@ fn mpirun_on_two_hosts(hosts: &NsHosts, program: &[&str]) -> Vec<String> {
     args
 }
 
+/// `mpirun` of `program` on two hosts (`mpirun_on_two_hosts`) as job `job`, launched with
+/// slots and `config`, through `NsHosts::three_cycles`, each checkpoint once the step its
+/// rank 0 writes to `out` has moved on by 300; the job then ends well.
+fn mpi_three_cycles_across(
+    t: &Path,
+    hosts: &NsHosts,
+    config: &Path,
+    (job, program): (&str, &[&str]),
+    out: &Path,
+) {
+    let args = mpirun_on_two_hosts(hosts, program);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let launched = launch_with_slots_configured(t, hosts, config, job, &args);
+    let mut job = hosts.three_cycles(config, t, (launched, 2), &mut |_| {
+        let at = last_step(out);
+        wait_for("the program to go on", 90, || {
+            (last_step(out) > at + 300).then_some(())
+        });
+        checkpoint(t);
+    });
+    ended_well(&mut job.0, t);
+}
+
 /// As `launch_with_slots`, with the configuration `config`.
 fn launch_with_slots_configured(
     t: &Path,
@@ -2707,18 +2730,9 @@ fn real_library_an_mpi_job_across_two_namespace_hosts_comes_back_three_times() {
     let ring = build_mpi_program(t.path(), "mpiring");
     let steps = 6000u64;
     let (steps_arg, dir) = (steps.to_string(), t.path().to_str().unwrap());
-    let args = mpirun_on_two_hosts(&hosts, &[ring.to_str().unwrap(), &steps_arg, dir]);
-    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-    let job = launch_with_slots_configured(t.path(), &hosts, &config, "mx", &args);
     let out = t.path().join("out.ring");
-    let mut job = hosts.three_cycles(&config, t.path(), (job, 2), &mut |_| {
-        let at = last_step(&out);
-        wait_for("the ring to go on", 90, || {
-            (last_step(&out) > at + 300).then_some(())
-        });
-        checkpoint(t.path());
-    });
-    ended_well(&mut job.0, t.path());
+    let program = [ring.to_str().unwrap(), &steps_arg, dir];
+    mpi_three_cycles_across(t.path(), &hosts, &config, ("mx", &program), &out);
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.contains(&format!("done {steps} ")), "{text}");
     for r in 0..4 {
@@ -2761,17 +2775,7 @@ fn real_library_an_mpi_stencil_across_two_namespace_hosts_ends_as_an_uninterrupt
     let mut program = vec![stencil.to_str().unwrap()];
     program.extend(grid);
     program.push(dir);
-    let args = mpirun_on_two_hosts(&hosts, &program);
-    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-    let job = launch_with_slots_configured(t.path(), &hosts, &config, "st", &args);
     let out = t.path().join("out.stencil");
-    let mut job = hosts.three_cycles(&config, t.path(), (job, 2), &mut |_| {
-        let at = last_step(&out);
-        wait_for("the stencil to go on", 90, || {
-            (last_step(&out) > at + 300).then_some(())
-        });
-        checkpoint(t.path());
-    });
-    ended_well(&mut job.0, t.path());
+    mpi_three_cycles_across(t.path(), &hosts, &config, ("st", &program), &out);
     assert_eq!(last(t.path()), want);
 }
