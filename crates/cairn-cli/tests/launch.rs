@@ -2224,8 +2224,14 @@ impl NsHosts {
     /// `cairn restart` of the job in `<t>/imgs` on these hosts, its messages in
     /// `<t>/restart<cycle>.log`.
     fn restart(&self, config: &Path, t: &Path, cycle: u64) -> Running {
+        self.restart_with(config, t, cycle, &[])
+    }
+
+    /// As `restart`, with `args` given to `cairn restart`.
+    fn restart_with(&self, config: &Path, t: &Path, cycle: u64, args: &[&str]) -> Running {
         Running(
             self.cairn(config, &["restart"])
+                .args(args)
                 .arg("--dir")
                 .arg(t.join("imgs"))
                 .stderr(std::fs::File::create(t.join(format!("restart{cycle}.log"))).unwrap())
@@ -2381,16 +2387,8 @@ fn real_library_tcp_connections_between_two_namespace_hosts_come_back() {
     let Some((t, hosts, config)) = NsHosts::with_partner_copies() else {
         return;
     };
-    let prog = build_test_program(t.path(), "tcpserv");
-    let rounds = 3000u64.to_string();
-    let cmd = [
-        prog.as_os_str(),
-        t.path().as_os_str(),
-        OsStr::new("3"),
-        OsStr::new(&rounds),
-        OsStr::new(&hosts.names[0]),
-        OsStr::new("7777"),
-    ];
+    let cmd = tcpserv_across(t.path(), &hosts.names[0]);
+    let cmd: Vec<&OsStr> = cmd.iter().map(|a| a.as_os_str()).collect();
     let verbose = [("CAIRN_CKPT_VERBOSE", "1")];
     let job = hosts.launch(&config, t.path(), "tcp2", (2, &verbose), &cmd);
     let out0 = t.path().join("out.client0");
@@ -2404,15 +2402,7 @@ fn real_library_tcp_connections_between_two_namespace_hosts_come_back() {
         assert!(m.get("closed").is_none(), "{m}");
     });
     ended_well(&mut job.0, t.path());
-    for i in 0..3 {
-        let out = std::fs::read_to_string(t.path().join(format!("out.client{i}"))).unwrap();
-        assert!(!out.contains("BAD"), "client {i}: {out}");
-        assert!(out.ends_with(&format!("client {i}: done OK\n")), "{out}");
-    }
-    let server = std::fs::read_to_string(t.path().join("out.server")).unwrap();
-    assert_eq!(server, "server: done 3 OK\n");
-    let clients = std::fs::read_to_string(t.path().join("out.clients")).unwrap();
-    assert_eq!(clients, "clients: done 3 OK\n");
+    tcpserv_across_ended_well(t.path());
     let log = std::fs::read_to_string(t.path().join("restart3.log")).unwrap();
     assert!(log.contains("rebuilt the parts of ranks [1]"), "{log}");
     // Each restart made the three connections again, from both ends: the processes say
@@ -2422,6 +2412,31 @@ fn real_library_tcp_connections_between_two_namespace_hosts_come_back() {
         .matches("restart: 1 of 1 connections to other hosts made again")
         .count();
     assert_eq!(made, 3 * 6, "{log}");
+}
+
+/// `tcpserv DIR 3 3000 SERVER 7777` (native/ckpt/tests/tcpserv.c built in `t`): process 0
+/// of the job serves on port 7777 of its host, process 1's three clients connect to `server`.
+fn tcpserv_across(t: &Path, server: &str) -> Vec<std::ffi::OsString> {
+    let prog = build_test_program(t, "tcpserv");
+    [prog.as_os_str(), t.as_os_str()]
+        .into_iter()
+        .map(OsStr::to_os_string)
+        .chain(["3", "3000", server, "7777"].map(Into::into))
+        .collect()
+}
+
+/// `tcpserv_across`'s job ended well: every client saw every reply once and right, the
+/// server collected its three handlers and process 1 its three clients.
+fn tcpserv_across_ended_well(t: &Path) {
+    for i in 0..3 {
+        let out = std::fs::read_to_string(t.join(format!("out.client{i}"))).unwrap();
+        assert!(!out.contains("BAD"), "client {i}: {out}");
+        assert!(out.ends_with(&format!("client {i}: done OK\n")), "{out}");
+    }
+    let server = std::fs::read_to_string(t.join("out.server")).unwrap();
+    assert_eq!(server, "server: done 3 OK\n");
+    let clients = std::fs::read_to_string(t.join("out.clients")).unwrap();
+    assert_eq!(clients, "clients: done 3 OK\n");
 }
 
 /// Two processes of a job on two namespace hosts, each with a connection to a listener
@@ -2778,4 +2793,69 @@ fn real_library_an_mpi_stencil_across_two_namespace_hosts_ends_as_an_uninterrupt
     let out = t.path().join("out.stencil");
     mpi_three_cycles_across(t.path(), &hosts, &config, ("st", &program), &out);
     assert_eq!(last(t.path()), want);
+}
+
+/// Restart elsewhere: a server on one namespace host and its clients on another (tcpserv
+/// with HOST and PORT), checkpointed (flushed to the global tier), killed, and restarted on
+/// two other hosts (other names, other addresses, empty node-local storage), as after a
+/// resubmission: the images come from the global tier, the connections between the hosts are
+/// made again between the new addresses, a checkpoint on the new hosts succeeds, and every
+/// client sees every reply once and right.
+#[test]
+fn real_library_a_job_restarts_on_other_hosts_with_its_connections() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let Some(first) = NsHosts::up(t.path()) else {
+        return;
+    };
+    let Some(other) = NsHosts::up(t.path()) else {
+        return;
+    };
+    let config = write_config(
+        t.path(),
+        "/var/tmp/cairn-node",
+        "[flush]\nevery = 1\nmode = \"sync\"\n[checkpoint]\nfinalize = false\n",
+    );
+    let cmd = tcpserv_across(t.path(), &first.names[0]);
+    let cmd: Vec<&OsStr> = cmd.iter().map(|a| a.as_os_str()).collect();
+    let mut job = first.launch(&config, t.path(), "moved", (2, &[]), &cmd);
+    let pids = running_pids(t.path(), 2);
+    let out0 = t.path().join("out.client0");
+    let moved_on = || {
+        let at = last_step(&out0);
+        wait_for("the clients to go on", 60, || {
+            (last_step(&out0) > at + 200).then_some(())
+        });
+    };
+    moved_on();
+    checkpoint(t.path());
+    kill9_all(&pids);
+    assert!(!wait_child(&mut job.0, 60).success());
+    let (names, agent) = (
+        other.names.join(","),
+        format!("{} run", NsHosts::tool().display()),
+    );
+    let mut job = other.restart_with(
+        &config,
+        t.path(),
+        1,
+        &["--hosts", &names, "--agent", &agent],
+    );
+    running_pids(t.path(), 2);
+    let s = status(&t.path().join("imgs"));
+    for (i, host) in other.names.iter().enumerate() {
+        assert_eq!(s["procs"][i]["host"], host.as_str(), "{s}");
+    }
+    moved_on();
+    checkpoint(t.path());
+    ended_well(&mut job.0, t.path());
+    tcpserv_across_ended_well(t.path());
+    // The new hosts' storage held nothing of the job: the images came from the global tier.
+    let log = std::fs::read_to_string(t.path().join("restart1.log")).unwrap();
+    assert!(
+        log.contains("0 image(s) read where their processes wrote them"),
+        "{log}"
+    );
 }
