@@ -1,8 +1,11 @@
 //! Helpers shared by the benchmark binaries (`cairn-bench-ckpt`, `cairn-bench-redundancy`,
 //! `cairn-bench-flush` and the others): agreed failures and barrier-to-return timing over MPI,
 //! command lines, the run's private directory, statistics and orders of repetitions, memory
-//! checks, removal of checkpoints between runs, plain-file baselines, and the JSON results
-//! file of `--json-out` that `cairn-bench-plot` reads.
+//! checks, removal of checkpoints between runs, plain-file baselines, the JSON results
+//! file of `--json-out` that `cairn-bench-plot` reads, and the rows and ratios of the tables.
+//! [`jobs`] starts and times jobs from outside (`cairn launch` and plain `mpirun`).
+
+pub mod jobs;
 
 use cairn_core::Config;
 use cairn_mpi::mpi::collective::SystemOperation;
@@ -582,6 +585,76 @@ pub fn remove_ckpt(mpi: &Mpi, local: &Path, global: Option<&Path>, name: &str) -
         Ok(())
     };
     mpi.agree("remove a checkpoint", res)
+}
+
+// ---- tables ----------------------------------------------------------------------------------
+
+/// Seconds as the tables print them: milliseconds below one second.
+pub fn secs(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.3} s")
+    }
+}
+
+/// `a / b` of two medians, NaN when either side has no samples.
+pub fn ratio(a: &[f64], b: &[f64]) -> f64 {
+    if a.is_empty() || b.is_empty() {
+        f64::NAN
+    } else {
+        median(a) / median(b)
+    }
+}
+
+/// A ratio as the tables print it: `1.23x`, or `-` when it was not measured.
+pub fn x(r: f64) -> String {
+    if r.is_nan() {
+        "-".into()
+    } else {
+        format!("{r:.2}x")
+    }
+}
+
+/// Whether ratio `r` meets `target` (at most), or `not measured`.
+pub fn verdict_ratio(r: f64, target: f64) -> String {
+    if r.is_nan() {
+        "not measured".into()
+    } else {
+        verdict(r <= target).into()
+    }
+}
+
+/// A row of a table: a series' median and its span, the name in a column `width` wide.
+pub fn row(width: usize, name: &str, v: &[f64]) -> String {
+    if v.is_empty() {
+        return format!("   {name:<width$} {:>10}", "-");
+    }
+    let (l, h) = span(v);
+    format!(
+        "   {name:<width$} {:>10}   {} .. {}",
+        secs(median(v)),
+        secs(l),
+        secs(h)
+    )
+}
+
+/// The head of the columns of `row`.
+pub fn head(width: usize) -> String {
+    format!("   {:<width$} {:>10}   runs", "", "median")
+}
+
+/// Text lines, unless the run prints JSON.
+pub struct Out {
+    pub json: bool,
+}
+
+impl Out {
+    pub fn line(&self, s: impl AsRef<str>) {
+        if !self.json {
+            println!("{}", s.as_ref());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -30,19 +30,21 @@
 //! it fails; processes left behind by a failed step are found by the run's directory in their
 //! command lines and killed.
 
+use cairn_bench::jobs::{
+    clean_env, compile, kill_strays, run_timed, two_words, Cairn, CairnCkpt, CairnJob, Hb, JobDir,
+    Proc, RunDirs, ENGINE_RESTORED,
+};
 use cairn_bench::{
-    count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, span, walk, MIB,
+    count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, private_dir, ratio,
+    secs, verdict_ratio, walk, x, Out, MIB,
 };
 use serde_json::{json, Value};
-use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{channel, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const PROG: &str = "cairn-bench-launch";
@@ -57,9 +59,6 @@ const TARGET_RESTART: f64 = 1.0;
 const TARGET_INC_FIRST: f64 = 1.2;
 const TARGET_INC_RESTART: f64 = 1.3;
 const TARGET_PIPE: f64 = 1.2;
-/// How long a program may take to fill its memory, a command to end, a restored program to
-/// show a sign of life.
-const TIMEOUT: Duration = Duration::from_secs(300);
 /// Between a program's start (every page filled) and its first checkpoint, and between
 /// checkpoints of a chain: the spinning program changes every page of its hot region in
 /// about a millisecond, the pipeline streams.
@@ -73,9 +72,6 @@ const SLACK: u64 = 512 << 20;
 /// The size of the first run of each system, counted in no part (a check that the tools
 /// work; its checkpoint and restart are printed as context).
 const PREFLIGHT_MIB: usize = 16;
-/// What `cairn restart` logs once the engine has restored the images, before any process
-/// starts.
-const ENGINE_RESTORED: &str = "the engine restored version";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
@@ -170,433 +166,15 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
 
 // ---- small helpers ---------------------------------------------------------------------------
 
-fn secs(s: f64) -> String {
-    if s < 1.0 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{s:.3} s")
-    }
-}
-
 /// A series in JSON: median, span and every sample.
 fn series(samples: &[f64]) -> Value {
     cairn_bench::series_json(samples)
 }
 
-/// `a / b` of two medians, NaN when either side has no samples.
-fn ratio(a: &[f64], b: &[f64]) -> f64 {
-    if a.is_empty() || b.is_empty() {
-        f64::NAN
-    } else {
-        median(a) / median(b)
-    }
-}
-
-/// A ratio as the tables print it: `1.23x`, or `-` when it was not measured.
-fn x(r: f64) -> String {
-    if r.is_nan() {
-        "-".into()
-    } else {
-        format!("{r:.2}x")
-    }
-}
-
-fn verdict(r: f64, target: f64) -> String {
-    if r.is_nan() {
-        "not measured".into()
-    } else {
-        cairn_bench::verdict(r <= target).into()
-    }
-}
-
-fn sigkill(pid: i32) {
-    // SAFETY: kill(2) with a pid we read; an id that is gone or reused by a process of ours
-    // only fails or ends that process, which the caller means to end.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-}
-
-/// Text lines, unless the run prints JSON.
-struct Out {
-    json: bool,
-}
-
-impl Out {
-    fn line(&self, s: impl AsRef<str>) {
-        if !self.json {
-            println!("{}", s.as_ref());
-        }
-    }
-}
-
-/// A private directory (0700), made with its parents.
-fn mkdir(p: &Path) -> Result<(), String> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| format!("cannot create {}: {e}", p.display()))
-}
-
-/// Kill (SIGKILL) every process but this one whose command line mentions one of `needles`:
-/// what a failed step left behind (the run's directory is in every command line of the
-/// run: configuration, heartbeat file, images, DMTCP's directories; sub-coordinators name
-/// the job id). Rounds until none is found (a process that has released its memory shows an
-/// empty command line), for processes started meanwhile and to see the killed ones gone: at
-/// most a second.
-fn kill_strays(needles: &[String]) {
-    let me = std::process::id() as i32;
-    for _ in 0..50 {
-        let mut found = 0;
-        let Ok(dir) = fs::read_dir("/proc") else {
-            return;
-        };
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if pid == me {
-                continue;
-            }
-            let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-                continue;
-            };
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if needles.iter().any(|n| cmd.contains(n.as_str())) {
-                sigkill(pid);
-                found += 1;
-            }
-        }
-        if found == 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Remove the settings of the caller's environment that would change a job: Cairn's and
-/// DMTCP's variables and preloads.
-fn clean_env(c: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().into_owned();
-        if k.starts_with("CAIRN_") || k.starts_with("DMTCP_") || k == "LD_PRELOAD" {
-            c.env_remove(&k);
-        }
-    }
-}
-
-// ---- child processes -------------------------------------------------------------------------
-
-/// A child process whose output lines are kept (the last 40, each with the CLOCK_MONOTONIC
-/// time it was read at), for error messages and to time what it reports. Dropping it kills
-/// the process (SIGKILL) if it still runs, and reaps it.
-struct Proc {
-    what: String,
-    child: Child,
-    log: Arc<Mutex<VecDeque<(i64, String)>>>,
-}
-
-impl Proc {
-    fn spawn(what: &str, mut cmd: Command) -> Result<Proc, String> {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {what}: {e}"))?;
-        let log = Arc::new(Mutex::new(VecDeque::new()));
-        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("piped"));
-        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("piped"));
-        for r in [out, err] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(r).lines() {
-                    let Ok(l) = l else { break };
-                    let at = mono_ns();
-                    let mut g = log.lock().expect("log");
-                    if g.len() == 40 {
-                        g.pop_front();
-                    }
-                    g.push_back((at, l));
-                }
-            });
-        }
-        Ok(Proc {
-            what: what.to_string(),
-            child,
-            log,
-        })
-    }
-
-    /// The last lines it printed.
-    fn tail(&self) -> String {
-        let g = self.log.lock().expect("log");
-        let v: Vec<&str> = g.iter().map(|l| l.1.as_str()).collect();
-        if v.is_empty() {
-            "(nothing)".into()
-        } else {
-            v.join("\n")
-        }
-    }
-
-    /// When the first kept line containing `text` was read (CLOCK_MONOTONIC).
-    fn line_at(&self, text: &str) -> Option<i64> {
-        let g = self.log.lock().expect("log");
-        g.iter().find(|l| l.1.contains(text)).map(|l| l.0)
-    }
-
-    /// The exit status, if it has ended.
-    fn ended(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// Wait for it to end by itself.
-    fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(st) = self.ended() {
-                return Ok(st);
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{} did not end within {} s; its last lines:\n{}",
-                    self.what,
-                    timeout.as_secs(),
-                    self.tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// SIGKILL, and reap it.
-    fn kill(&mut self) {
-        if self.ended().is_none() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// What a command that was run to its end printed, and its exit status.
-struct Ran {
-    secs: f64,
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Run `cmd` to its end and time it from just before the spawn to its exit (a thread waits
-/// for it, so the end is seen at once). Killed after TIMEOUT.
-fn run_timed(what: &str, mut cmd: Command) -> Result<Ran, String> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let t0 = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {what}: {e}"))?;
-    let pid = child.id() as i32;
-    let mut so = child.stdout.take().expect("piped");
-    let mut se = child.stderr.take().expect("piped");
-    let ro = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let re = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        let st = child.wait();
-        let _ = tx.send((st, Instant::now()));
-    });
-    let (st, end) = match rx.recv_timeout(TIMEOUT) {
-        Ok(v) => v,
-        Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-            sigkill(pid);
-            let _ = rx.recv_timeout(Duration::from_secs(10));
-            return Err(format!("{what} did not end within {} s", TIMEOUT.as_secs()));
-        }
-    };
-    let status = st.map_err(|e| format!("{what}: {e}"))?;
-    Ok(Ran {
-        secs: end.duration_since(t0).as_secs_f64(),
-        status,
-        stdout: ro.join().unwrap_or_default(),
-        stderr: re.join().unwrap_or_default(),
-    })
-}
-
-// ---- heartbeat files -------------------------------------------------------------------------
-
-/// The lines the C programs append to their heartbeat file, read as they come.
-struct Hb {
-    path: PathBuf,
-    off: u64,
-    partial: String,
-}
-
-impl Hb {
-    fn new(path: PathBuf) -> Hb {
-        Hb {
-            path,
-            off: 0,
-            partial: String::new(),
-        }
-    }
-
-    /// The whole lines appended since the last call. A file that became shorter (a restart
-    /// cuts a file that was open for writing back to its size at the checkpoint) is read
-    /// again from its start.
-    fn poll(&mut self) -> Vec<String> {
-        let Ok(mut f) = File::open(&self.path) else {
-            return Vec::new();
-        };
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        if len < self.off {
-            self.off = 0;
-            self.partial.clear();
-        }
-        if len == self.off || f.seek(SeekFrom::Start(self.off)).is_err() {
-            return Vec::new();
-        }
-        let mut buf = Vec::new();
-        let n = f.read_to_end(&mut buf).unwrap_or(0);
-        self.off += n as u64;
-        self.partial.push_str(&String::from_utf8_lossy(&buf));
-        let mut lines: Vec<String> = self.partial.split('\n').map(str::to_string).collect();
-        self.partial = lines.pop().unwrap_or_default();
-        lines
-    }
-
-    /// Lines until `f` returns `Some`, polling every half millisecond; fails when `job` (the
-    /// process the program runs under) ends first, or after TIMEOUT.
-    fn wait<T>(
-        &mut self,
-        what: &str,
-        job: &mut Proc,
-        mut f: impl FnMut(&str) -> Option<T>,
-    ) -> Result<T, String> {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            for l in self.poll() {
-                if let Some(v) = f(&l) {
-                    return Ok(v);
-                }
-            }
-            if let Some(st) = job.ended() {
-                return Err(format!(
-                    "{} ended ({st}) before {what}; its last lines:\n{}",
-                    job.what,
-                    job.tail()
-                ));
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "no {what} within {} s; the last lines of {}:\n{}",
-                    TIMEOUT.as_secs(),
-                    job.what,
-                    job.tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(500));
-        }
-    }
-}
-
 /// `hb NS N`: the stamp and the count (passes of the spinning program, records checked by
 /// the consumer).
 fn parse_hb(l: &str) -> Option<(i64, u64)> {
-    let mut w = l.strip_prefix("hb ")?.split(' ');
-    let ns = w.next()?.parse().ok()?;
-    let n = w.next()?.parse().ok()?;
-    Some((ns, n))
-}
-
-// ---- what the run creates --------------------------------------------------------------------
-
-/// The run's private directories, removed with everything in them when dropped, after every
-/// process whose command line names them is killed: `data` under `--dir` (tiers, staged and
-/// DMTCP images, heartbeat files, baseline files) and `bin` in the temp directory (the
-/// compiled programs and the copied Cairn binaries; `--dir` may not allow exec).
-struct RunDirs {
-    data: PathBuf,
-    bin: PathBuf,
-}
-
-impl RunDirs {
-    fn create(base: &Path) -> Result<RunDirs, String> {
-        let pid = std::process::id();
-        let mk = |p: &Path| {
-            DirBuilder::new()
-                .mode(0o700)
-                .create(p)
-                .map_err(|e| format!("cannot create {}: {e}", p.display()))
-        };
-        let data = base.join(format!("{PROG}-{pid}"));
-        mk(&data)?;
-        let dirs = RunDirs {
-            data,
-            bin: std::env::temp_dir().join(format!("{PROG}-{pid}-bin")),
-        };
-        mk(&dirs.bin)?;
-        Ok(dirs)
-    }
-}
-
-impl Drop for RunDirs {
-    fn drop(&mut self) {
-        kill_strays(&[
-            self.data.display().to_string(),
-            self.bin.display().to_string(),
-        ]);
-        for d in [&self.data, &self.bin] {
-            if d.exists() {
-                if let Err(e) = fs::remove_dir_all(d) {
-                    eprintln!("{PROG}: could not remove {}: {e}", d.display());
-                }
-            }
-        }
-    }
-}
-
-/// One job's private directory under the run's, removed (after its processes are killed)
-/// when dropped: each job starts on empty tiers.
-struct JobDir {
-    path: PathBuf,
-    /// Other text that names the job's processes (the Cairn job id, which sub-coordinators
-    /// carry).
-    id: String,
-}
-
-impl JobDir {
-    fn new(dirs: &RunDirs, tag: &str) -> Result<JobDir, String> {
-        let path = dirs.data.join(tag);
-        mkdir(&path)?;
-        Ok(JobDir {
-            path,
-            id: format!("bl{}-{tag}", std::process::id()),
-        })
-    }
-}
-
-impl Drop for JobDir {
-    fn drop(&mut self) {
-        kill_strays(&[
-            self.path.display().to_string(),
-            format!("--job {}", self.id),
-        ]);
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            eprintln!("{PROG}: could not remove {}: {e}", self.path.display());
-        }
-    }
+    two_words(l, "hb ")
 }
 
 /// The programs of a run: the C workloads, compiled into the run's `bin` directory; Cairn's
@@ -605,11 +183,7 @@ impl Drop for JobDir {
 struct Tools {
     spin: PathBuf,
     pipeline: PathBuf,
-    cairn: PathBuf,
-    restore: PathBuf,
-    lib: PathBuf,
-    /// The build time of the `cairn` binary copied (UTC), for the header.
-    cairn_built: String,
+    cairn: Cairn,
     dmtcp: Option<Dmtcp>,
 }
 
@@ -621,60 +195,12 @@ struct Dmtcp {
     build: Option<String>,
 }
 
-fn mtime_utc(p: &Path) -> String {
-    let Ok(t) = fs::metadata(p).and_then(|m| m.modified()) else {
-        return "?".into();
-    };
-    let s = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (y, m, d, h, mi, _) = cairn_core::clock::utc_parts(s);
-    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02} UTC")
-}
-
 impl Tools {
     fn build(bin: &Path, dmtcp_prefix: &Path) -> Result<Tools, String> {
-        let here = std::env::current_exe()
-            .map_err(|e| format!("cannot find this program: {e}"))?
-            .parent()
-            .map(Path::to_path_buf)
-            .ok_or("this program has no directory")?;
-        let copy = |name: &str| -> Result<PathBuf, String> {
-            let src = here.join(name);
-            if !src.is_file() {
-                return Err(format!(
-                    "{} not found: build Cairn (cargo build --release -p cairn-cli -p cairn-bench, or ./run build)",
-                    src.display()
-                ));
-            }
-            let dst = bin.join(name);
-            fs::copy(&src, &dst)
-                .map_err(|e| format!("cannot copy {} to {}: {e}", src.display(), dst.display()))?;
-            Ok(dst)
-        };
-        let cairn_built = mtime_utc(&here.join("cairn"));
-        let cairn = copy("cairn")?;
-        let restore = copy("cairn-restore")?;
-        let lib = copy("libcairn-ckpt.so")?;
+        let cairn = Cairn::copy_into(bin)?;
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("launch");
-        let compile = |name: &str| -> Result<PathBuf, String> {
-            let out = bin.join(name);
-            let c = src.join(format!("{name}.c"));
-            let o = Command::new("cc")
-                .args(["-O2", "-g", "-Wall", "-o"])
-                .arg(&out)
-                .arg(&c)
-                .output()
-                .map_err(|e| format!("cannot run cc: {e}"))?;
-            if !o.status.success() {
-                return Err(format!(
-                    "cc {}: {}",
-                    c.display(),
-                    String::from_utf8_lossy(&o.stderr)
-                ));
-            }
-            Ok(out)
-        };
+        let compile =
+            |name: &str| compile("cc", &src.join(format!("{name}.c")), &bin.join(name), &[]);
         let dbin = dmtcp_prefix.join("bin");
         let names = [
             "dmtcp_launch",
@@ -721,256 +247,9 @@ impl Tools {
             spin: compile("spin")?,
             pipeline: compile("pipeline")?,
             cairn,
-            restore,
-            lib,
-            cairn_built,
             dmtcp,
         })
     }
-}
-
-// ---- Cairn jobs ------------------------------------------------------------------------------
-
-/// One `cairn checkpoint` as timed from here, with the phase times it reports.
-#[derive(Debug, Clone, Default)]
-struct CairnCkpt {
-    secs: f64,
-    version: u64,
-    /// Seconds from the start of the checkpoint to the start of each phase, as `cairn
-    /// checkpoint` prints them (SUSPEND, WRITE, STORE, RESUME).
-    phases: Vec<(String, f64)>,
-    /// From the manifest: the images' bytes, what the engine stored, each image's bytes.
-    bytes: u64,
-    stored: u64,
-    images: Vec<u64>,
-}
-
-impl CairnCkpt {
-    /// Seconds from the start of phase `a` to the start of phase `b`.
-    fn phase(&self, a: &str, b: &str) -> Option<f64> {
-        let t = |p: &str| self.phases.iter().find(|x| x.0 == p).map(|x| x.1);
-        Some(t(b)? - t(a)?)
-    }
-}
-
-/// `cairn: checkpoint N: PHASE (S s)`.
-fn parse_phase(l: &str) -> Option<(String, f64)> {
-    let rest = l.strip_prefix("cairn: checkpoint ")?;
-    let (_, rest) = rest.split_once(": ")?;
-    let (phase, rest) = rest.split_once(" (")?;
-    let s = rest.strip_suffix(" s)")?.parse().ok()?;
-    Some((phase.to_string(), s))
-}
-
-/// `checkpoint N of job J complete: ...`.
-fn parse_done(l: &str) -> Option<u64> {
-    let rest = l.strip_prefix("checkpoint ")?;
-    let (n, rest) = rest.split_once(' ')?;
-    rest.starts_with("of job ").then(|| n.parse().ok())?
-}
-
-/// A job under `cairn launch`, then `cairn restart`, in its own directory: tiers, the
-/// coordinator's directory and the heartbeat file.
-struct CairnJob<'a> {
-    t: &'a Tools,
-    dir: JobDir,
-    cfg: PathBuf,
-    jobs: PathBuf,
-    /// The foreground `cairn launch` or `cairn restart`.
-    fg: Option<Proc>,
-}
-
-impl<'a> CairnJob<'a> {
-    /// A fresh directory with the configuration: node-local tier in it, no compression,
-    /// incremental as asked, redundancy single (none), no flush, nothing made durable at the
-    /// end.
-    fn new(t: &'a Tools, dirs: &RunDirs, tag: &str, incremental: bool) -> Result<Self, String> {
-        let dir = JobDir::new(dirs, tag)?;
-        let q = |p: PathBuf| {
-            let s = p.display().to_string();
-            format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-        };
-        let cfg = dir.path.join("cairn.toml");
-        let text = format!(
-            "# {PROG}: images on a private node-local tier, stored as written\n\
-             [tiers]\nlocal = {}\nglobal = {}\n\
-             [checkpoint]\nfinalize = false\n\
-             [flush]\nevery = 0\nseconds = 0\n\
-             [reduction]\ncompress = \"none\"\nincremental = {incremental}\n\
-             [redundancy]\nscheme = \"single\"\n",
-            q(dir.path.join("local")),
-            q(dir.path.join("global")),
-        );
-        fs::write(&cfg, text).map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
-        let jobs = dir.path.join("jobs");
-        Ok(CairnJob {
-            t,
-            cfg,
-            jobs,
-            dir,
-            fg: None,
-        })
-    }
-
-    fn hb(&self) -> PathBuf {
-        self.dir.path.join("hb")
-    }
-
-    fn cmd(&self, sub: &str) -> Command {
-        let mut c = Command::new(&self.t.cairn);
-        clean_env(&mut c);
-        c.env("CAIRN_CKPT_PRELOAD", &self.t.lib)
-            .env("CAIRN_RESTORE", &self.t.restore)
-            .arg(sub);
-        if sub != "checkpoint" && sub != "status" {
-            c.arg("--config").arg(&self.cfg);
-        }
-        c.arg("--dir")
-            .arg(&self.jobs)
-            .arg("--job")
-            .arg(&self.dir.id);
-        c
-    }
-
-    fn launch(&mut self, prog: &[OsString]) -> Result<(), String> {
-        let mut c = self.cmd("launch");
-        c.arg("--").args(prog);
-        self.fg = Some(Proc::spawn("cairn launch", c)?);
-        Ok(())
-    }
-
-    fn fg(&mut self) -> &mut Proc {
-        self.fg.as_mut().expect("a job is running")
-    }
-
-    fn checkpoint(&mut self) -> Result<CairnCkpt, String> {
-        let r = run_timed("cairn checkpoint", self.cmd("checkpoint"))?;
-        if !r.status.success() {
-            return Err(format!(
-                "cairn checkpoint ended with {}:\n{}{}\nthe job's last lines:\n{}",
-                r.status,
-                r.stdout,
-                r.stderr,
-                self.fg().tail()
-            ));
-        }
-        let version = r
-            .stdout
-            .lines()
-            .find_map(parse_done)
-            .ok_or_else(|| format!("cairn checkpoint printed no version:\n{}", r.stdout))?;
-        let mut c = CairnCkpt {
-            secs: r.secs,
-            version,
-            phases: r.stderr.lines().filter_map(parse_phase).collect(),
-            ..CairnCkpt::default()
-        };
-        self.manifest(&mut c)?;
-        Ok(c)
-    }
-
-    /// The images' bytes and what the engine stored, from version `c.version`'s manifest.
-    fn manifest(&self, c: &mut CairnCkpt) -> Result<(), String> {
-        let p = self
-            .jobs
-            .join(&self.dir.id)
-            .join(format!("v{}", c.version))
-            .join("manifest.json");
-        let m: Value = fs::read_to_string(&p)
-            .map_err(|e| format!("cannot read {}: {e}", p.display()))
-            .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display())))?;
-        c.bytes = m["bytes"].as_u64().unwrap_or(0);
-        for pr in m["procs"].as_array().into_iter().flatten() {
-            c.stored += pr["stored"].as_u64().unwrap_or(0);
-            c.images.push(pr["bytes"].as_u64().unwrap_or(0));
-            for mem in pr["members"].as_array().into_iter().flatten() {
-                c.images.push(mem["bytes"].as_u64().unwrap_or(0));
-            }
-        }
-        Ok(())
-    }
-
-    /// Kill every process of the job with SIGKILL (their pids from `cairn status --json`), as
-    /// a crash would, and wait for the foreground `cairn` to end.
-    fn kill(&mut self) -> Result<(), String> {
-        let r = run_timed("cairn status", {
-            let mut c = self.cmd("status");
-            c.arg("--json");
-            c
-        })?;
-        let v: Value = serde_json::from_str(&r.stdout).map_err(|e| {
-            format!(
-                "cairn status --json: {e} (exit {}):\n{}{}",
-                r.status, r.stdout, r.stderr
-            )
-        })?;
-        let pids: Vec<i32> = v["procs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["pid"].as_str()?.parse().ok())
-            .collect();
-        if pids.is_empty() {
-            return Err(format!("cairn status names no process:\n{}", r.stdout));
-        }
-        for p in pids {
-            sigkill(p);
-        }
-        let fg = self.fg();
-        fg.wait_exit(Duration::from_secs(60))?;
-        self.fg = None;
-        // Nothing of the job may be left (the tree ends with its namespace's init, which
-        // `cairn` waited for); this only makes sure.
-        kill_strays(&[self.dir.path.display().to_string()]);
-        Ok(())
-    }
-
-    /// Deletes the images kept in the node-local staging directories of the job's versions
-    /// (`<local>/node<k>/.launch/<job>/v<N>/`); fails if there were none.
-    fn lose_kept_images(&self) -> Result<(), String> {
-        let local = self.dir.path.join("local");
-        let mut lost = 0;
-        for node in read_dir(&local)? {
-            for job in read_dir(&node.join(".launch")).unwrap_or_default() {
-                for v in read_dir(&job)? {
-                    let is_version = v
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with('v'));
-                    if is_version {
-                        lost += read_dir(&v)?.len();
-                        fs::remove_dir_all(&v)
-                            .map_err(|e| format!("cannot remove {}: {e}", v.display()))?;
-                    }
-                }
-            }
-        }
-        if lost == 0 {
-            return Err(format!(
-                "no images were kept beside the newest checkpoint under {}",
-                local.display()
-            ));
-        }
-        Ok(())
-    }
-
-    /// Start `cairn restart`; returns CLOCK_MONOTONIC just before the spawn.
-    fn restart(&mut self) -> Result<i64, String> {
-        let c = self.cmd("restart");
-        let t0 = mono_ns();
-        self.fg = Some(Proc::spawn("cairn restart", c)?);
-        Ok(t0)
-    }
-}
-
-/// The entries of directory `p`.
-fn read_dir(p: &Path) -> Result<Vec<PathBuf>, String> {
-    let rd = fs::read_dir(p).map_err(|e| format!("cannot list {}: {e}", p.display()))?;
-    rd.map(|e| {
-        e.map(|e| e.path())
-            .map_err(|e| format!("cannot list {}: {e}", p.display()))
-    })
-    .collect()
 }
 
 // ---- DMTCP jobs ------------------------------------------------------------------------------
@@ -992,8 +271,8 @@ struct DmtcpJob<'a> {
 impl<'a> DmtcpJob<'a> {
     fn new(d: &'a Dmtcp, dirs: &RunDirs, tag: &str) -> Result<Self, String> {
         let dir = JobDir::new(dirs, tag)?;
-        mkdir(&dir.path.join("ck"))?;
-        mkdir(&dir.path.join("tmp"))?;
+        private_dir(&dir.path.join("ck"))?;
+        private_dir(&dir.path.join("tmp"))?;
         Ok(DmtcpJob {
             d,
             dir,
@@ -1222,7 +501,7 @@ fn cairn_spin(
     chain: Chain,
     n: usize,
 ) -> Result<SpinRun, String> {
-    let mut job = CairnJob::new(t, dirs, tag, chain != Chain::Off)?;
+    let mut job = CairnJob::new(&t.cairn, dirs, tag, chain != Chain::Off)?;
     let mut hb = Hb::new(job.hb());
     job.launch(&spin_args(t, mib, changed, &job.hb()))?;
     hb.wait("the program's ready line", job.fg(), |l| {
@@ -1347,20 +626,11 @@ fn preflight(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, St
 
 /// A row of a table: a series' median and its span.
 fn row(name: &str, v: &[f64]) -> String {
-    if v.is_empty() {
-        return format!("   {name:<58} {:>10}", "-");
-    }
-    let (l, h) = span(v);
-    format!(
-        "   {name:<58} {:>10}   {} .. {}",
-        secs(median(v)),
-        secs(l),
-        secs(h)
-    )
+    cairn_bench::row(58, name, v)
 }
 
 fn head() -> String {
-    format!("   {:<58} {:>10}   runs", "", "median")
+    cairn_bench::head(58)
 }
 
 fn mb(b: u64) -> String {
@@ -1454,12 +724,12 @@ fn part_a(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
     out.line(format!(
         "   checkpoint Cairn / DMTCP: {}, target <= {TARGET_CKPT}: {}",
         x(rc),
-        verdict(rc, TARGET_CKPT)
+        verdict_ratio(rc, TARGET_CKPT)
     ));
     out.line(format!(
         "   restart Cairn / DMTCP: {}, target <= {TARGET_RESTART}: {}",
         x(rr),
-        verdict(rr, TARGET_RESTART)
+        verdict_ratio(rr, TARGET_RESTART)
     ));
     Ok(json!({
         "mib": a.mib, "changed_permille": a.changed,
@@ -1554,12 +824,12 @@ fn part_b(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
     out.line(format!(
         "   first checkpoint on / off: {}, target <= {TARGET_INC_FIRST}: {}",
         x(rf),
-        verdict(rf, TARGET_INC_FIRST)
+        verdict_ratio(rf, TARGET_INC_FIRST)
     ));
     out.line(format!(
         "   restart chain / full: {}, target <= {TARGET_INC_RESTART}: {}",
         x(rr),
-        verdict(rr, TARGET_INC_RESTART)
+        verdict_ratio(rr, TARGET_INC_RESTART)
     ));
     out.line(format!(
         "   restart chain with the kept images deleted / full: {} (context: the images are \
@@ -1746,7 +1016,7 @@ fn cairn_pipe(
     tag: &str,
     streaming: bool,
 ) -> Result<(CairnCkpt, Option<(f64, u64)>), String> {
-    let mut job = CairnJob::new(t, dirs, tag, false)?;
+    let mut job = CairnJob::new(&t.cairn, dirs, tag, false)?;
     let mut hb = Hb::new(job.hb());
     let rate = if streaming { a.rate } else { 0 };
     job.launch(&pipe_args(t, a.pipe_mib, rate, &job.hb()))?;
@@ -1898,7 +1168,7 @@ fn part_c(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
     out.line(format!(
         "   checkpoint streaming / idle: {}, target <= {TARGET_PIPE}: {}",
         x(r_idle),
-        verdict(r_idle, TARGET_PIPE)
+        verdict_ratio(r_idle, TARGET_PIPE)
     ));
     out.line(format!(
         "   checkpoint streaming / raw write of the images (context): {}",
@@ -1936,7 +1206,7 @@ fn part_c(a: &Args, t: &Tools, dirs: &RunDirs, out: &Out) -> Result<Value, Strin
 
 fn run(a: &Args) -> Result<Value, String> {
     let out = Out { json: a.json };
-    let dirs = RunDirs::create(&a.dir)?;
+    let dirs = RunDirs::create(&a.dir, PROG, "bl")?;
     let t = Tools::build(&dirs.bin, &a.dmtcp)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     out.line(format!(
@@ -1949,7 +1219,7 @@ fn run(a: &Args) -> Result<Value, String> {
     ));
     out.line(format!(
         "   Cairn: cairn, cairn-restore, libcairn-ckpt.so built {} (copied into {}); DMTCP: {}",
-        t.cairn_built,
+        t.cairn.built,
         dirs.bin.display(),
         t.dmtcp.as_ref().map_or("not installed".into(), |d| format!(
             "{} in {} ({})",
@@ -1971,7 +1241,7 @@ fn run(a: &Args) -> Result<Value, String> {
             "mib": a.mib, "reps": a.reps, "ckpts": a.ckpts, "changed_permille": a.changed,
             "pipe_mib": a.pipe_mib, "rate_mb_s": a.rate, "quick": a.quick,
             "dir": dirs.data, "tmpfs": on_tmpfs(&dirs.data), "cores": cores,
-            "kernel": kernel(), "cairn_built": t.cairn_built,
+            "kernel": kernel(), "cairn_built": t.cairn.built,
             "dmtcp": t.dmtcp.as_ref().map(|d| json!({
                 "bin": d.bin, "version": d.version, "build": d.build,
             })),
@@ -2026,50 +1296,8 @@ mod tests {
     }
 
     #[test]
-    fn lines_parse() {
+    fn heartbeats_parse() {
         assert_eq!(parse_hb("hb 123 45"), Some((123, 45)));
         assert_eq!(parse_hb("ready 1 2"), None);
-        assert_eq!(
-            parse_phase("cairn: checkpoint 3: STORE (0.407 s)"),
-            Some(("STORE".to_string(), 0.407))
-        );
-        assert_eq!(
-            parse_done(
-                "checkpoint 12 of job j complete: 1 bytes of images (2 stored) in 0.01 s, /x/v12"
-            ),
-            Some(12)
-        );
-        assert_eq!(parse_done("checkpoint of nothing"), None);
-        let c = CairnCkpt {
-            phases: vec![("WRITE".into(), 0.1), ("STORE".into(), 0.4)],
-            ..CairnCkpt::default()
-        };
-        assert!((c.phase("WRITE", "STORE").unwrap() - 0.3).abs() < 1e-12);
-        assert_eq!(c.phase("STORE", "RESUME"), None);
-    }
-
-    #[test]
-    fn heartbeat_file_is_read_in_whole_lines_and_again_when_cut() {
-        let d = std::env::temp_dir().join(format!("{PROG}-test-{}", std::process::id()));
-        mkdir(&d).unwrap();
-        let p = d.join("hb");
-        let mut hb = Hb::new(p.clone());
-        assert!(hb.poll().is_empty());
-        fs::write(&p, "hb 1 1\nhb 2").unwrap();
-        assert_eq!(hb.poll(), vec!["hb 1 1".to_string()]);
-        fs::write(&p, "hb 1 1\nhb 2 2\n").unwrap();
-        assert_eq!(hb.poll(), vec!["hb 2 2".to_string()]);
-        fs::write(&p, "hb 9 9\n").unwrap();
-        assert_eq!(hb.poll(), vec!["hb 9 9".to_string()]);
-        fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn dates_read() {
-        let d = std::env::temp_dir().join(format!("{PROG}-date-{}", std::process::id()));
-        fs::write(&d, "").unwrap();
-        let s = mtime_utc(&d);
-        fs::remove_file(&d).unwrap();
-        assert!(s.ends_with(" UTC") && s.len() == 20, "{s}");
     }
 }

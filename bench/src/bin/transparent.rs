@@ -19,14 +19,15 @@
 //! image, file and child process of the run is removed or killed when the run ends, also when
 //! it fails (a run killed from outside leaves its two directories; bench/README.md says which).
 
+use cairn_bench::jobs::{compile, RunDirs};
 use cairn_bench::{
     count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, span, walk, MIB,
 };
 use serde_json::{json, Value};
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -225,46 +226,6 @@ fn stdin_with(bytes: &[u8]) -> Result<Stdio, String> {
 
 // ---- what the run creates --------------------------------------------------------------------
 
-/// The run's private directories, removed with everything in them when dropped: `data` under
-/// `--dir` (images and baseline files) and `bin` in the temp directory (the compiled
-/// programs; a separate place, since `--dir` may be a file system that does not allow exec).
-struct RunDirs {
-    data: PathBuf,
-    bin: PathBuf,
-}
-
-impl RunDirs {
-    fn create(base: &Path) -> Result<RunDirs, String> {
-        let pid = std::process::id();
-        let mk = |p: &Path| {
-            DirBuilder::new()
-                .mode(0o700)
-                .create(p)
-                .map_err(|e| format!("cannot create {}: {e}", p.display()))
-        };
-        let data = base.join(format!("{PROG}-{pid}"));
-        mk(&data)?;
-        let dirs = RunDirs {
-            data,
-            bin: std::env::temp_dir().join(format!("{PROG}-{pid}-bin")),
-        };
-        mk(&dirs.bin)?;
-        Ok(dirs)
-    }
-}
-
-impl Drop for RunDirs {
-    fn drop(&mut self) {
-        for d in [&self.data, &self.bin] {
-            if d.exists() {
-                if let Err(e) = fs::remove_dir_all(d) {
-                    eprintln!("{PROG}: could not remove {}: {e}", d.display());
-                }
-            }
-        }
-    }
-}
-
 /// The programs of a run: the C workloads, compiled into the run's `bin` directory, and the
 /// library and restorer of this build.
 struct Programs {
@@ -284,23 +245,9 @@ impl Programs {
             .filter(|p| p.is_file())
             .ok_or("cairn-restore not found (build cairn-ckpt, or set CAIRN_RESTORE)")?;
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("transparent");
-        let compile = |name: &str| -> Result<PathBuf, String> {
-            let out = bin.join(name);
+        let compile = |name: &str| {
             let c = src.join(format!("{name}.c"));
-            let o = Command::new("cc")
-                .args(["-O2", "-g", "-pthread", "-Wall", "-o"])
-                .arg(&out)
-                .arg(&c)
-                .output()
-                .map_err(|e| format!("cannot run cc: {e}"))?;
-            if !o.status.success() {
-                return Err(format!(
-                    "cc {}: {}",
-                    c.display(),
-                    String::from_utf8_lossy(&o.stderr)
-                ));
-            }
-            Ok(out)
+            compile("cc", &c, &bin.join(name), &["-pthread".into()])
         };
         Ok(Programs {
             hold: compile("hold")?,
@@ -1501,7 +1448,7 @@ fn affinity(a: &Args, p: &Programs, dirs: &RunDirs, out: &Out) -> Result<Value, 
 
 fn run(a: &Args) -> Result<Value, String> {
     let out = Out { json: a.json };
-    let dirs = RunDirs::create(&a.dir)?;
+    let dirs = RunDirs::create(&a.dir, PROG, "bt")?;
     let p = Programs::build(&dirs.bin)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     out.line(format!(
