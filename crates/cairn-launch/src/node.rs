@@ -772,8 +772,13 @@ impl NodeLoop {
         let (Ok(nspid), Ok(pid)) = (msg.num::<u32>("nspid"), msg.num::<u32>("pid")) else {
             return deny(writer, "HELLO of a member without nspid= or pid=", who);
         };
-        // After a restart the processes of a tree may connect before its first one.
-        if nspid == 0 || !matches!(self.procs[&i].state, LState::Running | LState::Missing) {
+        // After a restart the processes of a tree may connect before its first one; and
+        // while its first one replaces itself by exec (its old connection closed, its new
+        // program not connected yet) a child it started just before may connect first (a
+        // shell running `orted` for a slot): the tree's process still runs.
+        let p = &self.procs[&i];
+        let execing = p.state == LState::Lost && proc_stat(p.pid).is_some_and(|s| s.state != 'Z');
+        if nspid == 0 || !(matches!(p.state, LState::Running | LState::Missing) || execing) {
             return deny(writer, &format!("proc {i} has ended"), who);
         }
         if let Some(old) = self.procs[&i].members.get(&nspid) {
