@@ -1976,6 +1976,15 @@ fn build_mpi_program(dir: &Path, name: &str) -> PathBuf {
     exe
 }
 
+/// Held by a test while it runs an MPI job in this host's own network: Open MPI's TCP
+/// transport takes the same ports (1024, 1025, ...) in every job, and a restarted job finds
+/// them taken by another job started meanwhile (docs/transparent.md: its listener then comes
+/// back not listening). Jobs on namespace hosts have ports of their own.
+fn host_mpi() -> std::sync::MutexGuard<'static, ()> {
+    static HOST_MPI: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HOST_MPI.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// An unmodified MPI job, `mpirun -n 4` with its ranks over `btls` (Open MPI's launcher with
 /// its PMIx server, and the ranks with two messages always in flight around a ring, an
 /// allreduce and a broadcast on a split communicator: native/ckpt/tests/mpiring.c), is
@@ -1985,6 +1994,7 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
     let Some((t, config)) = real_setup() else {
         return;
     };
+    let _alone = host_mpi();
     let ring = build_mpi_program(t.path(), "mpiring");
     let steps = 6000u64;
     let child = configured(&config, &["launch", "--job", job_name, "--dir"])
@@ -2770,6 +2780,7 @@ fn real_library_an_mpi_stencil_across_two_namespace_hosts_ends_as_an_uninterrupt
     let grid = ["128", "1024", "12000"];
     let reference = t.path().join("reference");
     std::fs::create_dir(&reference).unwrap();
+    let alone = host_mpi();
     let o = Command::new("mpirun")
         .args(["--oversubscribe", "-np", "4", "--mca", "btl", "self,tcp"])
         .arg(&stencil)
@@ -2779,6 +2790,7 @@ fn real_library_an_mpi_stencil_across_two_namespace_hosts_ends_as_an_uninterrupt
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
         .unwrap();
+    drop(alone);
     assert!(o.status.success(), "{}", text(&o));
     let last = |dir: &Path| {
         let text = std::fs::read_to_string(dir.join("out.stencil")).unwrap_or_default();
