@@ -2468,8 +2468,26 @@ static int pts_index(dev_t dev)
     return maj >= PTS_MAJOR_FIRST && maj <= PTS_MAJOR_LAST ? (int)((maj - PTS_MAJOR_FIRST) * 256 + minor(dev)) : -1;
 }
 
+/* The index of the pseudo-terminal that is this process's controlling terminal, or -1. */
+static int ctty_index(void)
+{
+    char st[1024];
+    if (read_file("/proc/self/stat", st, sizeof st) <= 0)
+        return -1;
+    const char *p = strrchr(st, ')');
+    long tty = 0;
+    /* ") state ppid pgrp session tty_nr" */
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %ld", &tty) != 1 || tty == 0)
+        return -1;
+    dev_t dev = makedev(((unsigned long)tty >> 8) & 0xfff, ((unsigned long)tty & 0xff) | (((unsigned long)tty >> 12) & 0xfff00));
+    return pts_index(dev);
+}
+
+#define TTY_AUX_MAJOR 5 /* /dev/tty is 5:0 */
+
 /* In a tree: a pseudo-terminal's master or slave, recorded with its settings to be made
- * again once for the tree (a new pair, with another index). The bytes the slave's side wrote
+ * again once for the tree (a new pair, with another index). /dev/tty is the slave of the
+ * process's controlling terminal and comes back as that slave. The bytes the slave's side wrote
  * that the master has not read are taken and written back at once through the slave with
  * output processing off, so they wait again as they were; input typed at the master that the
  * slave's side has not read cannot be put back, and is refused. Returns 0 for another
@@ -2478,6 +2496,8 @@ static int tree_tty(int fd, const struct stat *st, const char *target)
 {
     unsigned n = 0;
     int master = ioctl(fd, TIOCGPTN, &n) == 0, index = master ? (int)n : pts_index(st->st_rdev);
+    if (!master && index < 0 && st->st_rdev == makedev(TTY_AUX_MAJOR, 0))
+        index = ctty_index(); /* /dev/tty: the slave of the controlling terminal, under another name */
     if (index < 0)
         return 0;
     struct cairn_img_tty t;
@@ -2535,16 +2555,7 @@ static int tree_tty(int fd, const struct stat *st, const char *target)
 static void controlling_tty(int32_t *ctty, int32_t *pgrp)
 {
     *ctty = *pgrp = 0;
-    char st[1024];
-    if (!in_tree() || read_file("/proc/self/stat", st, sizeof st) <= 0)
-        return;
-    const char *p = strrchr(st, ')');
-    long tty = 0;
-    /* ") state ppid pgrp session tty_nr" */
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %ld", &tty) != 1 || tty == 0)
-        return;
-    dev_t dev = makedev(((unsigned long)tty >> 8) & 0xfff, ((unsigned long)tty & 0xff) | (((unsigned long)tty >> 12) & 0xfff00));
-    int index = pts_index(dev);
+    int index = in_tree() ? ctty_index() : -1;
     if (index < 0)
         return;
     *ctty = index + 1;

@@ -4,7 +4,8 @@
  *
  * Every 2 ms it checks that its standard output is a terminal, that it has a controlling
  * terminal (/dev/tty opens), that its process group is the terminal's foreground group, that
- * the terminal still has the settings it gave it at the start (no echo, 77 columns), and then
+ * the terminal still has the settings it gave it at the start (no echo, 77 columns), that the
+ * /dev/tty it opened at the start and holds still is that terminal, and then
  * writes "line i" to the terminal and "step i" to DIR/out.tty. It ends with "tty: done N OK"
  * in DIR/out.tty, or a line with BAD and exit 1. */
 #include <fcntl.h>
@@ -35,13 +36,15 @@ int main(int argc, char **argv)
     t.c_lflag &= ~(tcflag_t)ECHO;
     tcsetattr(1, TCSANOW, &t);
     ioctl(1, TIOCSWINSZ, &w);
+    int held = open("/dev/tty", O_RDWR | O_NOCTTY);
     for (long i = 1; i <= steps; i++) {
         int tty = open("/dev/tty", O_RDWR | O_NOCTTY);
         struct winsize now;
         if (!isatty(1) || tty < 0 || tcgetpgrp(1) != getpgrp() || tcgetattr(1, &t) != 0 || (t.c_lflag & ECHO) ||
-            ioctl(1, TIOCGWINSZ, &now) != 0 || now.ws_col != 77) {
-            fprintf(o, "tty: BAD at step %ld: isatty %d, /dev/tty %d, foreground %d, group %d, columns %d\n", i,
-                    isatty(1), tty, (int)tcgetpgrp(1), (int)getpgrp(), (int)now.ws_col);
+            ioctl(1, TIOCGWINSZ, &now) != 0 || now.ws_col != 77 || !isatty(held) || tcgetpgrp(held) != getpgrp() ||
+            ioctl(held, TIOCGWINSZ, &now) != 0 || now.ws_col != 77) {
+            fprintf(o, "tty: BAD at step %ld: isatty %d, /dev/tty %d, held %d, foreground %d, group %d, columns %d\n",
+                    i, isatty(1), tty, isatty(held), (int)tcgetpgrp(1), (int)getpgrp(), (int)now.ws_col);
             return 1;
         }
         close(tty);
