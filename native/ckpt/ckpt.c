@@ -1045,6 +1045,38 @@ static void identity(struct cairn_img_header *h)
     }
 }
 
+/* The kernel's record of this process's memory: the program break (where glibc's malloc
+ * grows its main heap) and where the text, data, arguments and environment are. Without
+ * them a restored process has the restorer's break, below its heap: malloc would grow the
+ * heap there and then take the chunks of the restored heap for foreign ones (and abort). */
+static void memory_layout(struct cairn_img_header *h)
+{
+    char st[2048];
+    if (read_file("/proc/self/stat", st, sizeof st) <= 0)
+        return;
+    const char *p = strrchr(st, ')');
+    unsigned long long f[52] = {0};
+    /* Fields from 3 (state) on; startcode is 26, start_data 45 ... env_end 51. */
+    int n = 3;
+    for (p = p ? p + 2 : NULL; p && *p && n < 52; n++) {
+        f[n] = strtoull(p, NULL, 10);
+        p = strchr(p, ' ');
+        p = p ? p + 1 : NULL;
+    }
+    if (n < 52)
+        return;
+    h->mm_code[0] = f[26];
+    h->mm_code[1] = f[27];
+    h->mm_data[0] = f[45];
+    h->mm_data[1] = f[46];
+    h->brk_start = f[47];
+    h->mm_args[0] = f[48];
+    h->mm_args[1] = f[49];
+    h->mm_env[0] = f[50];
+    h->mm_env[1] = f[51];
+    h->brk_end = (uint64_t)syscall(SYS_brk, 0);
+}
+
 /* ---- what a checkpoint cannot capture ------------------------------------------------- */
 
 /* Character devices without state of their own: reopened by name after a restart. */
@@ -1114,6 +1146,271 @@ static void addr_text(const uint8_t *sa, char *out, size_t len)
     }
 }
 
+/* ---- the job's host addresses after a restart on other hosts ------------------------ */
+
+/* A restart on other hosts gives each host of the job another address, while the program
+ * still holds the old ones: an MPI library keeps a table of its peers' addresses, learnt at
+ * start-up, and connects to a peer the first time it sends to it. So the process keeps
+ * seeing the addresses it had. An address it connects, binds or sends to that was a host's
+ * address is translated to that host's address now; one the kernel reports (accept,
+ * getpeername, getsockname, recvfrom, recvmsg) that is a host's address now is reported as
+ * the address the program knew. The pairs come from the root (CAIRN_CKPT_MOVED, through the
+ * restorer into CONTROL.moved), one per host whose address changed: the address its name
+ * resolved to, which its sub-coordinator listens on. A second restart elsewhere composes
+ * with the first. The library's own sockets (its coordinator, the connections it makes
+ * again) go through the raw_* calls and see the kernel's addresses. */
+struct move {
+    int family;
+    uint8_t was[16]; /* the address the program knows */
+    uint8_t now[16]; /* the host's address now */
+    int taken;       /* a pair of this restart's composed with an earlier move */
+};
+static struct move *moves; /* in the image: a restart adds to it */
+static int nmoves;
+static struct move *hop; /* while resuming: this restart's pairs, from the kernel's addresses at the checkpoint */
+static int nhop;
+
+static size_t ip_len(int family) { return family == AF_INET ? 4 : 16; }
+
+/* The IP address inside socket address a of length len, or NULL (another family, too short). */
+static uint8_t *ip_in(const struct sockaddr *a, socklen_t len)
+{
+    if (a && a->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in))
+        return (uint8_t *)&((struct sockaddr_in *)a)->sin_addr;
+    if (a && a->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6))
+        return (uint8_t *)&((struct sockaddr_in6 *)a)->sin6_addr;
+    return NULL;
+}
+
+/* The move in list (n long) whose address `was` (which=0) or `now` (which=1) is ip. */
+static const struct move *find_move(const struct move *list, int n, int family, const uint8_t *ip, int which)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i].family == family && memcmp(which ? list[i].now : list[i].was, ip, ip_len(family)) == 0)
+            return &list[i];
+    return NULL;
+}
+
+/* a, or a copy of it in buf with its host address as it is now. */
+static const struct sockaddr *moved_now(const struct move *list, int n, const struct sockaddr *a, socklen_t len,
+                                        struct sockaddr_storage *buf)
+{
+    const uint8_t *ip = n ? ip_in(a, len) : NULL;
+    const struct move *m = ip ? find_move(list, n, a->sa_family, ip, 0) : NULL;
+    if (!m)
+        return a;
+    size_t l = len < sizeof *buf ? len : sizeof *buf;
+    memcpy(buf, a, l);
+    memcpy(ip_in((struct sockaddr *)buf, (socklen_t)l), m->now, ip_len(m->family));
+    return (const struct sockaddr *)buf;
+}
+
+/* An address the kernel filled in (a buffer of cap bytes, *len now), as the program knew it. */
+static void moved_was(struct sockaddr *a, socklen_t cap, const socklen_t *len)
+{
+    if (!nmoves || !a || !len)
+        return;
+    uint8_t *ip = ip_in(a, cap < *len ? cap : *len);
+    const struct move *m = ip ? find_move(moves, nmoves, a->sa_family, ip, 1) : NULL;
+    if (m)
+        memcpy(ip, m->was, ip_len(m->family));
+}
+
+/* This restart's pairs (CONTROL.moved, "OLD=NEW;...") into hop, and moves composed with them:
+ * what the program knew as the old address of a host is now its new address. */
+static void take_moves(void)
+{
+    nhop = 0;
+    const char *t = CONTROL.moved;
+    if (!*t)
+        return;
+    int pairs = 1;
+    for (const char *c = t; *c; c++)
+        pairs += *c == ';';
+    size_t bytes = (size_t)(nmoves + pairs) * sizeof(struct move);
+    struct move *all = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    hop = mmap(NULL, (size_t)pairs * sizeof *hop, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (all == MAP_FAILED || hop == MAP_FAILED) {
+        say("restart: no memory for the %d addresses of the job's hosts; the old addresses stay", pairs);
+        hop = NULL;
+        return;
+    }
+    while (*t) {
+        char pair[2 * INET6_ADDRSTRLEN + 2], *eq;
+        size_t l = strcspn(t, ";");
+        snprintf(pair, sizeof pair, "%.*s", (int)(l < sizeof pair - 1 ? l : sizeof pair - 1), t);
+        t += l + (t[l] == ';');
+        struct move m = {0};
+        if (!(eq = strchr(pair, '=')))
+            continue;
+        *eq = 0;
+        m.family = strchr(pair, ':') ? AF_INET6 : AF_INET;
+        if (inet_pton(m.family, pair, m.was) != 1 || inet_pton(m.family, eq + 1, m.now) != 1) {
+            say("restart: CAIRN_CKPT_MOVED has a pair that is not two addresses: %s=%s", pair, eq + 1);
+            continue;
+        }
+        hop[nhop++] = m;
+    }
+    int n = 0;
+    for (int i = 0; i < nmoves; i++) {
+        all[n] = moves[i];
+        const struct move *h = find_move(hop, nhop, all[n].family, all[n].now, 0);
+        if (h) {
+            memcpy(all[n].now, h->now, sizeof h->now);
+            hop[h - hop].taken = 1;
+        }
+        n++;
+    }
+    for (int k = 0; k < nhop; k++)
+        if (!hop[k].taken && !find_move(all, n, hop[k].family, hop[k].was, 0))
+            all[n++] = hop[k];
+    CONTROL.moved[0] = 0;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (memcmp(all[i].was, all[i].now, sizeof all[i].now) != 0)
+            all[kept++] = all[i];
+    if (moves)
+        munmap(moves, (size_t)nmoves * sizeof *moves);
+    moves = all;
+    nmoves = kept;
+    if (S.verbose)
+        say("restart: %d host address(es) moved; the program sees %d translated", nhop, nmoves);
+}
+
+/* Once resumed: this restart's pairs are no longer needed. */
+static void drop_hop(void)
+{
+    if (hop)
+        munmap(hop, (size_t)(nhop ? nhop : 1) * sizeof *hop);
+    hop = NULL;
+    nhop = 0;
+}
+
+#define REAL(name, type)                                                                           \
+    static type real;                                                                              \
+    if (!real)                                                                                     \
+        real = (type)dlsym(RTLD_NEXT, name)
+
+typedef int (*sockaddr_fn)(int, const struct sockaddr *, socklen_t);
+typedef int (*getname_fn)(int, struct sockaddr *, socklen_t *);
+typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
+typedef ssize_t (*sendto_fn)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+typedef ssize_t (*sendmsg_fn)(int, const struct msghdr *, int);
+typedef ssize_t (*recvfrom_fn)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+typedef ssize_t (*recvmsg_fn)(int, struct msghdr *, int);
+
+static int raw_connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+    REAL("connect", sockaddr_fn);
+    return real(fd, a, len);
+}
+
+static int raw_bind(int fd, const struct sockaddr *a, socklen_t len)
+{
+    REAL("bind", sockaddr_fn);
+    return real(fd, a, len);
+}
+
+static int raw_getsockname(int fd, struct sockaddr *a, socklen_t *len)
+{
+    REAL("getsockname", getname_fn);
+    return real(fd, a, len);
+}
+
+static int raw_getpeername(int fd, struct sockaddr *a, socklen_t *len)
+{
+    REAL("getpeername", getname_fn);
+    return real(fd, a, len);
+}
+
+static int raw_accept4(int fd, struct sockaddr *a, socklen_t *len, int flags)
+{
+    REAL("accept4", accept4_fn);
+    return real(fd, a, len, flags);
+}
+
+EXPORT int connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+    struct sockaddr_storage b;
+    return raw_connect(fd, moved_now(moves, nmoves, a, len, &b), len);
+}
+
+EXPORT int bind(int fd, const struct sockaddr *a, socklen_t len)
+{
+    struct sockaddr_storage b;
+    return raw_bind(fd, moved_now(moves, nmoves, a, len, &b), len);
+}
+
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a, socklen_t len)
+{
+    REAL("sendto", sendto_fn);
+    struct sockaddr_storage b;
+    return real(fd, buf, n, flags, moved_now(moves, nmoves, a, len, &b), len);
+}
+
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    REAL("sendmsg", sendmsg_fn);
+    struct sockaddr_storage b;
+    if (!nmoves || !msg || !msg->msg_name)
+        return real(fd, msg, flags);
+    struct msghdr m = *msg;
+    m.msg_name = (void *)moved_now(moves, nmoves, msg->msg_name, msg->msg_namelen, &b);
+    return real(fd, &m, flags);
+}
+
+EXPORT int accept4(int fd, struct sockaddr *a, socklen_t *len, int flags)
+{
+    socklen_t cap = len ? *len : 0;
+    int r = raw_accept4(fd, a, len, flags);
+    if (r >= 0)
+        moved_was(a, cap, len);
+    return r;
+}
+
+EXPORT int accept(int fd, struct sockaddr *a, socklen_t *len) { return accept4(fd, a, len, 0); }
+
+/* r, the result of a call that filled in address a (cap bytes of room) on success. */
+static int as_known(int r, struct sockaddr *a, socklen_t cap, const socklen_t *len)
+{
+    if (r == 0)
+        moved_was(a, cap, len);
+    return r;
+}
+
+EXPORT int getsockname(int fd, struct sockaddr *a, socklen_t *len)
+{
+    socklen_t cap = len ? *len : 0;
+    return as_known(raw_getsockname(fd, a, len), a, cap, len);
+}
+
+EXPORT int getpeername(int fd, struct sockaddr *a, socklen_t *len)
+{
+    socklen_t cap = len ? *len : 0;
+    return as_known(raw_getpeername(fd, a, len), a, cap, len);
+}
+
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *len)
+{
+    REAL("recvfrom", recvfrom_fn);
+    socklen_t cap = len ? *len : 0;
+    ssize_t r = real(fd, buf, n, flags, a, len);
+    if (r >= 0)
+        moved_was(a, cap, len);
+    return r;
+}
+
+EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    REAL("recvmsg", recvmsg_fn);
+    socklen_t cap = msg ? msg->msg_namelen : 0;
+    ssize_t r = real(fd, msg, flags);
+    if (r >= 0 && msg && msg->msg_name)
+        moved_was(msg->msg_name, cap, &msg->msg_namelen);
+    return r;
+}
+#undef REAL
+
 /* A socket's family and type, and its peer's address where it has one. */
 static void describe_socket(int fd, char *out, size_t len)
 {
@@ -1123,7 +1420,7 @@ static void describe_socket(int fd, char *out, size_t len)
     struct sockaddr_storage a;
     socklen_t al = sizeof a;
     char peer[INET6_ADDRSTRLEN + 16] = "", at[INET6_ADDRSTRLEN + 8];
-    if (getpeername(fd, (struct sockaddr *)&a, &al) == 0) {
+    if (raw_getpeername(fd, (struct sockaddr *)&a, &al) == 0) {
         addr_text((const uint8_t *)&a, at, sizeof at);
         snprintf(peer, sizeof peer, at[0] ? ", peer %s" : ", connected", at);
     } else if (sock_opt(fd, SO_ACCEPTCONN)) {
@@ -1505,7 +1802,7 @@ static int save_listener(int fd, const char *target)
     if (!f)
         return 1;
     f->addrlen = sizeof f->addr;
-    if (getsockname(fd, (struct sockaddr *)&f->addr, &f->addrlen) != 0)
+    if (raw_getsockname(fd, (struct sockaddr *)&f->addr, &f->addrlen) != 0)
         return 0;
     if (dom == AF_UNIX && f->addrlen <= offsetof(struct sockaddr_un, sun_path))
         return 0; /* listening without a name: nothing could connect to it again */
@@ -2239,11 +2536,11 @@ static int sock_record(int fd, struct cairn_img_sock *r)
     r->type = (uint32_t)sock_opt(fd, SO_TYPE);
     r->protocol = (uint32_t)sock_opt(fd, SO_PROTOCOL);
     socklen_t al = sizeof r->local;
-    if (getsockname(fd, (struct sockaddr *)r->local, &al) != 0 || al > sizeof r->local)
+    if (raw_getsockname(fd, (struct sockaddr *)r->local, &al) != 0 || al > sizeof r->local)
         return -1;
     r->local_len = al;
     al = sizeof r->peer;
-    if (getpeername(fd, (struct sockaddr *)r->peer, &al) == 0 && al <= sizeof r->peer)
+    if (raw_getpeername(fd, (struct sockaddr *)r->peer, &al) == 0 && al <= sizeof r->peer)
         r->peer_len = al;
     static const struct {
         int level, name;
@@ -2349,7 +2646,7 @@ static int tcp_end(int fd, const char *target)
     struct sockaddr_storage a;
     socklen_t al = sizeof a;
     if ((dom != AF_INET && dom != AF_INET6) || type != SOCK_STREAM || strncmp(target, "socket:[", 8) != 0 ||
-        getpeername(fd, (struct sockaddr *)&a, &al) != 0 || ntcp_ends >= MAX_FDS)
+        raw_getpeername(fd, (struct sockaddr *)&a, &al) != 0 || ntcp_ends >= MAX_FDS)
         return 0;
     struct sock_end *e = &tcp_ends[ntcp_ends++];
     e->fd = fd;
@@ -2994,6 +3291,7 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
     }
     h.file_size = data;
     identity(&h);
+    memory_layout(&h);
     h.pid = getpid();
     h.ppid = getppid();
     h.pgid = getpgrp();
@@ -3277,7 +3575,11 @@ static void listen_again(const struct fd_rec *f)
     struct stat st;
     if (dom == AF_UNIX && un->sun_path[0] && stat(un->sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(un->sun_path);
-    if (bind(fd, (const struct sockaddr *)&f->addr, f->addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+    /* Its address as the kernel gave it at the checkpoint: a host address that moved is the
+     * host's new one (this restart's pairs). */
+    struct sockaddr_storage b;
+    if (raw_bind(fd, moved_now(hop, nhop, (const struct sockaddr *)&f->addr, f->addrlen, &b), f->addrlen) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
         /* The descriptor stays a socket, not listening: accept() fails with EINVAL. */
         say("cannot listen again as fd %d (%s): %s; it comes back not listening", f->fd, f->path,
             strerror(errno));
@@ -3690,7 +3992,7 @@ static void remote_answer(const char *line)
             socklen_t sl;
             field(line, "addr", addr, sizeof addr);
             e->fd = parse_addr(addr, &sa, &sl) == 0 ? remote_socket(e, remote_need(e)) : -1;
-            if (e->fd < 0 || (connect(e->fd, (struct sockaddr *)&sa, sl) != 0 && errno != EINPROGRESS)) {
+            if (e->fd < 0 || (raw_connect(e->fd, (struct sockaddr *)&sa, sl) != 0 && errno != EINPROGRESS)) {
                 remote_drop(e, strerror(errno));
                 continue;
             }
@@ -3738,7 +4040,7 @@ static void remote_again(void)
     socklen_t cl;
     int c = -1;
     if (parse_addr(CONTROL.coord_addr, &ca, &cl) == 0 && (c = socket(ca.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
-        connect(c, (struct sockaddr *)&ca, cl) != 0) {
+        raw_connect(c, (struct sockaddr *)&ca, cl) != 0) {
         close(c);
         c = -1;
     }
@@ -3766,7 +4068,7 @@ static void remote_again(void)
         struct sockaddr_storage any = {.ss_family = (sa_family_t)e->r.family};
         e->lfd = remote_socket(e, remote_need(e));
         if (e->lfd < 0 ||
-            bind(e->lfd, (struct sockaddr *)&any, e->r.family == AF_INET6 ? sizeof(struct sockaddr_in6)
+            raw_bind(e->lfd, (struct sockaddr *)&any, e->r.family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                                           : sizeof(struct sockaddr_in)) != 0 ||
             listen(e->lfd, 4) != 0) {
             say("restart: cannot listen for the connection to %s again: %s", e->key, strerror(errno));
@@ -3775,7 +4077,7 @@ static void remote_again(void)
         }
         struct sockaddr_storage at;
         socklen_t al = sizeof at;
-        getsockname(e->lfd, (struct sockaddr *)&at, &al);
+        raw_getsockname(e->lfd, (struct sockaddr *)&at, &al);
         unsigned port = ntohs(at.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&at)->sin6_port
                                                        : ((struct sockaddr_in *)&at)->sin_port);
         fprintf(out, "LISTEN key=%s port=%u close=%d\n", key, port, close_unmatched);
@@ -3844,7 +4146,7 @@ static void remote_again(void)
             if (!p[i].revents)
                 continue;
             if (e->state == R_WAIT) {
-                e->fd = above_recorded(accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+                e->fd = above_recorded(raw_accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
                 if (e->fd >= 0)
                     remote_greet(e);
                 continue;
@@ -3913,6 +4215,7 @@ static void tree_barrier(void)
 
 static void resume_process(void)
 {
+    take_moves();
     update_pid_env();
     find_host_pid();
     for (int s = 1; s < 65; s++) {
@@ -3971,6 +4274,7 @@ static void resume_process(void)
     }
     /* Before the epoll sets: each watches the descriptions its descriptors lead to. */
     remote_again();
+    drop_hop();
     for (int i = 0; i < S.nfds; i++)
         if (S.fds[i].kind == FD_EPOLL)
             anon_again(&S.fds[i]);
@@ -4127,7 +4431,7 @@ static int connect_coord(int restarted)
                 pthread_mutex_unlock(&conn_lock);
                 if (fd < 0)
                     continue;
-                if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+                if (raw_connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
                     int one = 1;
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                     freeaddrinfo(ai);

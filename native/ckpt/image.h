@@ -122,7 +122,7 @@ struct cairn_img_header {
     uint32_t nfds_hint;      /* informational: descriptors the library saved itself */
     uint64_t hole_start, hole_len;
     uint64_t control_addr;   /* the library's struct cairn_img_control in restored memory */
-    uint64_t brk_start, brk_end;
+    uint64_t brk_start, brk_end; /* the program break: where it started, where it was */
     uint64_t checkpoint;     /* the checkpoint number */
     int64_t time_ns;         /* CLOCK_REALTIME when written */
     /* Ids at the checkpoint, as the process saw them (in its pid namespace). */
@@ -148,7 +148,10 @@ struct cairn_img_header {
      * the regions' pages. */
     uint32_t nipc;
     uint64_t ipc_off;
-    uint8_t reserved[64];
+    /* The kernel's record of the program's memory (from /proc/self/stat), given back with
+     * brk_start and brk_end (PR_SET_MM_MAP): where its text, data, arguments and environment
+     * are. All 0: not recorded. */
+    uint64_t mm_code[2], mm_data[2], mm_args[2], mm_env[2];
 };
 
 #define CAIRN_IPC_SHM 1u
@@ -263,6 +266,8 @@ struct cairn_img_tty {
     uint64_t pending_len;    /* master: bytes the slave's side wrote, not read yet, after it */
 };
 
+#define CAIRN_MOVED_MAX 131072 /* the longest environment string Linux passes */
+
 /* Filled in by the restorer before it starts the threads; read by the library when it
  * resumes. Lives in the library's memory, at header.control_addr. */
 struct cairn_img_control {
@@ -277,6 +282,8 @@ struct cairn_img_control {
     int32_t main_tid;        /* the restored main thread's tid (= new_pid) */
     int32_t tree;            /* processes restored together (the barrier page), or 0 */
     int64_t restore_start_ns; /* CLOCK_MONOTONIC when the restorer started */
+    char moved[CAIRN_MOVED_MAX]; /* a restart on other hosts: "OLD=NEW;..." host addresses
+                                  * (CAIRN_CKPT_MOVED), "" otherwise */
 };
 
 #define CAIRN_CONTROL_MAGIC 0x4c525443524e4143ull /* "CANRCTRL" */

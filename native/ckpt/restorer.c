@@ -6,6 +6,8 @@
 **     cairn-restore --init [--first-pid N] --exec PROGRAM ARG0 [ARG]...
 **
 ** The token may come from CAIRN_COORD_TOKEN in the environment instead (ps shows arguments).
+** CAIRN_CKPT_MOVED in the environment (a restart on hosts with other addresses: "OLD=NEW;...")
+** goes to the library in the control block, which translates the addresses the program knew.
 **
 ** With --init it first makes a pid namespace for a process tree and stays outside it,
 ** relaying signals; the namespace's init (pid 1) either runs PROGRAM (cairn launch) or makes
@@ -48,6 +50,7 @@ typedef unsigned long u64;
 #define SYS_fstat 5
 #define SYS_mmap 9
 #define SYS_mprotect 10
+#define SYS_brk 12
 #define SYS_munmap 11
 #define SYS_rt_sigprocmask 14
 #define SYS_pread64 17
@@ -302,6 +305,7 @@ static void fail(int code, const char *what)
 
 static int img = -1;
 static struct cairn_img_header H;
+static void give_back_layout(void);
 #define MAX_REGIONS 8192
 #define MAX_THREADS 1025
 static struct cairn_img_region R[MAX_REGIONS];
@@ -967,6 +971,7 @@ static i64 monotonic_ns(void)
 
 /* The options, copied out of the kernel's stack (which goes away with the address space). */
 static char coord[128], token[80], proc[16], cpus[256], aff[8] = "on";
+static char moved[CAIRN_MOVED_MAX]; /* CAIRN_CKPT_MOVED: the job's hosts' addresses, old=new */
 static i64 first_pid; /* --first-pid N (launch): the program's pid in its namespace */
 static char **exec_argv; /* --exec PROGRAM ARGS... (launch): the program's path, then its argv */
 
@@ -2403,6 +2408,16 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
             if (sprefix(*e, "CAIRN_COORD_TOKEN="))
                 scopy(token, *e + 18, sizeof token);
     }
+    for (char **e = envp; *e; e++)
+        if (sprefix(*e, "CAIRN_CKPT_MOVED=")) {
+            const char *v = *e + 17;
+            size_t n = 0;
+            while (v[n])
+                n++;
+            if (n >= sizeof moved)
+                fail(2, "cairn-restore: CAIRN_CKPT_MOVED is longer than the image's room for it");
+            scopy(moved, v, sizeof moved);
+        }
     if (!seq(aff, "on") && !seq(aff, "off"))
         fail(2, "cairn-restore: --affinity takes on or off");
     /* The restored process gets its standard streams from whoever started the restorer and
@@ -2474,6 +2489,7 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
             sys3(SYS_mprotect, r->start, r->end - r->start, r->prot);
     }
     sys1(SYS_close, img);
+    give_back_layout();
     if (init_mode)
         place_objects(me);
 
@@ -2485,6 +2501,7 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     c->main_tid = c->new_pid;
     scopy(c->coord_addr, coord, sizeof c->coord_addr);
     scopy(c->token, token, sizeof c->token);
+    scopy(c->moved, moved, sizeof c->moved);
     c->proc = proc[0] ? (int32_t)parse_int(proc) : c->proc;
     c->affinity = !seq(aff, "off");
     scopy(c->cpus, cpus, sizeof c->cpus);
@@ -2493,6 +2510,46 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
     start_threads();
     for (;;) {
     }
+}
+
+/* The kernel's record of the program's memory (struct prctl_mm_map). */
+struct mm_map {
+    u64 start_code, end_code, start_data, end_data, start_brk, brk, start_stack, arg_start, arg_end, env_start,
+        env_end, auxv;
+    uint32_t auxv_size, exe_fd;
+};
+
+#define PR_SET_MM 35
+#define PR_SET_MM_MAP 14
+
+/* The program break and the layout the kernel had for the process (PR_SET_MM_MAP), now that
+ * its memory is back: otherwise the break is the restorer's, below the restored heap, and
+ * glibc's malloc, growing its heap there, would take the restored heap's chunks for foreign
+ * ones and abort. Where the kernel refuses, a page no one may use at the restorer's break
+ * makes every sbrk fail, and malloc grows its heap with mmap instead. */
+static void give_back_layout(void)
+{
+    if (H.brk_start && H.brk_end && H.mm_code[1]) {
+        struct mm_map m = {
+            .start_code = H.mm_code[0],
+            .end_code = H.mm_code[1],
+            .start_data = H.mm_data[0],
+            .end_data = H.mm_data[1],
+            .start_brk = H.brk_start,
+            .brk = H.brk_end,
+            .start_stack = H.mm_args[0], /* on the stack, below nothing the program uses */
+            .arg_start = H.mm_args[0],
+            .arg_end = H.mm_args[1],
+            .env_start = H.mm_env[0],
+            .env_end = H.mm_env[1],
+            .exe_fd = 0xffffffffu, /* the executable link stays */
+        };
+        if (sys5(SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, (i64)&m, sizeof m, 0) == 0)
+            return;
+    }
+    u64 brk = (u64)sys1(SYS_brk, 0);
+    sys6(SYS_mmap, (i64)((brk + 4095) & ~4095ull), 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+         -1, 0);
 }
 
 /* The entry point: move to a stack inside the restorer's own (hole) memory first, since

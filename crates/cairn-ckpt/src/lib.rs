@@ -73,7 +73,12 @@ pub struct ImageHeader {
     /// System V segments and semaphore sets the tree's root saved (`struct cairn_img_ipc`).
     pub nipc: u32,
     pub ipc_off: u64,
-    pub reserved: [u8; 64],
+    /// The program's text, data, arguments and environment, as the kernel records them
+    /// (start, end), given back with the program break at restart.
+    pub mm_code: [u64; 2],
+    pub mm_data: [u64; 2],
+    pub mm_args: [u64; 2],
+    pub mm_env: [u64; 2],
 }
 
 fn c_str(b: &[u8]) -> String {

@@ -41,8 +41,47 @@ pub const JOB_ENV: &[&str] = &[
     "CAIRN_NODE",
     "CAIRN_CKPT_AFFINITY",
     "CAIRN_CKPT_CPUS",
+    MOVED_ENV,
     SLOT_ENV,
 ];
+
+/// A restart's pairs `OLD=NEW;...` of host addresses that changed, for the restorer: the
+/// processes translate the old addresses (see docs/transparent.md).
+pub const MOVED_ENV: &str = "CAIRN_CKPT_MOVED";
+
+/// The longest value of [`MOVED_ENV`] the restorer takes (`CAIRN_MOVED_MAX` in image.h,
+/// less its terminating zero).
+const MOVED_MAX: usize = 131071;
+
+/// The IP address of a socket address `ip:port` or `[ip]:port`.
+fn host_ip(addr: &str) -> String {
+    match addr.parse::<std::net::SocketAddr>() {
+        Ok(a) => a.ip().to_string(),
+        Err(_) => addr.to_string(),
+    }
+}
+
+/// The pairs `OLD=NEW` joined by `;` of the nodes whose address changed from `was` (a
+/// checkpoint's, empty for a launch) to `now`.
+fn moved_pairs(was: &[String], now: &[String]) -> Result<String> {
+    let pairs: Vec<String> = (was.iter().zip(now))
+        .filter(|(w, n)| w != n)
+        .map(|(w, n)| format!("{w}={n}"))
+        .collect();
+    let text = pairs.join(";");
+    if text.len() > MOVED_MAX {
+        bail!(
+            Usage,
+            "{} hosts changed address, more than a restart can tell its processes ({} bytes              of pairs, at most {MOVED_MAX})",
+            pairs.len(),
+            text.len()
+        );
+    }
+    if !pairs.is_empty() {
+        tracing::info!("host addresses translated for the processes: {text}");
+    }
+    Ok(text)
+}
 
 /// Set to `1` in a slot's environment (`--rsh`): the checkpoint library of that process, and
 /// of no other, runs the command its node sends it (`RUN`) in its place.
@@ -349,6 +388,7 @@ pub fn launch(
         restarts: 0,
         hosts: o.hosts.clone(),
         agent: recorded_agent(o),
+        addrs: Vec::new(),
         rsh: o.rsh.is_some(),
     };
     let slots = rsh_slots(o.rsh.is_some(), procs);
@@ -1086,7 +1126,17 @@ fn run(
         &staging,
         !o.hosts.is_empty(),
     )?);
-    let start = prepare(&images, &staging)?;
+    let mut start = prepare(&images, &staging)?;
+    // On hosts, each one's address is recorded; a restart on hosts with other addresses has
+    // the processes translate the old ones (their peers' addresses, as the program knew them).
+    let moved = if o.hosts.is_empty() {
+        String::new()
+    } else {
+        let now: Vec<String> = addrs.iter().map(|a| host_ip(&a.procs)).collect();
+        let moved = moved_pairs(&start.record.addrs, &now)?;
+        start.record.addrs = now;
+        moved
+    };
     let root = tree.root.as_ref().expect("running");
     root.begin(Begun {
         images: images.clone(),
@@ -1133,6 +1183,9 @@ fn run(
             ];
             if let Some(cpus) = &s.cpus {
                 job_env.push(("CAIRN_CKPT_CPUS", cpus.to_string()));
+            }
+            if !moved.is_empty() {
+                job_env.push((MOVED_ENV, moved.clone()));
             }
             env.extend(job_env.into_iter().map(|(k, v)| (k.into(), v.into())));
             ProcStart {

@@ -218,6 +218,10 @@ pub struct LaunchRecord {
     pub hosts: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agent: Vec<String>,
+    /// The address each host's sub-coordinator listened on, by node (hosts only): what a
+    /// restart on other hosts translates for the processes (`CAIRN_CKPT_MOVED`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addrs: Vec<String>,
     /// Launched with `--rsh`: process 0 runs the program, and every other node has a slot.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rsh: bool,
@@ -579,6 +583,7 @@ mod tests {
                 restarts: 0,
                 hosts: Vec::new(),
                 agent: Vec::new(),
+                addrs: vec!["10.0.0.1".into(), "fd00::2".into()],
                 rsh: true,
             },
         }

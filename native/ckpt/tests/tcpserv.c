@@ -20,7 +20,16 @@
  * The same over connections between two processes of a job on two hosts: process 0 of the
  * job (CAIRN_PROC) listens on every address at PORT and serves; process 1 forks the CLIENTS
  * clients, which connect to HOST:PORT (trying again for 20 s while the server starts), and
- * collects them, writing "clients: done N OK" to DIR/out.clients. */
+ * collects them, writing "clients: done N OK" to DIR/out.clients. Each client first sends
+ * the address process 1 had when it started (the one its connections to HOST came from),
+ * and the server's handler checks it against the address accept() reports, as an MPI
+ * library checks a peer against the address it published.
+ *
+ *     tcpserv DIR CLIENTS ROUNDS HOST PORT LATE
+ *
+ * As above with one more client, number CLIENTS, that resolves HOST when the process starts
+ * and connects only once the file LATE exists: after a restart on other hosts, to the
+ * address the server's host had. */
 #include <netdb.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -58,11 +67,16 @@ static uint8_t byte_of(int client, uint32_t round, uint32_t i)
     return (uint8_t)((client * 131u + round * 7u + i * 13u) ^ (i >> 8));
 }
 
-static int client(int id, const struct sockaddr_in *a, long rounds)
+/* me: the address to announce first (NULL: none); late: the file to wait for (NULL: none). */
+static int client(int id, const struct sockaddr_in *a, long rounds, const struct in_addr *me, const char *late)
 {
     char name[32];
     snprintf(name, sizeof name, "client%d", id);
     FILE *o = out(name);
+    while (late && access(late, F_OK) != 0) {
+        struct timespec wait = {0, 10 * 1000 * 1000};
+        nanosleep(&wait, NULL);
+    }
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 200; tries++) {
         fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -75,6 +89,10 @@ static int client(int id, const struct sockaddr_in *a, long rounds)
     }
     if (fd < 0) {
         fprintf(o, "client %d: BAD connect: %s\n", id, strerror(errno));
+        return 1;
+    }
+    if (me && full(fd, (void *)me, sizeof *me, 1)) {
+        fprintf(o, "client %d: BAD announce: %s\n", id, strerror(errno));
         return 1;
     }
     int on = 1;
@@ -106,11 +124,21 @@ static int client(int id, const struct sockaddr_in *a, long rounds)
     return 0;
 }
 
-static int handler(int fd)
+/* from: the client's address as accept() reported it, to check against the one it
+ * announces (NULL: it announces none). */
+static int handler(int fd, const struct sockaddr_in *from)
 {
     static uint8_t msg[8 + MAX_LEN];
     uint8_t *buf = msg + 8;
     uint32_t hdr[2];
+    struct in_addr said;
+    if (from && (full(fd, &said, sizeof said, 0) || said.s_addr != from->sin_addr.s_addr)) {
+        char a[INET_ADDRSTRLEN] = "?", b[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &said, a, sizeof a);
+        inet_ntop(AF_INET, &from->sin_addr, b, sizeof b);
+        fprintf(stderr, "tcpserv: BAD a client announced %s and came from %s\n", a, b);
+        return 4;
+    }
     for (;;) {
         ssize_t n = read(fd, hdr, sizeof hdr);
         if (n == 0)
@@ -152,7 +180,7 @@ static int collect(FILE *o, const char *who, const pid_t *kids, int n)
 }
 
 /* Process 1 of a job on two hosts: the clients, connecting to host:port. */
-static int remote_clients(int clients, long rounds, const char *host, const char *port)
+static int remote_clients(int clients, long rounds, const char *host, const char *port, const char *late)
 {
     FILE *o = out("clients");
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -160,15 +188,24 @@ static int remote_clients(int clients, long rounds, const char *host, const char
         fprintf(o, "clients: BAD host %s\n", host);
         return 1;
     }
-    struct sockaddr_in a;
+    struct sockaddr_in a, me;
     memcpy(&a, ai->ai_addr, sizeof a);
     freeaddrinfo(ai);
-    pid_t kids[32];
+    /* This host's address towards the server: a UDP socket connected to it says (no packet
+     * is sent). */
+    int u = socket(AF_INET, SOCK_DGRAM, 0);
+    socklen_t ml = sizeof me;
+    if (u < 0 || connect(u, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(u, (struct sockaddr *)&me, &ml) != 0) {
+        fprintf(o, "clients: BAD no address towards %s: %s\n", host, strerror(errno));
+        return 1;
+    }
+    close(u);
+    pid_t kids[33];
     int n = 0;
-    for (int i = 0; i < clients && i < 32; i++) {
+    for (int i = 0; i < clients + (late != NULL) && i < 33; i++) {
         pid_t c = fork();
         if (c == 0)
-            _exit(client(i, &a, rounds));
+            _exit(client(i, &a, rounds, &me.sin_addr, i == clients ? late : NULL));
         kids[n++] = c;
     }
     if (collect(o, "clients", kids, n))
@@ -186,8 +223,9 @@ int main(int argc, char **argv)
     long rounds = atol(argv[3]);
     const char *proc = getenv("CAIRN_PROC");
     int across = argc >= 6;
+    const char *late = argc >= 7 ? argv[6] : NULL;
     if (across && proc && strcmp(proc, "0") != 0)
-        return remote_clients(clients, rounds, argv[4], argv[5]);
+        return remote_clients(clients, rounds, argv[4], argv[5], late);
     int l = socket(AF_INET, SOCK_STREAM, 0), on = 1;
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(across ? (uint16_t)atoi(argv[5]) : 0)};
@@ -204,12 +242,14 @@ int main(int argc, char **argv)
         pid_t c = fork();
         if (c == 0) {
             close(l);
-            _exit(client(i, &a, rounds));
+            _exit(client(i, &a, rounds, NULL, NULL));
         }
         kids[nkids++] = c;
     }
-    for (int i = 0; i < clients && i < 32; i++) {
-        int fd = accept(l, NULL, NULL);
+    for (int i = 0; i < clients + (late != NULL) && i < 33; i++) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        int fd = accept(l, (struct sockaddr *)&from, &fl);
         if (fd < 0 && errno == EINTR) {
             i--;
             continue;
@@ -220,7 +260,7 @@ int main(int argc, char **argv)
         }
         pid_t h = fork();
         if (h == 0)
-            _exit(handler(fd)); /* keeps the listener, as forking servers often do */
+            _exit(handler(fd, across ? &from : NULL)); /* keeps the listener, as forking servers often do */
         close(fd);
         kids[nkids++] = h;
     }
