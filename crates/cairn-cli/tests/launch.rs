@@ -199,15 +199,23 @@ fn process_0_reads_standard_input_and_a_ctrl_c_reaches_every_process() {
         "read line; echo \"$CAIRN_PROC [$line]\" >> {}; exec sleep 60",
         out.display()
     );
-    let mut job = fake(&["launch", "--job", "c1", "-n", "3", "--sim-nodes", "2"])
-        .current_dir(t.path())
+    let mut job = fake(&["launch", "--job", "c1", "-n", "3", "--sim-nodes", "2"]);
+    job.current_dir(t.path())
         .args(["--", "sh", "-c", &script, "sh"])
         .stdin(Stdio::piped())
         .stderr(job_log(t.path()))
-        // As a shell starts a foreground job: a process group of its own.
-        .process_group(0)
-        .spawn()
-        .unwrap();
+        // As a shell starts a foreground job: a process group of its own, and Ctrl-C's
+        // signal as the program would have it. A test run in the background (`cmd &` in a
+        // script) inherits SIGINT ignored, and the job's processes would inherit that.
+        .process_group(0);
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe, is called.
+    unsafe {
+        job.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    };
+    let mut job = job.spawn().unwrap();
     job.stdin.take().unwrap().write_all(b"hello\n").unwrap();
     let lines = wait_for("every process to read its input", 20, || {
         let s = std::fs::read_to_string(&out).ok()?;
