@@ -2024,6 +2024,25 @@ fn host_mpi() -> std::sync::MutexGuard<'static, ()> {
     HOST_MPI.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Options that keep an MPI job in this host's own network on IPv4 loopback. Open MPI's TCP
+/// transports take every interface but loopback by default, and the other tests' namespace
+/// hosts add and remove bridges on this machine: a job that published a bridge's address
+/// when it started hangs, or cannot listen there again at a restart, once that bridge is
+/// gone. Its launcher listens on a port the kernel picks, once per address family; one
+/// listener is less to find taken by another test's connection at a restart (a listener that
+/// cannot be bound again comes back not listening: docs/transparent.md).
+const ON_LOOPBACK: [&str; 9] = [
+    "--mca",
+    "btl_tcp_if_include",
+    "127.0.0.1/8",
+    "--mca",
+    "oob_tcp_if_include",
+    "127.0.0.1/8",
+    "--mca",
+    "oob_tcp_disable_ipv6_family",
+    "1",
+];
+
 /// An unmodified MPI job, `mpirun -n 4` with its ranks over `btls` (Open MPI's launcher with
 /// its PMIx server, and the ranks with two messages always in flight around a ring, an
 /// allreduce and a broadcast on a split communicator: native/ckpt/tests/mpiring.c), is
@@ -2036,10 +2055,6 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
     let _alone = host_mpi();
     let ring = build_mpi_program(t.path(), "mpiring");
     let steps = 6000u64;
-    // Open MPI's TCP transports take every interface but loopback by default, and the other
-    // tests' namespace hosts add and remove bridges on this machine: an interface the job
-    // published at start that is gone at its restart is not this test's business. Loopback
-    // stays.
     let child = configured(&config, &["launch", "--job", job_name, "--dir"])
         .arg(t.path().join("imgs"))
         .args([
@@ -2051,13 +2066,8 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
             "--mca",
             "btl",
             btls,
-            "--mca",
-            "btl_tcp_if_include",
-            "lo",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
         ])
+        .args(ON_LOOPBACK)
         .arg(&ring)
         .arg(steps.to_string())
         .arg(t.path())
@@ -2846,6 +2856,7 @@ fn real_library_an_mpi_stencil_across_two_namespace_hosts_ends_as_an_uninterrupt
     let alone = host_mpi();
     let o = Command::new("mpirun")
         .args(["--oversubscribe", "-np", "4", "--mca", "btl", "self,tcp"])
+        .args(ON_LOOPBACK)
         .arg(&stencil)
         .args(grid)
         .arg(&reference)
