@@ -993,10 +993,18 @@ impl NodeLoop {
         if nspid != 0 {
             // A process of the tree ended (or left checkpoint control by exec: if it still
             // runs, the next checkpoint finds it among the tree's processes and fails).
-            let how = format!("ended ({LOST})");
-            self.proc_gone(slot, &how);
             if let Some(p) = self.procs.get_mut(&i) {
                 p.members.remove(&nspid);
+            }
+            if self
+                .phase
+                .as_ref()
+                .is_some_and(|ph| ph.kind == Kind::Suspend)
+            {
+                self.member_ended_in_suspend(slot);
+            } else {
+                let how = format!("ended ({LOST})");
+                self.proc_gone(slot, &how);
             }
             return;
         }
@@ -1014,6 +1022,20 @@ impl NodeLoop {
             self.up(Msg::new(Verb::Left).arg("proc", i).arg("lost", 1));
             self.proc_gone(slot, LOST);
             self.try_run(i);
+        }
+    }
+
+    /// A process of a tree (not its first) ended before it stopped for a checkpoint: a
+    /// short-lived command that finished, say. It is not part of the checkpoint (its parent's
+    /// library records it as an ended child, if it was not collected yet), which goes on
+    /// without it. One that replaced itself by a program outside checkpoint control still
+    /// runs, and `suspend_done` names it among the tree's processes that are not the job's.
+    fn member_ended_in_suspend(&mut self, slot: Slot) {
+        let Some(ph) = self.phase.as_mut() else {
+            return;
+        };
+        if ph.pending.remove(&slot) && ph.pending.is_empty() {
+            self.suspend_done();
         }
     }
 
