@@ -407,6 +407,33 @@ pub fn encode_part(
     encode_after(sink, meta, &[], regions, red)
 }
 
+/// The hash of every block of `bytes` (blocks of `block` bytes, the last maybe shorter), on
+/// up to `threads` threads when there are enough bytes: a process tree's images are one
+/// rank's regions, and hashing them on one thread left the other cores idle.
+fn block_hashes(bytes: &[u8], block: usize, threads: usize) -> Vec<u128> {
+    let threads = if bytes.len() < PARALLEL_MIN {
+        1
+    } else {
+        // At least 8 MiB per thread.
+        threads.min(bytes.len() >> 23).max(1)
+    };
+    if threads == 1 {
+        return bytes.chunks(block).map(block_hash).collect();
+    }
+    // Whole blocks per thread, so the blocks are the same as on one thread.
+    let per = (bytes.len().div_ceil(threads) / block + 1) * block;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = bytes
+            .chunks(per)
+            .map(|part| s.spawn(move || part.chunks(block).map(block_hash).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 /// [`encode_part`] after `adopted`: regions whose bytes are already the first bytes of the
 /// part, in order (files the tier adopted). Each of their blocks is recorded raw, its hash
 /// (which is also its checksum) computed in one read; the part then has no header.
@@ -433,11 +460,12 @@ fn encode_after(
     };
     let mut coder = BlockCoder::new(red.codecs);
     let mut offset = 0;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for r in adopted {
         let nbytes = r.bytes.len() as u64;
         let mut entry = empty_entry(r, offset, block);
-        for raw in r.bytes.chunks(block) {
-            let hash = block_hash(raw);
+        let hashes = block_hashes(r.bytes, block, cores);
+        for (raw, hash) in r.bytes.chunks(block).zip(hashes) {
             entry.blocks.push(BlockEntry {
                 kind: block_kind::RAW,
                 stored: raw.len() as u32,
@@ -1155,6 +1183,23 @@ mod tests {
             RegionMut::new(2, &mut b2[..]),
         ];
         assert!(restore_with(&chain, &mut out, 4).is_err());
+    }
+
+    #[test]
+    fn block_hashes_are_the_same_on_several_threads() {
+        let bytes: Vec<u8> = (0..(40usize << 20) + 777)
+            .map(|i| (i * 31 + (i >> 13)) as u8)
+            .collect();
+        let one = block_hashes(&bytes, 1 << 16, 1);
+        assert_eq!(one.len(), bytes.len().div_ceil(1 << 16));
+        assert_eq!(one[3], block_hash(&bytes[3 << 16..4 << 16]));
+        for threads in [2, 3, 5] {
+            assert_eq!(
+                block_hashes(&bytes, 1 << 16, threads),
+                one,
+                "{threads} threads"
+            );
+        }
     }
 
     #[test]
