@@ -1049,21 +1049,29 @@ static void identity(struct cairn_img_header *h)
  * grows its main heap) and where the text, data, arguments and environment are. Without
  * them a restored process has the restorer's break, below its heap: malloc would grow the
  * heap there and then take the chunks of the restored heap for foreign ones (and abort). */
-static void memory_layout(struct cairn_img_header *h)
+#define STAT_FIELDS 52 /* /proc/self/stat's fields 1 to 51 (env_end) */
+
+/* The numeric fields of /proc/self/stat, by their number (from 3, the state, on: f[7] is
+ * tty_nr, f[26] startcode, f[45] start_data ... f[51] env_end). 0 if the file is shorter. */
+static int self_stat(unsigned long long f[STAT_FIELDS])
 {
     char st[2048];
     if (read_file("/proc/self/stat", st, sizeof st) <= 0)
-        return;
-    const char *p = strrchr(st, ')');
-    unsigned long long f[52] = {0};
-    /* Fields from 3 (state) on; startcode is 26, start_data 45 ... env_end 51. */
+        return 0;
+    const char *p = strrchr(st, ')'); /* the name, which may hold anything, ends here */
     int n = 3;
-    for (p = p ? p + 2 : NULL; p && *p && n < 52; n++) {
+    for (p = p ? p + 2 : NULL; p && *p && n < STAT_FIELDS; n++) {
         f[n] = strtoull(p, NULL, 10);
         p = strchr(p, ' ');
         p = p ? p + 1 : NULL;
     }
-    if (n < 52)
+    return n == STAT_FIELDS;
+}
+
+static void memory_layout(struct cairn_img_header *h)
+{
+    unsigned long long f[STAT_FIELDS] = {0};
+    if (!self_stat(f))
         return;
     h->mm_code[0] = f[26];
     h->mm_code[1] = f[27];
@@ -1167,8 +1175,10 @@ struct move {
 };
 static struct move *moves; /* in the image: a restart adds to it */
 static int nmoves;
+static size_t moves_bytes; /* its mapping's length */
 static struct move *hop; /* while resuming: this restart's pairs, from the kernel's addresses at the checkpoint */
 static int nhop;
+static size_t hop_bytes;
 
 static size_t ip_len(int family) { return family == AF_INET ? 4 : 16; }
 
@@ -1229,9 +1239,14 @@ static void take_moves(void)
         pairs += *c == ';';
     size_t bytes = (size_t)(nmoves + pairs) * sizeof(struct move);
     struct move *all = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    hop = mmap(NULL, (size_t)pairs * sizeof *hop, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    hop_bytes = (size_t)pairs * sizeof *hop;
+    hop = mmap(NULL, hop_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (all == MAP_FAILED || hop == MAP_FAILED) {
         say("restart: no memory for the %d addresses of the job's hosts; the old addresses stay", pairs);
+        if (all != MAP_FAILED)
+            munmap(all, bytes);
+        if (hop != MAP_FAILED)
+            munmap(hop, hop_bytes);
         hop = NULL;
         return;
     }
@@ -1270,8 +1285,9 @@ static void take_moves(void)
         if (memcmp(all[i].was, all[i].now, sizeof all[i].now) != 0)
             all[kept++] = all[i];
     if (moves)
-        munmap(moves, (size_t)nmoves * sizeof *moves);
+        munmap(moves, moves_bytes);
     moves = all;
+    moves_bytes = bytes;
     nmoves = kept;
     if (S.verbose)
         say("restart: %d host address(es) moved; the program sees %d translated", nhop, nmoves);
@@ -1281,7 +1297,7 @@ static void take_moves(void)
 static void drop_hop(void)
 {
     if (hop)
-        munmap(hop, (size_t)(nhop ? nhop : 1) * sizeof *hop);
+        munmap(hop, hop_bytes);
     hop = NULL;
     nhop = 0;
 }
@@ -2768,13 +2784,9 @@ static int pts_index(dev_t dev)
 /* The index of the pseudo-terminal that is this process's controlling terminal, or -1. */
 static int ctty_index(void)
 {
-    char st[1024];
-    if (read_file("/proc/self/stat", st, sizeof st) <= 0)
-        return -1;
-    const char *p = strrchr(st, ')');
-    long tty = 0;
-    /* ") state ppid pgrp session tty_nr" */
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %ld", &tty) != 1 || tty == 0)
+    unsigned long long f[STAT_FIELDS] = {0};
+    long tty = self_stat(f) ? (long)f[7] : 0;
+    if (tty == 0)
         return -1;
     dev_t dev = makedev(((unsigned long)tty >> 8) & 0xfff, ((unsigned long)tty & 0xff) | (((unsigned long)tty >> 12) & 0xfff00));
     return pts_index(dev);

@@ -411,12 +411,7 @@ pub fn encode_part(
 /// up to `threads` threads when there are enough bytes: a process tree's images are one
 /// rank's regions, and hashing them on one thread left the other cores idle.
 fn block_hashes(bytes: &[u8], block: usize, threads: usize) -> Vec<u128> {
-    let threads = if bytes.len() < PARALLEL_MIN {
-        1
-    } else {
-        // At least 8 MiB per thread.
-        threads.min(bytes.len() >> 23).max(1)
-    };
+    let threads = threads_for(bytes.len(), threads);
     if threads == 1 {
         return bytes.chunks(block).map(block_hash).collect();
     }
@@ -854,8 +849,19 @@ pub fn restore(chain: &[Link], regions: &mut [RegionMut<'_>]) -> Result<()> {
     restore_with(chain, regions, 1)
 }
 
-/// Below this many bytes a restore is not split between threads.
+/// Below this many bytes a restore, or the hashing of adopted files, is not split between
+/// threads.
 const PARALLEL_MIN: usize = 32 << 20;
+
+/// The threads, of at most `threads`, that `total` bytes are split between: at least 8 MiB
+/// each, and one below [`PARALLEL_MIN`].
+fn threads_for(total: usize, threads: usize) -> usize {
+    if total < PARALLEL_MIN {
+        1
+    } else {
+        threads.min(total >> 23).max(1)
+    }
+}
 
 /// [`restore`] on up to `threads` threads (the cores this rank may use): the regions are cut
 /// into runs of whole blocks, each read and checked by one thread into its own part of the
@@ -863,12 +869,7 @@ const PARALLEL_MIN: usize = 32 << 20;
 pub fn restore_with(chain: &[Link], regions: &mut [RegionMut<'_>], threads: usize) -> Result<()> {
     let block = chain[0].index.block_size.max(1) as usize;
     let total: usize = regions.iter().map(|r| r.bytes.len()).sum();
-    let threads = if total < PARALLEL_MIN {
-        1
-    } else {
-        // At least 8 MiB per thread.
-        threads.min(total >> 23).max(1)
-    };
+    let threads = threads_for(total, threads);
     // (region id, first block, bytes) of every run, in order.
     let mut runs: Vec<(i32, usize, &mut [u8])> = Vec::new();
     let piece = (total.div_ceil(threads * 4) / block + 1) * block;
