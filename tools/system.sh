@@ -36,8 +36,8 @@ install_missing() {
     fi
 }
 
-# Everything the build uses: compilers, Open MPI, libclang, pkg-config, Python with venv and
-# headers, and Rust; as root, Open MPI is told that running as root is intended.
+# Everything the build uses: compilers, Open MPI, libclang, pkg-config, xxHash's header,
+# Python with venv and headers, and Rust; as root, Open MPI is told that running as root is intended.
 ensure_system() {
     local missing=()
     # cargo and pip fetch crates and wheels over HTTPS: they need the system's CA bundle.
@@ -51,6 +51,9 @@ ensure_system() {
     # mpif90 (the Fortran module and example) comes with libopenmpi-dev but needs gfortran.
     command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    # xxhash.h: the checkpoint library hashes process images as it writes them (inlined,
+    # nothing linked); without it the engine reads every image back to hash it.
+    [ -e /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
     have_libclang || missing+=(libclang-dev)
     # The Python package (PyO3) builds against python3; pip installs into a venv.
     command -v python3 >/dev/null 2>&1 || missing+=(python3)

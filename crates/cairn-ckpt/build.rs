@@ -15,6 +15,18 @@ fn main() {
     for f in ["ckpt.c", "restorer.c", "image.h"] {
         println!("cargo:rerun-if-changed={}", native.join(f).display());
     }
+    // The library hashes images as it writes them with xxhash.h (Debian's libxxhash-dev,
+    // which ./run installs) when the compiler finds it.
+    let xxhash = Path::new("/usr/include/xxhash.h");
+    if xxhash.exists() {
+        println!("cargo:rerun-if-changed={}", xxhash.display());
+    } else {
+        println!(
+            "cargo:warning=no xxhash.h (install libxxhash-dev): libcairn-ckpt.so is built \
+             without hashing images as it writes them, and the engine reads each image back \
+             to hash it"
+        );
+    }
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let profile_dir = out.ancestors().nth(3).map(Path::to_path_buf);
     let cc = cc::Build::new().get_compiler();

@@ -85,6 +85,16 @@
 #include <time.h>
 #include <unistd.h>
 #include <cpuid.h>
+/* The block hashes of images (struct cairn_img_hashes): Debian's libxxhash-dev, inlined, so
+ * nothing is linked. Without it the library writes no hashes and the engine hashes the
+ * images itself, reading them back. */
+#if defined(__has_include)
+#if __has_include(<xxhash.h>)
+#define CAIRN_BLOCK_HASHES 1
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#endif
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -3199,6 +3209,146 @@ static void save_process_state(void)
 static int64_t store_image(const char *path, struct cairn_img_region *regs, int n, uint8_t *bitmaps,
                            size_t bitmap_cap);
 
+/* ---- block hashes of the image being written ---------------------------------------- */
+
+/* The block size the coordinator's WRITE named (block=), 0 for none: then no hashes. */
+static uint32_t hash_block;
+
+#ifdef CAIRN_BLOCK_HASHES
+/* The hashes of the image being written, block by block as its bytes go out (see struct
+ * cairn_img_hashes). Each piece is copied into a buffer, hashed there and written from
+ * there, so the hash is of exactly the bytes written: the memory being saved is not still
+ * (this thread's own stack and the library's variables change as it writes them, and a
+ * mapping shared with a process outside the job may change at any time). The buffer stays
+ * in cache between the three, so the bytes come from memory once, as in a plain write. */
+#define HASH_PIECE (256u << 10)
+static struct {
+    uint32_t block;        /* 0: not hashing this image */
+    uint64_t in_block;     /* bytes of the current block fed so far */
+    XXH3_state_t st;
+    uint8_t *bounce;       /* HASH_PIECE bytes, then the `cap` hashes: mapped for this */
+    XXH128_hash_t *out;    /* image after its regions were listed, so not part of it */
+    uint64_t n, cap;
+    size_t map_len;
+} BH;
+
+static void hashes_begin(uint64_t file_size)
+{
+    BH.block = 0;
+    if (!hash_block || !file_size)
+        return;
+    uint64_t cap = (file_size + hash_block - 1) / hash_block;
+    size_t len = HASH_PIECE +
+                 ((size_t)cap * sizeof(XXH128_hash_t) + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return; /* the engine hashes this image itself */
+    BH.bounce = p;
+    BH.out = (XXH128_hash_t *)(BH.bounce + HASH_PIECE);
+    BH.cap = cap;
+    BH.map_len = len;
+    BH.n = 0;
+    BH.in_block = 0;
+    BH.block = hash_block;
+    XXH3_128bits_reset(&BH.st);
+}
+
+static void hashes_feed(const uint8_t *p, size_t len)
+{
+    while (len > 0 && BH.block) {
+        size_t take = BH.block - BH.in_block < len ? (size_t)(BH.block - BH.in_block) : len;
+        if (BH.n == BH.cap) {
+            BH.block = 0; /* more bytes than planned: no hashes for this image */
+            return;
+        }
+        if (BH.in_block == 0 && take == BH.block) {
+            BH.out[BH.n++] = XXH3_128bits(p, take);
+        }
+        else {
+            XXH3_128bits_update(&BH.st, p, take);
+            BH.in_block += take;
+            if (BH.in_block == BH.block) {
+                BH.out[BH.n++] = XXH3_128bits_digest(&BH.st);
+                XXH3_128bits_reset(&BH.st);
+                BH.in_block = 0;
+            }
+        }
+        p += take;
+        len -= take;
+    }
+}
+
+/* The image's bytes [0, file_size) went out: write "<path>.hashes" (through a .tmp,
+ * fsynced) before the image takes its name. Any failure leaves no file: the engine then
+ * hashes the image itself. */
+static void hashes_end(const char *path, uint64_t file_size)
+{
+    if (BH.block && BH.in_block > 0 && BH.n < BH.cap) {
+        BH.out[BH.n++] = XXH3_128bits_digest(&BH.st);
+        BH.in_block = 0;
+    }
+    if (BH.block && BH.n == BH.cap) {
+        char name[CAIRN_IMG_PATH_MAX + 16], tmp[CAIRN_IMG_PATH_MAX + 24];
+        snprintf(name, sizeof name, "%s.hashes", path);
+        snprintf(tmp, sizeof tmp, "%s.tmp", name);
+        struct cairn_img_hashes h;
+        memset(&h, 0, sizeof h);
+        memcpy(h.magic, CAIRN_HASHES_MAGIC, 8);
+        h.block = BH.block;
+        h.file_size = file_size;
+        h.count = BH.n;
+        /* XXH128_hash_t is { low64, high64 }: on x86-64 already the little-endian layout. */
+        int fd = (int)syscall(SYS_openat, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0) {
+            int ok = write_full(fd, &h, sizeof h) == 0 &&
+                     write_full(fd, BH.out, (size_t)BH.n * sizeof(XXH128_hash_t)) == 0 &&
+                     syscall(SYS_fsync, fd) == 0;
+            syscall(SYS_close, fd);
+            if (!ok || syscall(SYS_renameat, AT_FDCWD, tmp, AT_FDCWD, name) != 0)
+                syscall(SYS_unlinkat, AT_FDCWD, tmp, 0);
+        }
+    }
+    if (BH.map_len)
+        munmap(BH.bounce, BH.map_len);
+    BH.block = 0;
+    BH.map_len = 0;
+}
+
+/* The image was not written: no hashes. */
+static void hashes_drop(void)
+{
+    BH.block = 0;
+    hashes_end(NULL, 0);
+}
+#else
+static void hashes_begin(uint64_t file_size) { (void)file_size; }
+static void hashes_end(const char *path, uint64_t file_size) { (void)path; (void)file_size; }
+static void hashes_drop(void) {}
+#endif
+
+/* Write len bytes of the image at fd, hashing them on the way when hashes are wanted: a
+ * piece at a time, copied, hashed and written (see BH). */
+static int put_image(int fd, const void *buf, size_t len)
+{
+#ifdef CAIRN_BLOCK_HASHES
+    if (BH.block) {
+        const uint8_t *p = buf;
+        while (len > 0) {
+            size_t k = len < HASH_PIECE ? len : HASH_PIECE;
+            memcpy(BH.bounce, p, k);
+            hashes_feed(BH.bounce, k);
+            int r = write_full(fd, BH.bounce, k);
+            if (r < 0)
+                return r;
+            p += k;
+            len -= k;
+        }
+        return 0;
+    }
+#endif
+    return write_full(fd, buf, len);
+}
+
 /* Write the image of this (stopped) process to path, through path.tmp, fsynced. Returns
  * the bytes written or a negative errno. On restart, this returns 0 with CONTROL.restarted
  * set, from the point where the manager saved its context. */
@@ -3345,9 +3495,10 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         return -errno;
     static uint8_t zero[CAIRN_IMG_PAGE];
     uint64_t at = 0;
+    hashes_begin(h.file_size);
 #define PUT(p, len)                                                                                \
     do {                                                                                           \
-        r = write_full(fd, (p), (len));                                                            \
+        r = put_image(fd, (p), (len));                                                             \
         if (r < 0)                                                                                 \
             goto fail;                                                                             \
         at += (len);                                                                               \
@@ -3416,6 +3567,7 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         goto fail;
     }
     syscall(SYS_close, fd);
+    hashes_end(path, h.file_size);
     if (syscall(SYS_renameat, AT_FDCWD, tmp, AT_FDCWD, path) != 0) {
         r = -errno;
         syscall(SYS_unlinkat, AT_FDCWD, tmp, 0);
@@ -3423,6 +3575,7 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
     }
     return (int64_t)at;
 fail:
+    hashes_drop();
     syscall(SYS_close, fd);
     syscall(SYS_unlinkat, AT_FDCWD, tmp, 0);
     return r;
@@ -4567,6 +4720,10 @@ static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
             }
         }
         field(line, "path", (char *)path, CAIRN_IMG_PATH_MAX);
+        char block[16];
+        field(line, "block", block, sizeof block);
+        unsigned long b = strtoul(block, NULL, 10);
+        hash_block = b >= 4096 && b <= (64ul << 20) ? (uint32_t)b : 0;
     }
     int64_t t1 = mono_ns();
     int64_t w = write_image(path, v);

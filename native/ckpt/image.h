@@ -288,4 +288,20 @@ struct cairn_img_control {
 
 #define CAIRN_CONTROL_MAGIC 0x4c525443524e4143ull /* "CANRCTRL" */
 
+/* The block hashes of an image, in "<image>.hashes" beside it: when the coordinator's WRITE
+ * names a block size, the library hashes each block of the image (xxh3-128 of the file's
+ * bytes, as the engine's block hash) while it writes it, and the engine records these
+ * instead of reading the image back to hash it. Written before the image is renamed into
+ * place; the engine checks the header against the image and samples blocks before taking
+ * any of it, and hashes the image itself when the file is absent or does not match. */
+#define CAIRN_HASHES_MAGIC "CAIRNBH1"
+
+struct cairn_img_hashes {
+    char magic[8];           /* CAIRN_HASHES_MAGIC */
+    uint32_t block;          /* bytes per block (the last one may be shorter) */
+    uint32_t reserved;
+    uint64_t file_size;      /* the image's length */
+    uint64_t count;          /* ceil(file_size / block) hashes follow, each 16 bytes: */
+};                           /* the low then the high 64 bits, little-endian */
+
 #endif

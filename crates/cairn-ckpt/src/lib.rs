@@ -12,6 +12,7 @@
 //! println!("{} threads, {} regions, kernel {}", h.nthreads, h.nregions, h.kernel());
 //! ```
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const IMAGE_MAGIC: &[u8; 8] = b"CAIRNIM1";
@@ -240,6 +241,90 @@ pub fn read_header(path: &Path) -> std::io::Result<ImageHeader> {
         )));
     }
     Ok(h)
+}
+
+/// `CAIRN_HASHES_MAGIC`: the start of an image's block hashes file.
+pub const HASHES_MAGIC: &[u8; 8] = b"CAIRNBH1";
+
+/// `struct cairn_img_hashes` (native/ckpt/image.h): the header of `<image>.hashes`, the
+/// hashes of the image's blocks the library computed while writing it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HashesHeader {
+    pub magic: [u8; 8],
+    pub block: u32,
+    pub reserved: u32,
+    pub file_size: u64,
+    pub count: u64,
+}
+
+/// The file the library writes the block hashes of `image` to.
+pub fn hashes_path(image: &Path) -> PathBuf {
+    let mut p = image.as_os_str().to_owned();
+    p.push(".hashes");
+    PathBuf::from(p)
+}
+
+/// The block hashes the library wrote beside `image` (see [`HashesHeader`]), when they are
+/// for blocks of `block` bytes and for the image as it is now (its length): `Ok(None)` when
+/// there is no such file (the library was built without hashing, or was not asked), an
+/// error naming what does not match otherwise. Reads at most the bytes the image's length
+/// allows, whatever the file says.
+pub fn read_hashes(image: &Path, block: u32) -> std::io::Result<Option<Vec<u128>>> {
+    use std::io::Read;
+    let path = hashes_path(image);
+    let bad = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {why}", path.display()),
+        )
+    };
+    let len = std::fs::metadata(image)?.len();
+    let mut f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !f.metadata()?.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let mut buf = [0u8; std::mem::size_of::<HashesHeader>()];
+    f.read_exact(&mut buf)
+        .map_err(|_| bad("shorter than its header".into()))?;
+    // SAFETY: HashesHeader is plain old data (integers and a byte array) of exactly this
+    // size, and read_unaligned copies it out of the buffer.
+    let h: HashesHeader = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const HashesHeader) };
+    if &h.magic != HASHES_MAGIC {
+        return Err(bad("not the block hashes of an image".into()));
+    }
+    if h.block != block || block == 0 {
+        return Err(bad(format!(
+            "hashes of {}-byte blocks, the engine's are {block} bytes",
+            h.block
+        )));
+    }
+    let count = len.div_ceil(block as u64);
+    if h.file_size != len || h.count != count {
+        return Err(bad(format!(
+            "{} hashes of a {}-byte image; the image has {len} bytes ({count} blocks)",
+            h.count, h.file_size
+        )));
+    }
+    let mut raw = vec![0u8; count as usize * 16];
+    f.read_exact(&mut raw)
+        .map_err(|_| bad(format!("fewer than the {count} hashes it announces")))?;
+    if f.read(&mut [0u8; 1])? != 0 {
+        return Err(bad(format!("more than the {count} hashes it announces")));
+    }
+    Ok(Some(
+        raw.chunks_exact(16)
+            .map(|c| u128::from_le_bytes(c.try_into().expect("16 bytes")))
+            .collect(),
+    ))
 }
 
 /// Whether the file at `path` starts as an image of the checkpoint library does (its magic);

@@ -176,14 +176,16 @@ fn image_header_layout_matches_c() {
 #include <stddef.h>
 #include <stdio.h>
 int main(void) {
-    printf("%d %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", CAIRN_IMG_PATH_MAX, sizeof(struct cairn_img_header),
+    printf("%d %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %s\n", CAIRN_IMG_PATH_MAX, sizeof(struct cairn_img_header),
         offsetof(struct cairn_img_header, file_size), offsetof(struct cairn_img_header, kernel_release),
         offsetof(struct cairn_img_header, cpuid1_ecx), offsetof(struct cairn_img_header, xcr0),
         offsetof(struct cairn_img_header, pid), offsetof(struct cairn_img_header, hole_start),
         offsetof(struct cairn_img_header, control_addr), offsetof(struct cairn_img_header, time_ns),
         offsetof(struct cairn_img_header, ppid), offsetof(struct cairn_img_header, ids),
         offsetof(struct cairn_img_header, xfds_off), sizeof(struct cairn_img_xfd),
-        offsetof(struct cairn_img_xfd, data_off), offsetof(struct cairn_img_header, ipc_off));
+        offsetof(struct cairn_img_xfd, data_off), offsetof(struct cairn_img_header, ipc_off),
+        sizeof(struct cairn_img_hashes), offsetof(struct cairn_img_hashes, block),
+        offsetof(struct cairn_img_hashes, count), CAIRN_HASHES_MAGIC);
     return 0;
 }"#,
     )
@@ -202,7 +204,7 @@ int main(void) {
     use cairn_ckpt::ImageHeader as H;
     use std::mem::{offset_of, size_of};
     let rust = format!(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         cairn_ckpt::IMAGE_PATH_MAX,
         size_of::<H>(),
         offset_of!(H, file_size),
@@ -218,7 +220,11 @@ int main(void) {
         offset_of!(H, xfds_off),
         size_of::<cairn_ckpt::Xfd>(),
         offset_of!(cairn_ckpt::Xfd, data_off),
-        offset_of!(H, ipc_off)
+        offset_of!(H, ipc_off),
+        size_of::<cairn_ckpt::HashesHeader>(),
+        offset_of!(cairn_ckpt::HashesHeader, block),
+        offset_of!(cairn_ckpt::HashesHeader, count),
+        std::str::from_utf8(cairn_ckpt::HASHES_MAGIC).unwrap()
     );
     assert_eq!(
         out, rust,

@@ -501,6 +501,7 @@ fn store(engine: &mut Engine, o: &Output, memory: &[RegionRef<'_>]) -> Result<()
             .map(|(i, (_, path))| FileRegion {
                 id: file_region(i),
                 path,
+                hashes: None,
             })
             .collect();
         if o.flags & FLAG_OUTPUT == 0 {

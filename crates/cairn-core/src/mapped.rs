@@ -59,6 +59,15 @@ impl Mapped {
         )
     }
 
+    /// [`Mapped::read_file`] without mapping the pages in advance: for a file that is
+    /// probably never read (its block hashes are known), whose pages are then mapped only
+    /// if and where it is.
+    pub(crate) fn read_file_lazily(file: File, path: &Path) -> Result<Mapped> {
+        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
+        let len = usize::try_from(md.len()).map_err(|_| Error::invalid("file too large"))?;
+        Mapped::map(file, len, libc::PROT_READ, libc::MAP_PRIVATE, path)
+    }
+
     pub(crate) fn create(path: &Path, len: usize) -> Result<Mapped> {
         let file = std::fs::OpenOptions::new()
             .read(true)

@@ -13,7 +13,9 @@ use cairn_format::{block_kind, block_sum, check_header, BlockEntry, Dtype, FORMA
 use cairn_format::{
     checksum, encode_header, RankIndex, RegionEntry, Trailer, HEADER_LEN, TRAILER_LEN,
 };
-use cairn_reduce::{block_hash, is_zero, BlockKind, Decoder, Encoder};
+/// The hash of one block's raw bytes (xxh3-128), as block records hold it.
+pub use cairn_reduce::block_hash;
+use cairn_reduce::{is_zero, BlockKind, Decoder, Encoder};
 pub use cairn_reduce::{Codec, Settings as Codecs};
 use cairn_tier::{ObjectReader, ObjectWriter, Tier};
 use std::collections::HashMap;
@@ -260,6 +262,11 @@ const RAW_RUN: usize = 1 << 20;
 pub struct FileRegion<'a> {
     pub id: i32,
     pub path: &'a std::path::Path,
+    /// The hash of each of the file's blocks (of the part's block size), computed by
+    /// whoever wrote it while writing it: taken as they are when the tier adopts the file,
+    /// which is then not read at all. The caller vouches for them (a wrong hash makes the
+    /// checkpoint fail its checks at restart); ignored unless there is one per block.
+    pub hashes: Option<&'a [u128]>,
 }
 
 /// [`write_part`] with files as regions too (after `regions` in the index). Where the tier
@@ -282,7 +289,13 @@ pub fn write_part_files(
     if red.codecs.codec == Codec::None && red.base.is_none() {
         for f in files {
             match w.adopt(f.path)? {
-                Some(file) => adopted.push((f.id, Mapped::read_file(file, f.path)?)),
+                Some(file) => {
+                    let m = match f.hashes {
+                        Some(_) => Mapped::read_file_lazily(file, f.path)?,
+                        None => Mapped::read_file(file, f.path)?,
+                    };
+                    adopted.push((f.id, m, f.hashes))
+                }
                 None => break,
             }
         }
@@ -298,7 +311,18 @@ pub fn write_part_files(
             bytes: m.bytes(),
         }
     }
-    let head: Vec<RegionRef<'_>> = adopted.iter().map(as_region).collect();
+    let block = meta.block.max(1) as u64;
+    let head: Vec<Adopted<'_>> = adopted
+        .iter()
+        .map(|(id, m, hashes)| Adopted {
+            region: RegionRef {
+                id: *id,
+                dtype: Dtype::Byte,
+                bytes: m.bytes(),
+            },
+            hashes: hashes.filter(|h| h.len() as u64 == (m.bytes().len() as u64).div_ceil(block)),
+        })
+        .collect();
     let mut rest = regions.to_vec();
     rest.extend(copied.iter().map(as_region));
     let index = encode_after(&mut w, meta, &head, &rest, red)?;
@@ -429,13 +453,21 @@ fn block_hashes(bytes: &[u8], block: usize, threads: usize) -> Vec<u128> {
     })
 }
 
+/// A region whose bytes are already in the part (a file the tier adopted), with its blocks'
+/// hashes when its writer computed them.
+struct Adopted<'a> {
+    region: RegionRef<'a>,
+    hashes: Option<&'a [u128]>,
+}
+
 /// [`encode_part`] after `adopted`: regions whose bytes are already the first bytes of the
 /// part, in order (files the tier adopted). Each of their blocks is recorded raw, its hash
-/// (which is also its checksum) computed in one read; the part then has no header.
+/// (which is also its checksum) the one given, else computed in one read; the part then has
+/// no header.
 fn encode_after(
     sink: &mut dyn PartSink,
     meta: PartMeta<'_>,
-    adopted: &[RegionRef<'_>],
+    adopted: &[Adopted<'_>],
     regions: &[RegionRef<'_>],
     red: Reduction<'_>,
 ) -> Result<RankIndex> {
@@ -456,14 +488,20 @@ fn encode_after(
     let mut coder = BlockCoder::new(red.codecs);
     let mut offset = 0;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for r in adopted {
+    for a in adopted {
+        let r = &a.region;
         let nbytes = r.bytes.len() as u64;
         let mut entry = empty_entry(r, offset, block);
-        let hashes = block_hashes(r.bytes, block, cores);
-        for (raw, hash) in r.bytes.chunks(block).zip(hashes) {
+        let hashes = match a.hashes {
+            Some(h) => h.to_vec(),
+            None => block_hashes(r.bytes, block, cores),
+        };
+        // The last block's length, from the region's (a given hash reads nothing).
+        let lens = (0..hashes.len()).map(|i| (nbytes - (i * block) as u64).min(block as u64));
+        for (len, hash) in lens.zip(hashes) {
             entry.blocks.push(BlockEntry {
                 kind: block_kind::RAW,
-                stored: raw.len() as u32,
+                stored: len as u32,
                 sum: hash as u64,
                 hash,
             });

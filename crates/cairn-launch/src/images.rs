@@ -448,6 +448,7 @@ fn rank_main<C: Comm + Send + 'static>(
     let reply = |r: cairn_core::Result<Reply>| {
         let _ = replies.send((slot, r));
     };
+    let block = cfg.block;
     let mut engine = match Engine::new(Box::new(comm), cfg) {
         Ok(e) => {
             reply(Ok(Reply::Started(e.redundancy())));
@@ -459,11 +460,17 @@ fn rank_main<C: Comm + Send + 'static>(
         match cmd {
             Cmd::Checkpoint { version, images } => {
                 let before = engine.stats();
+                let hashes: Vec<Option<Vec<u128>>> = images
+                    .iter()
+                    .map(|img| written_hashes(&img.path, block))
+                    .collect();
                 let files: Vec<FileRegion<'_>> = images
                     .iter()
-                    .map(|img| FileRegion {
+                    .zip(&hashes)
+                    .map(|(img, h)| FileRegion {
                         id: img.id,
                         path: &img.path,
+                        hashes: h.as_deref(),
                     })
                     .collect();
                 let r = engine.checkpoint_files(&name, version, &[], &files);
@@ -494,6 +501,54 @@ fn rank_main<C: Comm + Send + 'static>(
                 reply(r.map(|(v, bufs)| Reply::Restored(v, placed(bufs, copies))));
             }
             Cmd::Finalize => return reply(engine.finalize().map(|()| Reply::Finalized)),
+        }
+    }
+}
+
+/// The block hashes the library wrote beside `image` while writing it (`<image>.hashes`,
+/// see `cairn_ckpt::read_hashes`), when they fit the image and its first and last blocks
+/// hash as they say: the engine then takes the image without reading it. The file is
+/// removed either way; without it (or when it does not fit, said in the log) the engine
+/// hashes the image itself.
+fn written_hashes(image: &Path, block: u32) -> Option<Vec<u128>> {
+    let read = cairn_ckpt::read_hashes(image, block);
+    let _ = std::fs::remove_file(cairn_ckpt::hashes_path(image));
+    let hashes = match read {
+        Ok(h) => h.filter(|h| !h.is_empty())?,
+        Err(e) => {
+            tracing::warn!("block hashes not used, the engine hashes the image: {e}");
+            return None;
+        }
+    };
+    let sampled = (|| -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(image)?;
+        let len = f.metadata()?.len();
+        let mut buf = vec![0u8; block as usize];
+        let last = hashes.len() - 1;
+        for i in [0, last] {
+            let at = i as u64 * block as u64;
+            let n = (len - at).min(block as u64) as usize;
+            f.read_exact_at(&mut buf[..n], at)?;
+            if cairn_core::part::block_hash(&buf[..n]) != hashes[i] {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })();
+    match sampled {
+        Ok(true) => Some(hashes),
+        Ok(false) => {
+            tracing::warn!(
+                "{}: the block hashes written with it do not match its blocks; the engine \
+                 hashes the image",
+                image.display()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{}: {e}", image.display());
+            None
         }
     }
 }
@@ -631,4 +686,82 @@ fn check_mem_env(job: &str) -> Result<()> {
 pub fn prepare_env(job: &str) {
     std::env::set_var("CAIRN_JOB", job);
     std::env::remove_var("CAIRN_NODE");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::written_hashes;
+    use cairn_core::part::block_hash;
+    use std::path::Path;
+
+    const BLOCK: u32 = 64 << 10;
+
+    /// `<image>.hashes` as the library writes it, over `hashes`, for an image of `len` bytes.
+    fn write_hashes(image: &Path, block: u32, len: u64, hashes: &[u128]) {
+        let mut b = b"CAIRNBH1".to_vec();
+        b.extend_from_slice(&block.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(&(hashes.len() as u64).to_le_bytes());
+        for h in hashes {
+            b.extend_from_slice(&h.to_le_bytes());
+        }
+        std::fs::write(cairn_ckpt::hashes_path(image), b).unwrap();
+    }
+
+    #[test]
+    fn hashes_written_with_an_image_are_taken_only_when_they_fit_it() {
+        let d = tempfile::tempdir().unwrap();
+        let image = d.path().join("proc0.img");
+        // Three whole blocks and a short one, each different.
+        let bytes: Vec<u8> = (0..3 * BLOCK as usize + 1000)
+            .map(|i| (i / 7 ^ i / 65536) as u8)
+            .collect();
+        std::fs::write(&image, &bytes).unwrap();
+        let len = bytes.len() as u64;
+        let right: Vec<u128> = bytes.chunks(BLOCK as usize).map(block_hash).collect();
+        assert_eq!(right.len(), 4);
+        let sidecar = cairn_ckpt::hashes_path(&image);
+
+        assert_eq!(written_hashes(&image, BLOCK), None, "no file, no hashes");
+
+        write_hashes(&image, BLOCK, len, &right);
+        assert_eq!(written_hashes(&image, BLOCK), Some(right.clone()));
+        assert!(!sidecar.exists(), "the file is removed once read");
+
+        // Each of these is refused, and the file removed all the same.
+        let mut first_wrong = right.clone();
+        first_wrong[0] ^= 1;
+        let mut last_wrong = right.clone();
+        last_wrong[3] ^= 1 << 100;
+        let cases: Vec<(&str, u32, u64, Vec<u128>)> = vec![
+            ("another block size", BLOCK * 2, len, right.clone()),
+            ("another image's length", BLOCK, len + 1, right.clone()),
+            ("one hash missing", BLOCK, len, right[..3].to_vec()),
+            ("the first block's hash wrong", BLOCK, len, first_wrong),
+            ("the last block's hash wrong", BLOCK, len, last_wrong),
+        ];
+        for (what, block, l, hashes) in cases {
+            write_hashes(&image, block, l, &hashes);
+            assert_eq!(written_hashes(&image, BLOCK), None, "{what}");
+            assert!(!sidecar.exists(), "{what}: left behind");
+        }
+        // Asked for a block size the engine does not use.
+        write_hashes(&image, BLOCK, len, &right);
+        assert_eq!(written_hashes(&image, BLOCK / 2), None);
+
+        // A file cut short, and one with more than it announces.
+        write_hashes(&image, BLOCK, len, &right);
+        let full = std::fs::read(&sidecar).unwrap();
+        std::fs::write(&sidecar, &full[..full.len() - 1]).unwrap();
+        assert_eq!(written_hashes(&image, BLOCK), None);
+        let mut longer = full.clone();
+        longer.push(0);
+        std::fs::write(&sidecar, &longer).unwrap();
+        assert_eq!(written_hashes(&image, BLOCK), None);
+        // Not a regular file: refused without blocking.
+        let made = std::process::Command::new("mkfifo").arg(&sidecar).status();
+        assert!(made.unwrap().success());
+        assert_eq!(written_hashes(&image, BLOCK), None);
+    }
 }

@@ -1416,6 +1416,7 @@ impl NodeLoop {
         };
         self.writing = all.clone();
         self.writing_for = v;
+        let hash_block = self.staging.as_ref().map_or(0, Staging::hash_block);
         for (i, nspid) in all {
             let name = if nspid == 0 {
                 manifest::image_name(i)
@@ -1423,10 +1424,12 @@ impl NodeLoop {
                 manifest::member_image_name(i, nspid)
             };
             let path = format!("{dir}/{name}");
-            self.send_slot(
-                (i, nspid),
-                &Msg::new(Verb::Write).arg("ckpt", v).arg("path", path),
-            );
+            let msg = Msg::new(Verb::Write).arg("ckpt", v).arg("path", path);
+            let msg = match hash_block {
+                0 => msg,
+                b => msg.arg("block", b),
+            };
+            self.send_slot((i, nspid), &msg);
         }
     }
 

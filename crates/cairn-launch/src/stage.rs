@@ -31,6 +31,12 @@ pub struct Staging {
     /// Only this node's root is created, pruned and removed (a sub-coordinator's view).
     #[serde(default)]
     only: Option<usize>,
+    /// The engine's block size when it takes the images over where they lie (a directory
+    /// tier, no compression, no incremental checkpoints), 0 otherwise: the processes then
+    /// hash their images' blocks while writing them (`<image>.hashes`), and the engine
+    /// records those hashes instead of reading every image back to hash it.
+    #[serde(default)]
+    hash_block: u32,
 }
 
 /// The directory of a restart's images under a staging root.
@@ -41,6 +47,9 @@ impl Staging {
     /// configuration `cfg`.
     pub fn new(cfg: &Config, job_dir: &Path, job: &str, nodes: usize) -> Staging {
         let shared = job_dir.join("stage");
+        let adopts = matches!(cfg.node_local(), NodeLocal::Dir(_))
+            && cfg.compress == "none"
+            && !cfg.incremental;
         let roots = match cfg.node_local() {
             NodeLocal::Dir(local) => {
                 let local = std::path::absolute(local).unwrap_or_else(|_| local.to_path_buf());
@@ -56,7 +65,13 @@ impl Staging {
             roots,
             shared,
             only: None,
+            hash_block: if adopts { cfg.block } else { 0 },
         }
+    }
+
+    /// The block size processes hash their images in while writing them, if any (0).
+    pub fn hash_block(&self) -> u32 {
+        self.hash_block
     }
 
     /// The view of node `node`'s sub-coordinator: every change touches its root only.
