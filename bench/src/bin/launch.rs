@@ -31,12 +31,12 @@
 //! command lines and killed.
 
 use cairn_bench::jobs::{
-    clean_env, compile, kill_strays, run_timed, two_words, Cairn, CairnCkpt, CairnJob, Hb, JobDir,
-    Proc, RunDirs, ENGINE_RESTORED,
+    compile, two_words, Cairn, CairnCkpt, CairnJob, Dmtcp, DmtcpJob, Hb, Proc, RunDirs,
+    ENGINE_RESTORED,
 };
 use cairn_bench::{
-    count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, private_dir, ratio,
-    secs, verdict_ratio, walk, x, Out, MIB,
+    count, fs_available, kernel, median, meminfo, mono_ns, on_tmpfs, order, ratio, secs,
+    verdict_ratio, walk, x, Out, MIB,
 };
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -44,7 +44,6 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const PROG: &str = "cairn-bench-launch";
@@ -187,255 +186,19 @@ struct Tools {
     dmtcp: Option<Dmtcp>,
 }
 
-struct Dmtcp {
-    bin: PathBuf,
-    /// "DMTCP 4.2.0", from `dmtcp_launch --version`.
-    version: String,
-    /// The install's DMTCP_VERSION file, which bench/peers/build.sh writes.
-    build: Option<String>,
-}
-
 impl Tools {
     fn build(bin: &Path, dmtcp_prefix: &Path) -> Result<Tools, String> {
         let cairn = Cairn::copy_into(bin)?;
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("launch");
         let compile =
             |name: &str| compile("cc", &src.join(format!("{name}.c")), &bin.join(name), &[]);
-        let dbin = dmtcp_prefix.join("bin");
-        let names = [
-            "dmtcp_launch",
-            "dmtcp_command",
-            "dmtcp_restart",
-            "dmtcp_coordinator",
-        ];
-        let dmtcp = match names.iter().find(|n| !dbin.join(n).is_file()) {
-            Some(n) => {
-                eprintln!(
-                    "{PROG}: DMTCP not found ({} is missing; bench/peers/build.sh --only dmtcp builds it, --dmtcp PREFIX names another install): the comparisons with DMTCP are left out, Cairn's own figures are measured",
-                    dbin.join(n).display()
-                );
-                None
-            }
-            None => {
-                let v = Command::new(dbin.join("dmtcp_launch"))
-                    .arg("--version")
-                    .output()
-                    .map_err(|e| format!("cannot run dmtcp_launch --version: {e}"))?;
-                // "dmtcp_launch (DMTCP) 4.2.0" -> "DMTCP 4.2.0"
-                let first = String::from_utf8_lossy(&v.stdout)
-                    .lines()
-                    .next()
-                    .unwrap_or("?")
-                    .trim()
-                    .to_string();
-                let version = match first.split_once("(DMTCP) ") {
-                    Some((_, v)) => format!("DMTCP {v}"),
-                    None => first,
-                };
-                // What bench/peers/build.sh records: the tag, its commit and the fix.
-                let build = fs::read_to_string(dmtcp_prefix.join("DMTCP_VERSION"))
-                    .map(|s| s.trim().to_string())
-                    .ok();
-                Some(Dmtcp {
-                    bin: dbin,
-                    version,
-                    build,
-                })
-            }
-        };
+        let dmtcp = Dmtcp::find(dmtcp_prefix, PROG)?;
         Ok(Tools {
             spin: compile("spin")?,
             pipeline: compile("pipeline")?,
             cairn,
             dmtcp,
         })
-    }
-}
-
-// ---- DMTCP jobs ------------------------------------------------------------------------------
-
-/// A job under DMTCP in its own directory: a coordinator started here for it (on a free
-/// port, so nothing else on the machine is joined), images in `ck/`, DMTCP's temporary files
-/// in `tmp/`, the heartbeat file.
-struct DmtcpJob<'a> {
-    d: &'a Dmtcp,
-    dir: JobDir,
-    coord: Option<Proc>,
-    port: u16,
-    /// `dmtcp_launch` or `dmtcp_restart`: both become the program (they exec it / restore
-    /// it in place).
-    fg: Option<Proc>,
-    coords: usize,
-}
-
-impl<'a> DmtcpJob<'a> {
-    fn new(d: &'a Dmtcp, dirs: &RunDirs, tag: &str) -> Result<Self, String> {
-        let dir = JobDir::new(dirs, tag)?;
-        private_dir(&dir.path.join("ck"))?;
-        private_dir(&dir.path.join("tmp"))?;
-        Ok(DmtcpJob {
-            d,
-            dir,
-            coord: None,
-            port: 0,
-            fg: None,
-            coords: 0,
-        })
-    }
-
-    fn hb(&self) -> PathBuf {
-        self.dir.path.join("hb")
-    }
-
-    fn cmd(&self, name: &str) -> Command {
-        let mut c = Command::new(self.d.bin.join(name));
-        clean_env(&mut c);
-        c
-    }
-
-    /// Start a coordinator and wait for its port.
-    fn coordinator(&mut self) -> Result<(), String> {
-        self.coords += 1;
-        let pf = self.dir.path.join(format!("port{}", self.coords));
-        let mut c = self.cmd("dmtcp_coordinator");
-        c.args(["-q", "-q", "-p", "0", "--port-file"])
-            .arg(&pf)
-            .arg("--ckptdir")
-            .arg(self.dir.path.join("ck"))
-            .arg("--tmpdir")
-            .arg(self.dir.path.join("tmp"));
-        let mut p = Proc::spawn("dmtcp_coordinator", c)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(port) = fs::read_to_string(&pf)
-                .ok()
-                .and_then(|s| s.trim().parse::<u16>().ok())
-            {
-                self.port = port;
-                break;
-            }
-            if let Some(st) = p.ended() {
-                return Err(format!("dmtcp_coordinator ended ({st}):\n{}", p.tail()));
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "dmtcp_coordinator wrote no port within 30 s:\n{}",
-                    p.tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        self.coord = Some(p);
-        Ok(())
-    }
-
-    fn launch(&mut self, prog: &[OsString]) -> Result<(), String> {
-        self.coordinator()?;
-        let mut c = self.cmd("dmtcp_launch");
-        c.args(["-q", "-q", "-j", "-p", &self.port.to_string(), "--no-gzip"])
-            .arg("--ckptdir")
-            .arg(self.dir.path.join("ck"))
-            .arg("--tmpdir")
-            .arg(self.dir.path.join("tmp"))
-            .args(prog);
-        self.fg = Some(Proc::spawn("dmtcp_launch", c)?);
-        Ok(())
-    }
-
-    /// The images in `ck/` and their sizes, and the temporary files of images being written.
-    fn images(&self) -> Result<DmtcpImages, String> {
-        let ck = self.dir.path.join("ck");
-        let mut imgs = Vec::new();
-        let mut temps = Vec::new();
-        for e in fs::read_dir(&ck).map_err(|e| format!("{}: {e}", ck.display()))? {
-            let e = e.map_err(|e| e.to_string())?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("ckpt_") {
-                continue;
-            }
-            if name.ends_with(".dmtcp") {
-                imgs.push((e.path(), e.metadata().map_or(0, |m| m.len())));
-            } else {
-                temps.push(e.path());
-            }
-        }
-        imgs.sort();
-        Ok(DmtcpImages {
-            done: imgs,
-            writing: temps,
-        })
-    }
-
-    /// `dmtcp_command --bcheckpoint`, timed; returns the seconds and the images' bytes.
-    fn checkpoint(&mut self) -> Result<(f64, Vec<u64>), String> {
-        let mut c = self.cmd("dmtcp_command");
-        c.args(["-p", &self.port.to_string(), "--bcheckpoint"]);
-        let r = run_timed("dmtcp_command --bcheckpoint", c)?;
-        if !r.status.success() {
-            return Err(format!(
-                "dmtcp_command --bcheckpoint ended with {}:\n{}{}",
-                r.status, r.stdout, r.stderr
-            ));
-        }
-        // DMTCP 3.1 to 4.2 answer --bcheckpoint at once unless the coordinator is patched
-        // (bench/peers/build.sh): the images would not be there yet.
-        let DmtcpImages {
-            done: imgs,
-            writing: temps,
-        } = self.images()?;
-        if imgs.is_empty() || !temps.is_empty() {
-            return Err(format!(
-                "dmtcp_command --bcheckpoint returned after {:.3} s with the images not written yet (images {:?}, being written {:?}): this DMTCP's coordinator does not block; bench/peers/build.sh --only dmtcp builds one that does",
-                r.secs, imgs, temps
-            ));
-        }
-        Ok((r.secs, imgs.iter().map(|i| i.1).collect()))
-    }
-
-    /// SIGKILL the program, the coordinator and every other process of the job (the
-    /// pipeline's filter and consumer, children of the program), and see them gone: none
-    /// may write a heartbeat once a restart is timed.
-    fn kill(&mut self) {
-        if let Some(mut p) = self.fg.take() {
-            p.kill();
-        }
-        if let Some(mut c) = self.coord.take() {
-            c.kill();
-        }
-        kill_strays(&[self.dir.path.display().to_string()]);
-    }
-
-    /// Start a coordinator and `dmtcp_restart` on the images; returns CLOCK_MONOTONIC just
-    /// before the coordinator's spawn (a restart of a killed job needs both, as `cairn
-    /// restart` starts its own).
-    fn restart(&mut self) -> Result<i64, String> {
-        let imgs = self.images()?.done;
-        if imgs.is_empty() {
-            return Err("no DMTCP image to restart from".into());
-        }
-        let t0 = mono_ns();
-        self.coordinator()?;
-        let mut c = self.cmd("dmtcp_restart");
-        c.args(["-q", "-q", "-j", "-p", &self.port.to_string()])
-            .arg("--tmpdir")
-            .arg(self.dir.path.join("tmp"))
-            .args(imgs.iter().map(|i| i.0.as_os_str()));
-        self.fg = Some(Proc::spawn("dmtcp_restart", c)?);
-        Ok(t0)
-    }
-}
-
-/// What a DMTCP job's image directory holds.
-struct DmtcpImages {
-    /// Complete images and their sizes.
-    done: Vec<(PathBuf, u64)>,
-    /// Temporary files of images being written.
-    writing: Vec<PathBuf>,
-}
-
-impl Drop for DmtcpJob<'_> {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -541,7 +304,7 @@ fn dmtcp_spin(
     let mut job = DmtcpJob::new(d, dirs, tag)?;
     let mut hb = Hb::new(job.hb());
     job.launch(&spin_args(t, mib, changed, &job.hb()))?;
-    let fg = job.fg.as_mut().expect("launched");
+    let fg = job.fg().expect("launched");
     hb.wait("the program's ready line", fg, |l| {
         l.starts_with("ready ").then_some(())
     })?;
@@ -554,7 +317,7 @@ fn dmtcp_spin(
     job.kill();
     hb.poll();
     let t0 = job.restart()?;
-    let fg = job.fg.as_mut().expect("restarted");
+    let fg = job.fg().expect("restarted");
     let r = restarted(&mut hb, fg, t0)?;
     job.kill();
     Ok((ck, r))
@@ -1055,7 +818,7 @@ fn dmtcp_pipe(
     let mut job = DmtcpJob::new(d, dirs, tag)?;
     let mut hb = Hb::new(job.hb());
     job.launch(&pipe_args(t, a.pipe_mib, a.rate, &job.hb()))?;
-    let fg = job.fg.as_mut().expect("launched");
+    let fg = job.fg().expect("launched");
     let c = pipeline_ready(&mut hb, fg, true)?;
     let start = mono_ns();
     let (s, sizes) = job.checkpoint()?;
@@ -1067,7 +830,7 @@ fn dmtcp_pipe(
     job.kill();
     hb.poll();
     let t0 = job.restart()?;
-    let fg = job.fg.as_mut().expect("restarted");
+    let fg = job.fg().expect("restarted");
     let (r, n) = pipeline_restarted(&mut hb, fg, t0, before)?;
     job.kill();
     Ok((s, sizes.iter().sum(), r, n))

@@ -14,15 +14,21 @@
 //!   from the exec of the relaunched `mpirun` to the first new step, after `cairn_restart`
 //!   restored the state.
 //!
-//! Both kinds use the same configuration (`JobDir::config`: node-local tier in the job's
+//! - **DMTCP** (when installed, `--dmtcp PREFIX`, default /opt/cairn-peers/dmtcp, which
+//!   `bench/peers/build.sh --only dmtcp` builds): the plain build under `dmtcp_launch` with a
+//!   coordinator of the job's own: `dmtcp_command --bcheckpoint`, timed; after SIGKILL, a new
+//!   coordinator and `dmtcp_restart` of the images, timed to the first new step; then whether
+//!   the restored job goes on (SETTLE_STEPS more steps within GOES_ON).
+//!
+//! Both Cairn kinds use the same configuration (`JobDir::config`: node-local tier in the job's
 //! directory under `--dir`, no compression, no incremental, redundancy single, no flush), so
 //! the ratios are what transparency costs. Kinds run in an order that changes between
 //! repetitions, every job in a fresh directory, killed and removed when its step ends (also
 //! when it fails).
 
 use cairn_bench::jobs::{
-    clean_env, compile, exe_dir, kill_strays, two_words, Cairn, CairnCkpt, CairnJob, Hb, JobDir,
-    Proc, RunDirs, ENGINE_RESTORED,
+    clean_env, compile, exe_dir, kill_strays, two_words, Cairn, CairnCkpt, CairnJob, Dmtcp,
+    DmtcpJob, Hb, JobDir, Proc, RunDirs, ENGINE_RESTORED,
 };
 use cairn_bench::{
     count, fs_available, kernel, meminfo, mono_ns, on_tmpfs, order, ratio, series_json,
@@ -33,9 +39,10 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 const PROG: &str = "cairn-bench-mpi";
-const USAGE: &str = "usage: cairn-bench-mpi [--mib N] [--ranks N] [--reps N] [--quick] [--dir DIR] [--json] [--json-out FILE]";
+const USAGE: &str = "usage: cairn-bench-mpi [--mib N] [--ranks N] [--reps N] [--quick] [--dmtcp PREFIX] [--btl LIST] [--dir DIR] [--json] [--json-out FILE]";
 
 /// The targets: the transparent checkpoint and restart of the job at most 1.3 x the
 /// application-level ones.
@@ -47,6 +54,8 @@ const COLS: usize = 4096;
 const SETTLE_STEPS: u64 = 3;
 /// Memory left free beside what a run needs.
 const SLACK: u64 = 1 << 30;
+/// How long a job restored by DMTCP has to take SETTLE_STEPS more steps after its first.
+const GOES_ON: Duration = Duration::from_secs(20);
 /// The phases `cairn checkpoint` reports, in order.
 const PHASES: [&str; 4] = ["SUSPEND", "WRITE", "STORE", "RESUME"];
 
@@ -59,6 +68,10 @@ struct Args {
     quick: bool,
     /// Where the run's private directory (tiers, images, the jobs' files) is made.
     dir: PathBuf,
+    /// DMTCP's install prefix.
+    dmtcp: PathBuf,
+    /// Open MPI's byte transfer layers: `self,vader` (shared memory) or `self,tcp`.
+    btl: String,
     json: bool,
     json_out: Option<PathBuf>,
 }
@@ -72,6 +85,8 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
         reps: 0,
         quick: false,
         dir: PathBuf::from("/dev/shm"),
+        dmtcp: PathBuf::from("/opt/cairn-peers/dmtcp"),
+        btl: "self,vader".into(),
         json: false,
         json_out: None,
     };
@@ -82,6 +97,8 @@ fn parse_args(argv: Vec<String>) -> Result<Option<Args>, String> {
             "--reps" => reps = Some(count(flag, value()?, 1)?),
             "--quick" => a.quick = true,
             "--dir" => a.dir = PathBuf::from(value()?),
+            "--dmtcp" => a.dmtcp = PathBuf::from(value()?),
+            "--btl" => a.btl = value()?.to_string(),
             "--json" => a.json = true,
             "--json-out" => a.json_out = Some(PathBuf::from(value()?)),
             _ => return Ok(false),
@@ -128,16 +145,18 @@ fn parse_resume(l: &str) -> Option<(u64, f64)> {
 
 // ---- the programs ----------------------------------------------------------------------------
 
-/// Cairn's binaries copied into the run, and the two builds of the stencil.
+/// Cairn's binaries copied into the run, the two builds of the stencil, DMTCP if installed.
 struct Tools {
     cairn: Cairn,
     plain: PathBuf,
     app: PathBuf,
+    dmtcp: Option<Dmtcp>,
 }
 
 impl Tools {
-    fn build(bin: &Path) -> Result<Tools, String> {
+    fn build(bin: &Path, dmtcp_prefix: &Path) -> Result<Tools, String> {
         let cairn = Cairn::copy_into(bin)?;
+        let dmtcp = Dmtcp::find(dmtcp_prefix, PROG)?;
         let lib = exe_dir()?.join("libcairn.so");
         if !lib.is_file() {
             return Err(format!(
@@ -166,6 +185,7 @@ impl Tools {
             plain: compile("mpicc", &src, &bin.join("stencil_plain"), &["-lm".into()])?,
             app: compile("mpicc", &src, &bin.join("stencil_app"), &app_flags)?,
             cairn,
+            dmtcp,
         })
     }
 }
@@ -173,11 +193,19 @@ impl Tools {
 /// `mpirun` with `ranks` ranks of `exe` on this host, its output in `dir`. Open MPI's
 /// session directory and the backing files of its shared-memory transport go into `dir` too:
 /// a job killed with SIGKILL leaves them behind (in /tmp and /dev/shm by default), and they
-/// are removed with the job's directory. The ranks talk over shared memory only (`btl
-/// self,vader`: they are on one host), so no TCP listener of theirs takes connections from
-/// other MPI jobs of the machine.
+/// are removed with the job's directory. By default the ranks talk over shared memory only
+/// (`btl self,vader`: they are on one host), so no TCP listener of theirs takes connections
+/// from other MPI jobs of the machine; with `--btl self,tcp` they talk over IPv4 loopback.
 fn mpirun_args(a: &Args, exe: &Path, dir: &Path) -> Vec<OsString> {
-    vec![
+    let loopback: Vec<OsString> = if a.btl.contains("tcp") {
+        ["btl_tcp_if_include", "oob_tcp_if_include"]
+            .iter()
+            .flat_map(|k| ["--mca".into(), (*k).into(), "127.0.0.1/8".into()])
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut v: Vec<OsString> = vec![
         "mpirun".into(),
         "--allow-run-as-root".into(),
         "--oversubscribe".into(),
@@ -185,18 +213,22 @@ fn mpirun_args(a: &Args, exe: &Path, dir: &Path) -> Vec<OsString> {
         a.ranks.to_string().into(),
         "--mca".into(),
         "btl".into(),
-        "self,vader".into(),
+        a.btl.clone().into(),
         "--mca".into(),
         "orte_tmpdir_base".into(),
         dir.into(),
         "--mca".into(),
         "btl_vader_backing_directory".into(),
         dir.into(),
+    ];
+    v.extend(loopback);
+    v.extend([
         exe.into(),
         rows(a.mib).to_string().into(),
         COLS.to_string().into(),
         dir.into(),
-    ]
+    ]);
+    v
 }
 
 // ---- one job of each kind --------------------------------------------------------------------
@@ -316,6 +348,61 @@ fn application(a: &Args, t: &Tools, dirs: &RunDirs, tag: &str) -> Result<Run, St
     })
 }
 
+/// What a DMTCP job measured, and whether its restored job went on (else why not).
+struct DmtcpRun {
+    ckpt_s: f64,
+    image_bytes: u64,
+    /// Exec of the new coordinator to the first new step; `None` when there was none.
+    restart_s: Option<f64>,
+    went_on: Result<(), String>,
+}
+
+/// The plain build under DMTCP: launched, checkpointed, killed, restarted.
+fn dmtcp(a: &Args, t: &Tools, d: &Dmtcp, dirs: &RunDirs, tag: &str) -> Result<DmtcpRun, String> {
+    let mut job = DmtcpJob::new(d, dirs, tag)?;
+    // Without this DMTCP stops mpirun at its start: hwloc's I/O discovery opens the block
+    // devices through udev, and DMTCP refuses the descriptor ("Unimplemented file type").
+    job.set_env("HWLOC_COMPONENTS", "-linuxio");
+    let dir = job.dir().to_path_buf();
+    let mut hb = Hb::new(dir.join("out.stencil"));
+    job.launch(&mpirun_args(a, &t.plain, &dir))?;
+    let before = settle(&mut hb, job.fg().expect("launched"))?;
+    let (ckpt_s, sizes) = job.checkpoint()?;
+    job.kill();
+    hb.poll();
+    let t0 = job.restart()?;
+    let fg = job.fg().expect("restarted");
+    let first = hb.wait_at_most("a step of the restored job", fg, GOES_ON, |l| {
+        parse_step(l).filter(|s| s.1 > t0)
+    });
+    let (restart_s, went_on) = match first {
+        Err(e) => (None, Err(e)),
+        Ok((n, _)) if n <= before => (
+            None,
+            Err(format!("its first step is {n}, step {before} was reached before the checkpoint: it started over")),
+        ),
+        Ok((n, ns)) => {
+            let mut more = 0;
+            let on = hb
+                .wait_at_most("more steps of the restored job", fg, GOES_ON, |l| {
+                    if parse_step(l).is_some_and(|s| s.0 > n) {
+                        more += 1;
+                    }
+                    (more >= SETTLE_STEPS).then_some(())
+                })
+                .map_err(|e| format!("after its first step: {e}"));
+            (Some((ns - t0) as f64 * 1e-9), on)
+        }
+    };
+    job.kill();
+    Ok(DmtcpRun {
+        ckpt_s,
+        image_bytes: sizes.iter().sum(),
+        restart_s,
+        went_on,
+    })
+}
+
 // ---- the table -------------------------------------------------------------------------------
 
 /// A row of a table: a series' median and its span.
@@ -328,7 +415,8 @@ fn run(a: &Args) -> Result<Value, String> {
     let bytes = a.mib as u64 * MIB as u64 * a.ranks as u64;
     // The ranks; for the transparent kind their staged images, the stored ones and the images
     // restored for the restart; the restored ranks.
-    let need = 2 * bytes + if on_tmpfs(&a.dir) { 3 * bytes } else { 0 } + SLACK;
+    // DMTCP's images (when it is installed) are about as large as Cairn's.
+    let need = 2 * bytes + if on_tmpfs(&a.dir) { 4 * bytes } else { 0 } + SLACK;
     let avail = meminfo("MemAvailable").unwrap_or(0);
     if avail < need {
         return Err(format!(
@@ -349,7 +437,7 @@ fn run(a: &Args) -> Result<Value, String> {
         ));
     }
     let dirs = RunDirs::create(&a.dir, PROG, "bm")?;
-    let t = Tools::build(&dirs.bin)?;
+    let t = Tools::build(&dirs.bin, &a.dmtcp)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     out.line(format!(
         "{PROG}: {cores} cores, Linux {}, MemAvailable {} MiB; jobs in {} ({}); {} repetitions; medians",
@@ -360,23 +448,33 @@ fn run(a: &Args) -> Result<Value, String> {
         a.reps
     ));
     out.line(format!(
-        "   Cairn built {}; an MPI stencil (bench/launch/stencil_app.c), {} ranks x {} MiB ({} x {COLS} doubles x 2 grids), mpirun --oversubscribe on this host",
+        "   Cairn built {}; an MPI stencil (bench/launch/stencil_app.c), {} ranks x {} MiB ({} x {COLS} doubles x 2 grids), mpirun --oversubscribe --mca btl {} on this host",
         t.cairn.built,
         a.ranks,
         a.mib,
-        rows(a.mib) + 2
+        rows(a.mib) + 2,
+        a.btl
     ));
     out.line(
         "   both kinds: node-local tier in the job's directory, compress none, incremental off, redundancy single, no flush",
     );
-    const KINDS: [&str; 2] = ["transparent", "application-level"];
+    const KINDS: [&str; 3] = ["transparent", "application-level", "DMTCP"];
+    let kinds = if t.dmtcp.is_some() { 3 } else { 2 };
+    let mut dm: Vec<DmtcpRun> = Vec::new();
     let mut ck: [Vec<f64>; 2] = [vec![], vec![]];
     let mut rs: [Vec<f64>; 2] = [vec![], vec![]];
     let mut phases: Vec<Vec<f64>> = vec![vec![]; PHASES.len()];
     let (mut engine, mut resume, mut image) = (vec![], vec![], vec![]);
     for rep in 0..a.reps {
-        for k in order(KINDS.len(), rep) {
+        for k in order(kinds, rep) {
             let tag = format!("r{rep}-{k}");
+            if k == 2 {
+                let d = t.dmtcp.as_ref().expect("DMTCP found");
+                let r = dmtcp(a, &t, d, &dirs, &tag)
+                    .map_err(|e| format!("{}, repetition {}: {e}", KINDS[k], rep + 1))?;
+                dm.push(r);
+                continue;
+            }
             let r = if k == 0 {
                 transparent(a, &t, &dirs, &tag)
             } else {
@@ -444,6 +542,69 @@ fn run(a: &Args) -> Result<Value, String> {
         x(rr),
         verdict_ratio(rr, TARGET_RESTART)
     ));
+    let mut dmtcp_json = Value::Null;
+    if let Some(d) = &t.dmtcp {
+        let dck: Vec<f64> = dm.iter().map(|r| r.ckpt_s).collect();
+        let drs: Vec<f64> = dm.iter().filter_map(|r| r.restart_s).collect();
+        let on = dm.iter().filter(|r| r.went_on.is_ok()).count();
+        out.line(row(
+            &format!("{}: dmtcp_command --bcheckpoint", d.version),
+            &dck,
+        ));
+        out.line(row(
+            &format!("{}: exec of dmtcp_restart to the first new step", d.version),
+            &drs,
+        ));
+        out.line(format!(
+            "   {}: images {} MB; the restored job took {SETTLE_STEPS} more steps within {} s in {on} of {} runs",
+            d.version,
+            dm.first().map_or(0, |r| r.image_bytes / 1_000_000),
+            GOES_ON.as_secs(),
+            dm.len()
+        ));
+        for (i, r) in dm.iter().enumerate() {
+            if let Err(e) = &r.went_on {
+                out.line(format!(
+                    "      run {}: {}",
+                    i + 1,
+                    e.lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim_end_matches(':')
+                        .trim_end_matches("; its last lines")
+                ));
+            }
+        }
+        let rd = ratio(&ck[0], &dck);
+        out.line(format!(
+            "   checkpoint Cairn transparent / {}: {}",
+            d.version,
+            x(rd)
+        ));
+        let rdr = if on == dm.len() {
+            ratio(&rs[0], &drs)
+        } else {
+            f64::NAN
+        };
+        out.line(format!(
+            "   restart Cairn transparent / {}: {}",
+            d.version,
+            if rdr.is_nan() {
+                "not compared: DMTCP's restored job did not go on".to_string()
+            } else {
+                x(rdr)
+            }
+        ));
+        dmtcp_json = json!({
+            "version": d.version, "build": d.build,
+            "checkpoint": series_json(&dck), "restart": series_json(&drs),
+            "image_bytes": dm.iter().map(|r| r.image_bytes).collect::<Vec<_>>(),
+            "went_on": dm.iter().map(|r| r.went_on.is_ok()).collect::<Vec<_>>(),
+            "why_not": dm.iter().map(|r| r.went_on.as_ref().err()).collect::<Vec<_>>(),
+            "checkpoint_cairn_vs_dmtcp": rd,
+            "restart_cairn_vs_dmtcp": if rdr.is_nan() { Value::Null } else { json!(rdr) },
+        });
+    }
     let phase_json: serde_json::Map<String, Value> = PHASES
         .iter()
         .zip(&phases)
@@ -453,7 +614,7 @@ fn run(a: &Args) -> Result<Value, String> {
         "program": PROG,
         "settings": {
             "mib": a.mib, "ranks": a.ranks, "reps": a.reps, "quick": a.quick,
-            "rows": rows(a.mib), "cols": COLS, "dir": dirs.data,
+            "rows": rows(a.mib), "cols": COLS, "dir": dirs.data, "btl": a.btl,
             "tmpfs": on_tmpfs(&dirs.data), "cores": cores, "kernel": kernel(),
             "cairn_built": t.cairn.built,
         },
@@ -466,6 +627,7 @@ fn run(a: &Args) -> Result<Value, String> {
             "checkpoint": series_json(&ck[1]), "restart": series_json(&rs[1]),
             "resume": series_json(&resume),
         },
+        "dmtcp": dmtcp_json,
         "checkpoint_ratio": rc, "restart_ratio": rr,
         "target_checkpoint": TARGET_CKPT, "target_restart": TARGET_RESTART,
         "meets_checkpoint": rc <= TARGET_CKPT, "meets_restart": rr <= TARGET_RESTART,
@@ -492,6 +654,13 @@ mod tests {
         assert_eq!((q.mib, q.reps), (32, 2));
         assert!(parse_args(strings(&["--help"])).unwrap().is_none());
         assert!(parse_args(strings(&["--ranks", "1"])).is_err());
+        let t = parse_args(strings(&["--btl", "self,tcp", "--dmtcp", "/x"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (t.btl.as_str(), t.dmtcp.as_path()),
+            ("self,tcp", Path::new("/x"))
+        );
     }
 
     #[test]
