@@ -73,13 +73,15 @@ ensure_system() {
     fi
 }
 
-# What only the tests use: a real Slurm (controller, node daemon, client commands and munge)
+# What only the tests use: MPICH, a real Slurm (controller, node daemon, client commands and munge)
 # that the batch-system tests start on this machine with private state directories, and
 # iproute2 and unshare, with which the tests of jobs across hosts make their hosts
 # (tools/nshost).
 ensure_test_system() {
     local missing=()
-    for cmd in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge ip:iproute2 unshare:util-linux; do
+    # MPICH beside Open MPI: its binaries are named with .mpich, and Open MPI stays the
+    # system's mpicc and mpirun (alternatives: priority 50 against MPICH's 40).
+    for cmd in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge ip:iproute2 unshare:util-linux mpicc.mpich:libmpich-dev mpiexec.mpich:mpich; do
         command -v "${cmd%%:*}" >/dev/null 2>&1 || missing+=("${cmd#*:}")
     done
     install_missing "${missing[@]}"

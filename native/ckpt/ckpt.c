@@ -3715,6 +3715,49 @@ static void anon_again(const struct fd_rec *f)
     place(fd, f);
 }
 
+/* Whether every epoll instance that epoll record i watches is made again (made[] by record). */
+static int watched_epolls_made(int i, const uint8_t *made)
+{
+    const struct fd_rec *f = &S.fds[i];
+    for (uint64_t k = 0; k < f->value; k++) {
+        int32_t w = S.watches[f->first_watch + (int)k].fd;
+        for (int j = 0; j < S.nfds; j++)
+            if (j != i && S.fds[j].kind == FD_EPOLL && S.fds[j].fd == w && !made[j])
+                return 0;
+    }
+    return 1;
+}
+
+/* The epoll instances made again, each after the epoll instances it watches: a program may
+ * nest them (UCX registers epoll descriptors in another epoll), and an epoll can only watch
+ * a descriptor that exists. The kernel refuses loops, so every pass makes at least one. */
+static void epolls_again(void)
+{
+    static uint8_t made[MAX_FDS];
+    int left = 0;
+    for (int i = 0; i < S.nfds; i++) {
+        made[i] = S.fds[i].kind != FD_EPOLL;
+        left += !made[i];
+    }
+    while (left > 0) {
+        int progress = 0;
+        for (int i = 0; i < S.nfds; i++)
+            if (!made[i] && watched_epolls_made(i, made)) {
+                anon_again(&S.fds[i]);
+                made[i] = 1;
+                left--;
+                progress = 1;
+            }
+        if (!progress) {
+            /* Cannot happen (no loops): make the rest, which says what fails. */
+            for (int i = 0; i < S.nfds; i++)
+                if (!made[i])
+                    anon_again(&S.fds[i]);
+            break;
+        }
+    }
+}
+
 /* A listening socket bound to its address again. A Unix socket's name left behind by the
  * killed process is removed first (only if it is a socket). Connections waiting to be
  * accepted at the checkpoint are gone; the backlog is SOMAXCONN. When the address is taken
@@ -4440,9 +4483,7 @@ static void resume_process(void)
     /* Before the epoll sets: each watches the descriptions its descriptors lead to. */
     remote_again();
     drop_hop();
-    for (int i = 0; i < S.nfds; i++)
-        if (S.fds[i].kind == FD_EPOLL)
-            anon_again(&S.fds[i]);
+    epolls_again();
     tree_barrier();
     /* Every process of the tree has attached its segments again: those removed while
      * attached are removed again (the root's list). */

@@ -26,9 +26,10 @@
  *            one byte a step; SIGPIPE is ignored, and a failed write is printed once and
  *            the program goes on without the FIFO
  *   epoll    an event loop: each step waits in epoll_wait for a 5 ms interval timerfd and
- *            writes 1 to an eventfd the same epoll watches; every 10 steps the eventfd must
- *            read 10 (exit 5 if the timer stops, 6 if epoll stops reporting the eventfd, 7 if
- *            its count is wrong)
+ *            writes 1 to an eventfd, which a second epoll watches, itself watched by the first
+ *            (nested, as UCX does, the outer with the lower number); every 10 steps the
+ *            eventfd must read 10 (exit 5 if the timer stops, 6 if epoll stops reporting the
+ *            eventfd, 7 if its count is wrong)
  *   selfpipe a pipe with both ends in the process, always holding the previous step's number:
  *            each step writes its number and reads the one before (exit 8 if it is not
  *            there or wrong)
@@ -250,15 +251,18 @@ int main(int argc, char **argv)
         if (wfd < 0)
             return 3;
     } else if (strcmp(what, "epoll") == 0) {
+        /* The outer epoll first, so it has a lower number than the inner one it watches. */
+        epfd = epoll_create1(EPOLL_CLOEXEC);
         efd = eventfd(0, EFD_NONBLOCK);
         tfd = timerfd_create(CLOCK_MONOTONIC, 0);
-        epfd = epoll_create1(EPOLL_CLOEXEC);
+        int inner = epoll_create1(EPOLL_CLOEXEC);
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 1};
         struct itimerspec its = {{0, 5000000}, {0, 5000000}};
-        if (efd < 0 || tfd < 0 || epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev) != 0)
+        if (efd < 0 || tfd < 0 || epfd < 0 || inner < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev) != 0)
             return 3;
         ev.data.u64 = 2;
-        if (epoll_ctl(epfd, EPOLL_CTL_ADD, efd, &ev) != 0 || timerfd_settime(tfd, 0, &its, NULL) != 0)
+        if (epoll_ctl(inner, EPOLL_CTL_ADD, efd, &ev) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, inner, &ev) != 0 ||
+            timerfd_settime(tfd, 0, &its, NULL) != 0)
             return 3;
     } else if (strcmp(what, "selfpipe") == 0) {
         if (pipe(self) != 0 || fcntl(self[0], F_SETFL, O_NONBLOCK) != 0)
