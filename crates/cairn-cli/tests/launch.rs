@@ -2061,7 +2061,8 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
     let _alone = host_mpi();
     let ring = build_mpi_program(t.path(), "mpiring");
     let steps = 6000u64;
-    let child = configured(&config, &["launch", "--job", job_name, "--dir"])
+    let mut launch = configured(&config, &["launch", "--job", job_name, "--dir"]);
+    launch
         .arg(t.path().join("imgs"))
         .args([
             "--",
@@ -2078,13 +2079,24 @@ fn mpi_ring_three_times(job_name: &str, btls: &str) {
         .arg(steps.to_string())
         .arg(t.path())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stderr(job_log(t.path()))
-        .spawn()
-        .unwrap();
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    ring_through_three_cycles(&t, &config, job_name, launch, steps);
+}
+
+/// The ring `launch` starts (`cairn launch` of an MPI launcher of 4 ranks of
+/// native/ckpt/tests/mpiring.c, `steps` steps, writing into `t`) through three
+/// checkpoint/kill/restart cycles to its end, every message and reduction right.
+fn ring_through_three_cycles(
+    t: &tempfile::TempDir,
+    config: &Path,
+    job_name: &str,
+    mut launch: Command,
+    steps: u64,
+) {
+    let child = launch.stderr(job_log(t.path())).spawn().unwrap();
     let pid = running_pids(t.path(), 1).remove(0);
     let out = t.path().join("out.ring");
-    let mut job = three_cycles(t.path(), &config, job_name, (child, pid), 4, &|| {
+    let mut job = three_cycles(t.path(), config, job_name, (child, pid), 4, &|| {
         last_step(&out)
     });
     ended_well(&mut job, t.path());
@@ -2126,23 +2138,15 @@ fn real_library_an_mpich_job_comes_back_with_its_messages_in_flight() {
     let _alone = host_mpi();
     let ring = build_with(t.path(), "mpiring", "mpicc.mpich");
     let steps = 3000u64;
-    let child = configured(&config, &["launch", "--job", "mpich", "--dir"])
+    let mut launch = configured(&config, &["launch", "--job", "mpich", "--dir"]);
+    launch
         .arg(t.path().join("imgs"))
         .args(["--", "mpiexec.mpich", "-n", "4"])
         .arg(&ring)
         .arg(steps.to_string())
         .arg(t.path())
-        .env("UCX_TLS", "tcp,self")
-        .stderr(job_log(t.path()))
-        .spawn()
-        .unwrap();
-    let pid = running_pids(t.path(), 1).remove(0);
-    let out = t.path().join("out.ring");
-    let mut job = three_cycles(t.path(), &config, "mpich", (child, pid), 4, &|| {
-        last_step(&out)
-    });
-    ended_well(&mut job, t.path());
-    ring_ended_well(t.path(), &out, steps);
+        .env("UCX_TLS", "tcp,self");
+    ring_through_three_cycles(&t, &config, "mpich", launch, steps);
 }
 
 /// `/proc` in a launched tree is the tree's own: a shell reads its background child's entry,
