@@ -2906,11 +2906,57 @@ static void settle_tcp(int fd, void *arg)
     }
 }
 
-/* In a tree: every connected TCP socket whose other end is a socket of this machine is
+/* Whether a process of this tree holds socket inode `ino`. The tree's /proc is its own
+ * (cairn-restore --init mounts one in the tree's namespaces), so its processes are all of
+ * /proc's; without a namespace of its own a tree sees the whole machine's, and every socket
+ * of the machine counts as the tree's (as before trees were told apart). */
+struct sock_holder {
+    uint64_t ino;
+    int pid;
+    int found;
+};
+
+static void fd_holds_sock(int fd, void *p)
+{
+    struct sock_holder *h = p;
+    char link[64], target[64], want[40];
+    if (h->found)
+        return;
+    snprintf(link, sizeof link, "/proc/%d/fd/%d", h->pid, fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return;
+    target[n] = 0;
+    snprintf(want, sizeof want, "socket:[%llu]", (unsigned long long)h->ino);
+    h->found = strcmp(target, want) == 0;
+}
+
+static void pid_holds_sock(int pid, void *p)
+{
+    struct sock_holder *h = p;
+    if (h->found)
+        return;
+    char dir[32];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+    h->pid = pid;
+    each_number(dir, fd_holds_sock, h, NULL);
+}
+
+static int tree_holds_socket(uint64_t ino)
+{
+    struct sock_holder h = {.ino = ino};
+    each_number("/proc", pid_holds_sock, &h, NULL);
+    return h.found;
+}
+
+/* In a tree: every connected TCP socket whose other end is a socket of this tree is
  * recorded with its addresses and options, the bytes waiting to be read at it and the bytes
  * it sent that its peer had not received (the sub-coordinator checks the other end is in the
- * job); the restart connects the two ends again. A connection whose other end is elsewhere
- * leaves the job (refused, or closed under CAIRN_CKPT_EXTERNAL). */
+ * tree); the restart connects the two ends again. One whose other end is not in the tree (on
+ * another host, or in another tree of this one) is recorded the same way as a connection to
+ * be met again through the coordinators (CAIRN_XFD_REMOTE); the root checks its other end is
+ * in the job. A connection whose other end is not in the job leaves it (refused, or closed
+ * under CAIRN_CKPT_EXTERNAL). */
 static void census_tcp(void)
 {
     for (int i = 0; i < ntcp_ends; i++) {
@@ -2937,8 +2983,11 @@ static void census_tcp(void)
             continue;
         }
         e->peer = established ? tcp_peer(&r) : 0;
-        /* No socket of this machine is its other end: one on another host, which the root
-         * looks for among the job's processes (CAIRN_XFD_REMOTE). */
+        /* A socket of this machine held by another tree: as one on another host. */
+        if (e->peer && !tree_holds_socket(e->peer))
+            e->peer = 0;
+        /* No socket of this tree is its other end: one on another host or in another tree of
+         * this one, which the root looks for among the job's processes (CAIRN_XFD_REMOTE). */
         int remote = established && !e->peer;
         if (!e->peer && !remote) {
             if (S.close_external)
@@ -4388,7 +4437,7 @@ static void remote_again(void)
     if (c >= 0)
         close(c);
     if (S.verbose)
-        say("restart: %d of %d connections to other hosts made again in %.3f s", made, nrends,
+        say("restart: %d of %d connections to other hosts or trees made again in %.3f s", made, nrends,
             (mono_ns() - (deadline - MEET_LIMIT_NS)) / 1e9);
     munmap(p, (size_t)(nrends + 1) * sizeof *p);
     munmap(rends, bytes);

@@ -2509,27 +2509,74 @@ fn real_library_tcp_connections_between_two_namespace_hosts_come_back() {
     let cmd: Vec<&OsStr> = cmd.iter().map(|a| a.as_os_str()).collect();
     let verbose = [("CAIRN_CKPT_VERBOSE", "1")];
     let job = hosts.launch(&config, t.path(), "tcp2", (2, &verbose), &cmd);
-    let out0 = t.path().join("out.client0");
     let mut job = hosts.three_cycles(&config, t.path(), (job, 2), &mut |cycle| {
-        let at = last_step(&out0);
-        wait_for("the clients to go on", 60, || {
-            (last_step(&out0) > at + 200).then_some(())
-        });
-        checkpoint(t.path());
-        let m = manifest(t.path(), "tcp2", cycle);
-        assert!(m.get("closed").is_none(), "{m}");
+        tcpserv_checkpoint(t.path(), "tcp2", cycle)
     });
     ended_well(&mut job.0, t.path());
-    tcpserv_across_ended_well(t.path());
     let log = std::fs::read_to_string(t.path().join("restart3.log")).unwrap();
     assert!(log.contains("rebuilt the parts of ranks [1]"), "{log}");
-    // Each restart made the three connections again, from both ends: the processes say
-    // so on their standard error, the launch's log file, reopened at each restart.
-    let log = std::fs::read_to_string(t.path().join("job.log")).unwrap();
+    tcpserv_came_back_three_times(t.path());
+}
+
+/// Once `tcpserv`'s clients have gone on, checkpoint `cycle` of job `job`, which closed none
+/// of its connections.
+fn tcpserv_checkpoint(t: &Path, job: &str, cycle: u64) {
+    let out0 = t.join("out.client0");
+    let at = last_step(&out0);
+    wait_for("the clients to go on", 60, || {
+        (last_step(&out0) > at + 200).then_some(())
+    });
+    checkpoint(t);
+    let m = manifest(t, job, cycle);
+    assert!(m.get("closed").is_none(), "{m}");
+}
+
+/// `tcpserv_across`'s job ended well after three restarts, each of which made the three
+/// connections again from both ends: the processes say so on their standard error, the
+/// launch's log file, reopened at each restart.
+fn tcpserv_came_back_three_times(t: &Path) {
+    tcpserv_across_ended_well(t);
+    let log = std::fs::read_to_string(t.join("job.log")).unwrap();
     let made = log
-        .matches("restart: 1 of 1 connections to other hosts made again")
+        .matches("restart: 1 of 1 connections to other hosts or trees made again")
         .count();
     assert_eq!(made, 3 * 6, "{log}");
+}
+
+/// `tcpserv` across two processes of a job on this one host (two trees, each in its own pid
+/// namespace, in one network): process 0 serves on 127.0.0.1, process 1's three clients
+/// connect to it, and their connections are between trees, met again through the
+/// coordinators at each restart as connections between hosts are. Three
+/// checkpoint/kill/restart cycles, every byte checked to the end.
+#[test]
+fn real_library_tcp_connections_between_two_trees_of_one_host_come_back() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let prog = build_test_program(t.path(), "tcpserv");
+    let mut job = Running(
+        configured(&config, &["launch", "--job", "tcp1", "-n", "2", "--dir"])
+            .arg(t.path().join("imgs"))
+            .arg("--")
+            .arg(&prog)
+            .arg(t.path())
+            .args(["3", "3000", "127.0.0.1", "17781"])
+            .env("CAIRN_CKPT_VERBOSE", "1")
+            .stderr(job_log(t.path()))
+            .spawn()
+            .unwrap(),
+    );
+    let mut pids = running_pids(t.path(), 2);
+    for v in 1..=3u64 {
+        tcpserv_checkpoint(t.path(), "tcp1", v);
+        kill9_all(&pids);
+        wait_child(&mut job.0, 30);
+        let (again, p) = restart_in_background(&config, t.path(), 2);
+        job = Running(again);
+        pids = p;
+    }
+    ended_well(&mut job.0, t.path());
+    tcpserv_came_back_three_times(t.path());
 }
 
 /// `tcpserv DIR 3 3000 SERVER 7777` (native/ckpt/tests/tcpserv.c built in `t`): process 0
