@@ -2906,47 +2906,78 @@ static void settle_tcp(int fd, void *arg)
     }
 }
 
-/* Whether a process of this tree holds socket inode `ino`. The tree's /proc is its own
- * (cairn-restore --init mounts one in the tree's namespaces), so its processes are all of
- * /proc's; without a namespace of its own a tree sees the whole machine's, and every socket
- * of the machine counts as the tree's (as before trees were told apart). */
-struct sock_holder {
-    uint64_t ino;
-    int pid;
-    int found;
-};
+/* The socket inodes the processes of this tree hold, listed once per checkpoint (at the first
+ * connection whose other end is a socket of this machine) and sorted. The tree's /proc is
+ * its own (cairn-restore --init mounts one in the tree's namespaces), so its processes are
+ * all of /proc's; without a namespace of its own a tree sees the whole machine's, and every
+ * socket of the machine counts as the tree's (as before trees were told apart). */
+#define TREE_SOCKS_MAX 65536
+static struct {
+    uint64_t *ino; /* mapped for the census, TREE_SOCKS_MAX entries */
+    int n, pid;
+    int listed, overflow;
+} tsocks;
 
-static void fd_holds_sock(int fd, void *p)
+static void fd_sock(int fd, void *p)
 {
-    struct sock_holder *h = p;
-    char link[64], target[64], want[40];
-    if (h->found)
-        return;
-    snprintf(link, sizeof link, "/proc/%d/fd/%d", h->pid, fd);
+    (void)p;
+    char link[64], target[64];
+    snprintf(link, sizeof link, "/proc/%d/fd/%d", tsocks.pid, fd);
     ssize_t n = readlink(link, target, sizeof target - 1);
+    unsigned long long ino;
     if (n <= 0)
         return;
     target[n] = 0;
-    snprintf(want, sizeof want, "socket:[%llu]", (unsigned long long)h->ino);
-    h->found = strcmp(target, want) == 0;
+    if (sscanf(target, "socket:[%llu]", &ino) != 1)
+        return;
+    if (tsocks.n == TREE_SOCKS_MAX)
+        tsocks.overflow = 1;
+    else
+        tsocks.ino[tsocks.n++] = ino;
 }
 
-static void pid_holds_sock(int pid, void *p)
+static void pid_socks(int pid, void *p)
 {
-    struct sock_holder *h = p;
-    if (h->found)
-        return;
     char dir[32];
     snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
-    h->pid = pid;
-    each_number(dir, fd_holds_sock, h, NULL);
+    tsocks.pid = pid;
+    each_number(dir, fd_sock, p, NULL);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether a process of this tree holds socket inode `ino`. When the list could not be made
+ * (no memory, more sockets than it holds), every socket counts as the tree's. */
 static int tree_holds_socket(uint64_t ino)
 {
-    struct sock_holder h = {.ino = ino};
-    each_number("/proc", pid_holds_sock, &h, NULL);
-    return h.found;
+    if (!tsocks.listed) {
+        tsocks.listed = 1;
+        tsocks.n = 0;
+        tsocks.overflow = 0;
+        void *m = mmap(NULL, TREE_SOCKS_MAX * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        tsocks.ino = m == MAP_FAILED ? NULL : m;
+        if (tsocks.ino) {
+            each_number("/proc", pid_socks, NULL, NULL);
+            qsort(tsocks.ino, (size_t)tsocks.n, sizeof *tsocks.ino, cmp_u64);
+        }
+    }
+    if (!tsocks.ino || tsocks.overflow)
+        return 1;
+    return bsearch(&ino, tsocks.ino, (size_t)tsocks.n, sizeof ino, cmp_u64) != NULL;
+}
+
+/* The list made for this census is let go. */
+static void tree_socks_done(void)
+{
+    if (tsocks.ino)
+        munmap(tsocks.ino, TREE_SOCKS_MAX * sizeof(uint64_t));
+    tsocks.ino = NULL;
+    tsocks.listed = 0;
 }
 
 /* In a tree: every connected TCP socket whose other end is a socket of this tree is
@@ -3196,6 +3227,7 @@ static void census(const struct cairn_img_region *regs, int n)
     census_pipes();
     census_sockets();
     census_tcp();
+    tree_socks_done();
     if (S.nfds >= MAX_FDS)
         unrestorable("more than %d files are open", MAX_FDS);
     each_number("/proc/self/task", census_children, NULL, NULL);
