@@ -643,9 +643,11 @@ impl RootLoop {
             .arg("nodes", self.cfg.nodes)
             .arg(
                 "state",
-                match &self.ckpt {
-                    Some(c) => format!("checkpointing:{}", c.phase.name()),
-                    None => "idle".into(),
+                match (&self.ckpt, &self.begun) {
+                    (Some(c), _) => format!("checkpointing:{}", c.phase.name()),
+                    // Until the engine is up a checkpoint request is refused.
+                    (None, None) => "starting".into(),
+                    (None, Some(_)) => "idle".into(),
                 },
             )
             .arg("ckpt", self.ckpt.as_ref().map(|c| c.version).unwrap_or(0))];
