@@ -743,57 +743,6 @@ pub fn read_dir(p: &Path) -> Result<Vec<PathBuf>, String> {
     .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_parse() {
-        assert_eq!(
-            parse_phase("cairn: checkpoint 3: STORE (0.407 s)"),
-            Some(("STORE".to_string(), 0.407))
-        );
-        assert_eq!(
-            parse_done(
-                "checkpoint 12 of job j complete: 1 bytes of images (2 stored) in 0.01 s, /x/v12"
-            ),
-            Some(12)
-        );
-        assert_eq!(parse_done("checkpoint of nothing"), None);
-        let c = CairnCkpt {
-            phases: vec![("WRITE".into(), 0.1), ("STORE".into(), 0.4)],
-            ..CairnCkpt::default()
-        };
-        assert!((c.phase("WRITE", "STORE").unwrap() - 0.3).abs() < 1e-12);
-        assert_eq!(c.phase("STORE", "RESUME"), None);
-    }
-
-    #[test]
-    fn heartbeat_file_is_read_in_whole_lines_and_again_when_cut() {
-        let d = std::env::temp_dir().join(format!("cairn-bench-test-{}", std::process::id()));
-        private_dir(&d).unwrap();
-        let p = d.join("hb");
-        let mut hb = Hb::new(p.clone());
-        assert!(hb.poll().is_empty());
-        fs::write(&p, "hb 1 1\nhb 2").unwrap();
-        assert_eq!(hb.poll(), vec!["hb 1 1".to_string()]);
-        fs::write(&p, "hb 1 1\nhb 2 2\n").unwrap();
-        assert_eq!(hb.poll(), vec!["hb 2 2".to_string()]);
-        fs::write(&p, "hb 9 9\n").unwrap();
-        assert_eq!(hb.poll(), vec!["hb 9 9".to_string()]);
-        fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn dates_read() {
-        let d = std::env::temp_dir().join(format!("cairn-bench-date-{}", std::process::id()));
-        fs::write(&d, "").unwrap();
-        let s = mtime_utc(&d);
-        fs::remove_file(&d).unwrap();
-        assert!(s.ends_with(" UTC") && s.len() == 20, "{s}");
-    }
-}
-
 /// DMTCP's commands, when installed (`bench/peers/build.sh --only dmtcp` builds 4.2.0 into
 /// /opt/cairn-peers/dmtcp).
 pub struct Dmtcp {
@@ -1059,5 +1008,56 @@ struct DmtcpImages {
 impl Drop for DmtcpJob<'_> {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse() {
+        assert_eq!(
+            parse_phase("cairn: checkpoint 3: STORE (0.407 s)"),
+            Some(("STORE".to_string(), 0.407))
+        );
+        assert_eq!(
+            parse_done(
+                "checkpoint 12 of job j complete: 1 bytes of images (2 stored) in 0.01 s, /x/v12"
+            ),
+            Some(12)
+        );
+        assert_eq!(parse_done("checkpoint of nothing"), None);
+        let c = CairnCkpt {
+            phases: vec![("WRITE".into(), 0.1), ("STORE".into(), 0.4)],
+            ..CairnCkpt::default()
+        };
+        assert!((c.phase("WRITE", "STORE").unwrap() - 0.3).abs() < 1e-12);
+        assert_eq!(c.phase("STORE", "RESUME"), None);
+    }
+
+    #[test]
+    fn heartbeat_file_is_read_in_whole_lines_and_again_when_cut() {
+        let d = std::env::temp_dir().join(format!("cairn-bench-test-{}", std::process::id()));
+        private_dir(&d).unwrap();
+        let p = d.join("hb");
+        let mut hb = Hb::new(p.clone());
+        assert!(hb.poll().is_empty());
+        fs::write(&p, "hb 1 1\nhb 2").unwrap();
+        assert_eq!(hb.poll(), vec!["hb 1 1".to_string()]);
+        fs::write(&p, "hb 1 1\nhb 2 2\n").unwrap();
+        assert_eq!(hb.poll(), vec!["hb 2 2".to_string()]);
+        fs::write(&p, "hb 9 9\n").unwrap();
+        assert_eq!(hb.poll(), vec!["hb 9 9".to_string()]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn dates_read() {
+        let d = std::env::temp_dir().join(format!("cairn-bench-date-{}", std::process::id()));
+        fs::write(&d, "").unwrap();
+        let s = mtime_utc(&d);
+        fs::remove_file(&d).unwrap();
+        assert!(s.ends_with(" UTC") && s.len() == 20, "{s}");
     }
 }

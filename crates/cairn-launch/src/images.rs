@@ -715,7 +715,7 @@ mod tests {
         let image = d.path().join("proc0.img");
         // Three whole blocks and a short one, each different.
         let bytes: Vec<u8> = (0..3 * BLOCK as usize + 1000)
-            .map(|i| (i / 7 ^ i / 65536) as u8)
+            .map(|i| ((i / 7) ^ (i / 65536)) as u8)
             .collect();
         std::fs::write(&image, &bytes).unwrap();
         let len = bytes.len() as u64;
