@@ -2950,6 +2950,35 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Sorts `v` in place (heapsort). Not qsort: glibc's allocates a buffer for arrays over 1 KiB
+ * with malloc, which the checkpoint must not call (another thread of the program may have
+ * stopped inside it, and the heap is being saved). */
+static void sort_u64(uint64_t *v, size_t n)
+{
+    for (size_t end = n, start = n / 2;;) {
+        size_t root;
+        if (start > 0) {
+            root = --start;
+        } else {
+            if (end <= 1)
+                return;
+            uint64_t t = v[--end];
+            v[end] = v[0];
+            v[0] = t;
+            root = 0;
+        }
+        for (size_t child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && v[child + 1] > v[child])
+                child++;
+            if (v[root] >= v[child])
+                break;
+            uint64_t t = v[root];
+            v[root] = v[child];
+            v[child] = t;
+        }
+    }
+}
+
 /* Whether a process of this tree holds socket inode `ino`. When the list could not be made
  * (no memory, more sockets than it holds), every socket counts as the tree's. */
 static int tree_holds_socket(uint64_t ino)
@@ -2963,7 +2992,7 @@ static int tree_holds_socket(uint64_t ino)
         tsocks.ino = m == MAP_FAILED ? NULL : m;
         if (tsocks.ino) {
             each_number("/proc", pid_socks, NULL, NULL);
-            qsort(tsocks.ino, (size_t)tsocks.n, sizeof *tsocks.ino, cmp_u64);
+            sort_u64(tsocks.ino, (size_t)tsocks.n);
         }
     }
     if (!tsocks.ino || tsocks.overflow)
