@@ -2482,8 +2482,15 @@ static ssize_t peek_each(int fd, const char *target, int udp)
         }
         struct cairn_img_datagram d;
         memset(&d, 0, sizeof d);
-        if (got == 0 || (mh.msg_flags & MSG_TRUNC) || (udp && mh.msg_namelen > sizeof d.from)) {
+        if (got == 0 || (mh.msg_flags & MSG_TRUNC)) {
             unrestorable("%s has an empty or oversized message in flight", target);
+            total = -1;
+            break;
+        }
+        if (udp && mh.msg_namelen > sizeof d.from) {
+            unrestorable("%s has a datagram in flight whose sender's address is longer than %zu bytes (a Unix "
+                         "socket bound to a path?)",
+                         target, sizeof d.from);
             total = -1;
             break;
         }
@@ -2635,14 +2642,30 @@ static uint64_t udp_peer(const struct cairn_img_sock *r) { return diag_inode(r->
  * connected to its peer if it was, with the datagrams waiting at it and their senders. One
  * connected to an address no socket of this machine receives at leads outside the job: 0 is
  * returned, and it is refused (or comes back closed) as another socket, naming that address;
- * the root checks that a receiver found is in the tree. Returns 0 for another socket. */
+ * the root checks that a receiver found is in the tree. An unconnected Unix datagram socket
+ * (UCX's shared-memory transports wake their peers through one, bound to an abstract name
+ * the kernel chose) comes back the same way, with its name; one bound to a path in the file
+ * system is refused, naming it. A connected one is a pair (unix_stream_end). Returns 0 for
+ * another socket. */
 static int tree_udp(int fd, const char *target)
 {
     struct cairn_img_sock r;
     int dom = sock_opt(fd, SO_DOMAIN);
-    if ((dom != AF_INET && dom != AF_INET6) || sock_opt(fd, SO_TYPE) != SOCK_DGRAM ||
+    if ((dom != AF_INET && dom != AF_INET6 && dom != AF_UNIX) || sock_opt(fd, SO_TYPE) != SOCK_DGRAM ||
         strncmp(target, "socket:[", 8) != 0 || sock_record(fd, &r) != 0)
         return 0;
+    if (dom == AF_UNIX) {
+        if (r.peer_len > offsetof(struct sockaddr_un, sun_path) || unix_peer(strtoull(target + 8, NULL, 10)))
+            return 0;
+        const char *name = (const char *)r.local + offsetof(struct sockaddr_un, sun_path);
+        if (r.local_len > offsetof(struct sockaddr_un, sun_path) && name[0] != 0) {
+            unrestorable("fd %d is a Unix datagram socket bound to the path %.*s (%s); only unnamed ones and ones "
+                         "with an abstract name come back",
+                         fd, (int)strnlen(name, r.local_len - offsetof(struct sockaddr_un, sun_path)), name, target);
+            return 1;
+        }
+        r.peer_len = 0;
+    }
     uint64_t peer = r.peer_len ? udp_peer(&r) : 0;
     if (r.peer_len && !peer)
         return 0;

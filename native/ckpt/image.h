@@ -194,7 +194,9 @@ struct cairn_img_ipc {
 #define CAIRN_XFD_EVENT 9u     /* an eventfd: `offset` its count, `size` 1 for EFD_SEMAPHORE;
                                 * `peer` links it to another process's descriptor it shares, as for
                                 * a file */
-#define CAIRN_XFD_UDP 10u      /* a UDP socket (IPv4 or IPv6): `size` 1 if it is connected, `peer`
+#define CAIRN_XFD_UDP 10u      /* a UDP socket (IPv4 or IPv6), or an unconnected Unix datagram
+                                * socket, unnamed or with an abstract name: `size` 1 if it is
+                                * connected (UDP only), `peer`
                                 * then the inode of the socket that receives what it sends; its
                                 * data a struct cairn_img_sock, then (recv_len bytes) the
                                 * datagrams waiting at it, each a struct cairn_img_datagram and
@@ -252,7 +254,8 @@ struct cairn_img_sock {
 struct cairn_img_datagram {
     uint32_t len;            /* its bytes, which follow */
     uint32_t from_len;
-    uint8_t from[28];        /* the sender's address (struct sockaddr_in or sockaddr_in6) */
+    uint8_t from[28];        /* the sender's address (struct sockaddr_in or sockaddr_in6, or a
+                              * Unix socket's abstract name; a longer one is refused) */
 };
 
 /* The data of a pseudo-terminal record: its settings, as the kernel's TCGETS and TIOCGWINSZ

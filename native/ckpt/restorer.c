@@ -1502,6 +1502,9 @@ static int same_bytes(const uint8_t *a, const uint8_t *b, u64 n)
  * port, and the same address or the listener's wildcard one). */
 static int listens_for(const struct cairn_img_sock *l, const struct cairn_img_sock *a)
 {
+    /* A Unix datagram socket by its abstract name (an unnamed one is no sender to find). */
+    if (l->family == AF_UNIX && a->family == AF_UNIX)
+        return a->local_len > 2 && l->local_len == a->local_len && same_bytes(l->local, a->local, a->local_len);
     if (l->family != a->family || a->family == AF_UNIX || l->local[2] != a->local[2] || l->local[3] != a->local[3])
         return 0;
     u64 at = a->family == AF_INET ? 4 : 8, len = a->family == AF_INET ? 4 : 16;
@@ -1525,19 +1528,26 @@ static void make_udp(int k)
     const struct xrec *r = end_record(k, O[k].a, &s);
     i64 fd = sys3(SYS_socket, s.family, s.type, s.protocol);
     if (fd < 0)
-        fail(5, "cairn-restore: cannot make a UDP socket of the tree again");
-    set_opt(fd, SOL_SOCKET, SO_REUSEADDR, (s.opts & CAIRN_SOCK_REUSEADDR) != 0);
-    if (s.opts & CAIRN_SOCK_REUSEPORT)
-        set_opt(fd, SOL_SOCKET, SO_REUSEPORT, 1);
-    if (s.family == AF_INET6)
-        set_opt(fd, IPPROTO_IPV6, IPV6_V6ONLY, (s.opts & CAIRN_SOCK_V6ONLY) != 0);
-    i64 e = sys3(SYS_bind, fd, s.local, s.local_len);
-    if (e == 0 && s.peer_len)
-        e = sys3(SYS_connect, fd, s.peer, s.peer_len);
+        fail(5, "cairn-restore: cannot make a datagram socket of the tree again");
+    i64 e = 0;
+    if (s.family == AF_UNIX) {
+        /* The library recorded only unnamed ones and ones with an abstract name. */
+        if (s.local_len > 2 && s.local_len <= sizeof s.local && s.local[2] == 0)
+            e = sys3(SYS_bind, fd, s.local, s.local_len);
+    } else {
+        set_opt(fd, SOL_SOCKET, SO_REUSEADDR, (s.opts & CAIRN_SOCK_REUSEADDR) != 0);
+        if (s.opts & CAIRN_SOCK_REUSEPORT)
+            set_opt(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+        if (s.family == AF_INET6)
+            set_opt(fd, IPPROTO_IPV6, IPV6_V6ONLY, (s.opts & CAIRN_SOCK_V6ONLY) != 0);
+        e = sys3(SYS_bind, fd, s.local, s.local_len);
+        if (e == 0 && s.peer_len)
+            e = sys3(SYS_connect, fd, s.peer, s.peer_len);
+    }
     if (e != 0)
-        say_sock("cannot bind or connect a UDP socket again to its addresses", r, e);
+        say_sock("cannot bind or connect a datagram socket again to its addresses", r, e);
     if (put_at(fd, xbase + 2 * k) < 0)
-        fail(5, "cairn-restore: cannot place a UDP socket of the tree (too many open files?)");
+        fail(5, "cairn-restore: cannot place a datagram socket of the tree (too many open files?)");
 }
 
 /* The datagrams that waited at UDP socket k (its first record that has any), each sent to
@@ -1559,7 +1569,7 @@ static void refill_datagrams(int k, int n)
     /* A socket bound to the wildcard address is reached at the loopback one. */
     static const uint8_t zero[16], lo4[4] = {127, 0, 0, 1}, lo6[16] = {[15] = 1};
     u64 at = s.family == AF_INET ? 4 : 8, alen = s.family == AF_INET ? 4 : 16;
-    if (same_bytes(to.local + at, zero, alen))
+    if (s.family != AF_UNIX && same_bytes(to.local + at, zero, alen))
         bcopy_n(to.local + at, s.family == AF_INET ? lo4 : lo6, alen);
     static uint8_t msg[64 << 10];
     u64 base = M[r->member].xdata + r->x.data_off + sizeof s;
@@ -1572,6 +1582,7 @@ static void refill_datagrams(int k, int n)
         off += sizeof d + d.len;
         struct cairn_img_sock from;
         from.family = s.family;
+        from.local_len = d.from_len;
         bcopy_n(from.local, d.from, d.from_len);
         i64 via = -1;
         for (int j = 0; j < n && via < 0; j++) {
@@ -1585,8 +1596,9 @@ static void refill_datagrams(int k, int n)
         if (own >= 0)
             sys1(SYS_close, own);
         if (sent != (i64)d.len)
-            say_sock("cannot send a datagram in flight again to a UDP socket of the tree", r, sent < 0 ? sent : -5);
-        else if (via < 0)
+            say_sock("cannot send a datagram in flight again to a datagram socket of the tree", r,
+                     sent < 0 ? sent : -5);
+        else if (via < 0 && !(s.family == AF_UNIX && d.from_len <= 2)) /* an unnamed sender stays one */
             say_sock("a datagram in flight comes back from another sender (its sender is not in the tree)", r, 0);
     }
 }

@@ -103,16 +103,23 @@ fn wait_child(c: &mut Child, secs: u64) -> std::process::ExitStatus {
 
 /// `cairn status --json` of the job in `dir`, once it answers.
 fn status(dir: &Path) -> Value {
-    wait_for("cairn status", 20, || {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
         let o = cairn()
             .args(["status", "--json", "--dir"])
             .arg(dir)
             .output()
             .unwrap();
-        o.status
-            .success()
-            .then(|| serde_json::from_slice(&o.stdout).unwrap())
-    })
+        if o.status.success() {
+            return serde_json::from_slice(&o.stdout).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cairn status did not answer within 20 s; it last said: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -304,11 +311,14 @@ fn status_and_checkpoint_reach_the_running_job() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    // The processes start once both sub-coordinators have registered.
-    let s = wait_for("the sub-coordinators", 20, || {
+    // The processes start once both sub-coordinators have registered; the job is
+    // `starting` until its engine is up (a checkpoint asked for then is refused).
+    let s = wait_for("the sub-coordinators and the engine", 20, || {
         let s = status(&dir);
         let nodes = s["nodes"].as_array().unwrap();
-        nodes.iter().all(|n| n["state"] == "connected").then_some(s)
+        let up = s["job"]["state"] == "idle";
+        assert!(up || s["job"]["state"] == "starting", "{s}");
+        (up && nodes.iter().all(|n| n["state"] == "connected")).then_some(s)
     });
     assert_eq!(s["job"]["job"], "s1");
     assert_eq!(s["procs"].as_array().unwrap().len(), 3);
@@ -1030,7 +1040,18 @@ fn job_log(t: &Path) -> std::fs::File {
 
 /// Waits for the job of test directory `t` to end, and checks it ended well.
 fn ended_well(job: &mut Child, t: &Path) {
-    let st = wait_child(job, 300);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let st = loop {
+        if let Some(st) = job.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job did not end within 300 s; its messages:\n{}",
+            log_tail(t)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(st.success(), "{st}; the job's messages:\n{}", log_tail(t));
 }
 
@@ -1254,11 +1275,12 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
     // `pairchild`, `anonchild` and `eventchild`, through a pipe, a socket pair, shared
     // anonymous memory and an eventfd to a child process; with `dgramchild` and `seqchild`,
     // through Unix datagram and seqpacket pairs and UDP sockets to a child, with messages in
-    // flight (at the parent's unconnected UDP socket, sent by the child's); with `passfile`,
+    // flight (at the parent's unconnected UDP socket, sent by the child's), and between two
+    // unconnected Unix datagram sockets with abstract names; with `passfile`,
     // through a file one child passed to another over a Unix socket (one offset); with
     // `inotify`, through inotify watches with a gap in their numbers and a relative path.
     // The modes that print no sum of shared bytes before they end.
-    const PLAIN: [&str; 13] = [
+    const PLAIN: [&str; 14] = [
         "dirs",
         "epoll",
         "selfpipe",
@@ -1270,6 +1292,7 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
         "dgramchild",
         "seqchild",
         "udpchild",
+        "unixdgchild",
         "passfile",
         "inotify",
     ];
@@ -2125,11 +2148,13 @@ fn real_library_an_mpi_job_over_tcp_comes_back_with_its_messages_in_flight() {
 }
 
 /// The same ring under MPICH (Debian's 4.0: its ch4 device over UCX) started by its own
-/// launcher, Hydra (`mpiexec.mpich`, its proxy and the ranks), with UCX limited to TCP and
-/// self (its shared-memory transports hold Unix datagram sockets and descriptors of
-/// removed files with data in them, which a checkpoint refuses, naming them:
-/// docs/transparent.md): checkpointed, killed and restarted three times in a row, every
-/// rank checking every message and reduction to the end.
+/// launcher, Hydra (`mpiexec.mpich`, its proxy and the ranks), the ranks talking through
+/// UCX's System V shared-memory transport (its segments, and the Unix datagram sockets with
+/// abstract names through which the ranks wake each other): checkpointed, killed and
+/// restarted three times in a row, every rank checking every message and reduction to the
+/// end. Not over UCX's TCP transport: MPICH before 4.2 hangs in MPI_Finalize over it when
+/// the ranks reach it at different times, without Cairn in 8 of 20 runs of this ring
+/// (docs/transparent.md).
 #[test]
 fn real_library_an_mpich_job_comes_back_with_its_messages_in_flight() {
     let Some((t, config)) = real_setup() else {
@@ -2145,7 +2170,7 @@ fn real_library_an_mpich_job_comes_back_with_its_messages_in_flight() {
         .arg(&ring)
         .arg(steps.to_string())
         .arg(t.path())
-        .env("UCX_TLS", "tcp,self");
+        .env("UCX_TLS", "sysv,self");
     ring_through_three_cycles(&t, &config, "mpich", launch, steps);
 }
 

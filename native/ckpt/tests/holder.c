@@ -2,7 +2,7 @@
  * then counts STEPS steps of 5 ms into DIR/out.<CAIRN_PROC>, and exits 0: a refused
  * checkpoint must leave it running.
  *
- *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|passfile|msgq|dirs STEPS DIR
+ *   holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|unixdgchild|passfile|msgq|dirs STEPS DIR
  *
  *   pipe     a pipe to a forked child that reads it
  *   socket   a UDP socket connected to 127.0.0.1:9 (a peer outside the job)
@@ -55,6 +55,8 @@
  *   udpchild the same over UDP on 127.0.0.1: the parent's socket is bound and not connected
  *            (it sends to the address the child's first datagram came from), the child's is
  *            connected to the parent's
+ *   unixdgchild the same over Unix datagram sockets, each bound to an abstract name the
+ *            kernel chose and neither connected (the child sends to the parent's name)
  *   passfile two children: the first opens DIR/passed.dat and passes it to the second over a
  *            Unix socket (SCM_RIGHTS); the parent never holds it. Each step the first writes
  *            "P<step>" through it, then the second "C<step>", one offset for both; at the end
@@ -66,8 +68,8 @@
  *            directory's descriptor, writes to /dev/null and reads /dev/urandom
  *
  * A checkpoint is refused for pipe, socket, sockets, child and msgq, and for fifo unless
- * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild, seqchild, udpchild
- * and passfile come back. */
+ * CAIRN_CKPT_EXTERNAL=close; shared, anon, dirs, inotify, eventchild, dgramchild, seqchild, udpchild,
+ * unixdgchild and passfile come back. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -174,7 +176,7 @@ static int write_steps(int ctl, char tag, int f)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|passfile|msgq|dirs STEPS DIR\n");
+        fprintf(stderr, "usage: holder pipe|socket|sockets|listen|shared|anon|inotify|child|static|fifo|epoll|selfpipe|selfsock|pairchild|anonchild|eventchild|dgramchild|seqchild|udpchild|unixdgchild|passfile|msgq|dirs STEPS DIR\n");
         return 2;
     }
     const char *what = argv[1];
@@ -192,7 +194,7 @@ int main(int argc, char **argv)
     volatile long *evtotal = NULL;
     int in = -1, wb = -1, wc = -1, lost_events = 0;
     int messages = -1, pass_a = -1, pass_b = -1;
-    struct sockaddr_in udp_to; /* udpchild: where the child's socket is */
+    struct sockaddr_storage udp_to; /* udpchild, unixdgchild: where the child's socket is */
     socklen_t udp_len = 0;
     volatile long *both = NULL;
     if (strcmp(what, "pipe") == 0) {
@@ -321,17 +323,30 @@ int main(int argc, char **argv)
         }
         close(sp[1]);
         messages = sp[0];
-    } else if (strcmp(what, "udpchild") == 0) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t al = sizeof a;
-        int srv = socket(AF_INET, SOCK_DGRAM, 0);
-        if (srv < 0 || bind(srv, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(srv, (struct sockaddr *)&a, &al) != 0)
+    } else if (strcmp(what, "udpchild") == 0 || strcmp(what, "unixdgchild") == 0) {
+        /* unixdgchild: both sockets are Unix datagram ones with abstract names the kernel
+         * chooses (binding an address of the family alone), neither connected. */
+        int dom = what[1] == 'n' ? AF_UNIX : AF_INET;
+        struct sockaddr_storage a;
+        memset(&a, 0, sizeof a);
+        socklen_t al = dom == AF_UNIX ? (socklen_t)sizeof(sa_family_t) : (socklen_t)sizeof(struct sockaddr_in);
+        a.ss_family = (sa_family_t)dom;
+        if (dom == AF_INET)
+            ((struct sockaddr_in *)&a)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int srv = socket(dom, SOCK_DGRAM, 0);
+        if (srv < 0 || bind(srv, (struct sockaddr *)&a, al) != 0)
+            return 3;
+        al = sizeof a;
+        if (getsockname(srv, (struct sockaddr *)&a, &al) != 0)
             return 3;
         child = fork();
         if (child == 0) {
             static char m[8192];
-            int c = socket(AF_INET, SOCK_DGRAM, 0);
-            if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a) != 0 || send(c, "hello", 5, 0) != 5)
+            struct sockaddr_storage own = {.ss_family = (sa_family_t)dom};
+            int c = socket(dom, SOCK_DGRAM, 0);
+            if (c < 0 || (dom == AF_UNIX ? bind(c, (struct sockaddr *)&own, sizeof(sa_family_t)) != 0 ||
+                                               sendto(c, "hello", 5, 0, (struct sockaddr *)&a, al) != 5
+                                         : connect(c, (struct sockaddr *)&a, al) != 0 || send(c, "hello", 5, 0) != 5))
                 _exit(3);
             for (;;) {
                 ssize_t n = recv(c, m, sizeof m, 0);
@@ -339,7 +354,8 @@ int main(int argc, char **argv)
                     continue;
                 if (n <= 0 || (n == 3 && memcmp(m, "end", 3) == 0))
                     _exit(0);
-                while (send(c, m, (size_t)n, 0) != n)
+                while (sendto(c, m, (size_t)n, 0, dom == AF_UNIX ? (struct sockaddr *)&a : NULL,
+                              dom == AF_UNIX ? al : 0) != n)
                     if (errno != EINTR)
                         _exit(4);
             }
