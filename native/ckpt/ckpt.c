@@ -77,6 +77,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
@@ -2077,6 +2078,35 @@ static int tcp_end(int fd, const char *target);
 static int tree_udp(int fd, const char *target);
 static int tree_tty(int fd, const struct stat *st, const char *target);
 
+/* The regions of the checkpoint being taken, for census_fd. */
+static const struct cairn_img_region *census_regs;
+static int census_nregs;
+
+/* In a tree: a descriptor of a file without a name that this process maps shared (UCX's
+ * POSIX transport removes its segment's file as soon as it has made it and keeps the
+ * descriptor, through which its peers open it in /proc/<pid>/fd) comes back as a descriptor of
+ * the shared memory object the tree's init makes at restart for those mappings
+ * (CAIRN_XFD_SHM). Returns 0 for another file. */
+static int shm_file_fd(int fd, const struct stat *st, const char *target)
+{
+    uint64_t dev = ((uint64_t)major(st->st_dev) << 32) | minor(st->st_dev);
+    int mapped = 0;
+    for (int i = 0; i < census_nregs && !mapped; i++)
+        mapped = (census_regs[i].flags & CAIRN_REG_OBJECT) && census_regs[i].dev == dev &&
+                 census_regs[i].ino == (uint64_t)st->st_ino;
+    if (!mapped)
+        return 0;
+    struct cairn_img_xfd *x = new_xfd(fd, CAIRN_XFD_SHM, st->st_ino, dev);
+    if (!x) {
+        unrestorable("fd %d (%s) cannot be recorded (more than %d shared descriptors)", fd, target, MAX_FDS);
+        return 1;
+    }
+    x->size = st->st_size;
+    x->offset = lseek(fd, 0, SEEK_CUR);
+    nxfds++;
+    return 1;
+}
+
 static void census_fd(int fd, void *dirfd)
 {
     if (fd > S.max_fd)
@@ -2145,9 +2175,11 @@ static void census_fd(int fd, void *dirfd)
             say("checkpoint: fd %d (%s, empty), shared with fd %d of process %d, comes back as a file of its own "
                 "after a restart",
                 fd, target, (int)(twin & 0xffffffffu) - 1, (int)(twin >> 32));
+    } else if (S_ISREG(st.st_mode) && in_tree() && shm_file_fd(fd, &st, target)) {
+        /* the tree's shared memory object for its mapping */
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
         unrestorable("fd %d is a file that no longer has a name (%s, %lld bytes; only an empty "
-                     "one comes back)",
+                     "one, or one the process maps shared, comes back)",
                      fd, target, (long long)st.st_size);
     } else if (S_ISCHR(st.st_mode) && in_tree() && tree_tty(fd, &st, target)) {
         /* made again once for the tree */
@@ -3275,6 +3307,8 @@ static void census(const struct cairn_img_region *regs, int n)
     nzombies = 0;
     if (in_tree())
         find_tree_peers();
+    census_regs = regs;
+    census_nregs = n;
     each_number("/proc/self/fd", census_fd, &dirfd, &dirfd);
     census_pipes();
     census_sockets();

@@ -207,6 +207,10 @@ struct cairn_img_ipc {
                                 * CAIRN_XFD_TCP. The restorer puts an unconnected socket at its
                                 * number; the library connects the two ends again through the
                                 * coordinators (MEET) once the process runs again */
+#define CAIRN_XFD_SHM 12u      /* a file without a name that the process maps shared: `ino` and
+                                * `peer` the inode and device of the mappings (the regions'
+                                * `dev`), `size` the file's size, `offset` its offset; it comes
+                                * back as the tree's shared memory object for them */
 
 #define CAIRN_XFD_CLOSE_UNMATCHED 0x1u /* CAIRN_CKPT_EXTERNAL=close: if its other end is not in
                                         * the tree, it comes back with that end closed */

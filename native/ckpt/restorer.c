@@ -2070,6 +2070,16 @@ static void make_shm_objects(void)
 {
     each_region_with(CAIRN_REG_SHARED | CAIRN_REG_FILE | CAIRN_REG_SAVED, note_written);
     each_region_with(CAIRN_REG_OBJECT, size_object);
+    /* A descriptor of the file behind such mappings (CAIRN_XFD_SHM) reaches to its size. */
+    for (int i = 0; i < nx; i++) {
+        if (X[i].x.kind != CAIRN_XFD_SHM)
+            continue;
+        int j = find_shm(X[i].x.peer, X[i].x.ino);
+        if (j < 0 || X[i].x.size < 0)
+            fail(4, "cairn-restore: damaged image: a descriptor of shared memory without its mapping");
+        if ((u64)X[i].x.size > SHM[j].size)
+            SHM[j].size = (u64)X[i].x.size;
+    }
     for (int j = 0; j < nshm; j++) {
         i64 fd = sys2(SYS_memfd_create, "cairn-shared", 0);
         if (fd < 0 || sys2(SYS_ftruncate, fd, SHM[j].size) != 0 || put_at(fd, shm_fd(j)) < 0)
@@ -2189,6 +2199,21 @@ static void place_objects(int me)
         }
         if (r->x.kind != CAIRN_XFD_FILE)
             sys3(SYS_fcntl, r->x.fd, F_SETFL, r->x.flags & O_NONBLOCK);
+    }
+    /* Descriptors of the files behind shared mappings: the tree's objects for them (one open
+     * file description for all their holders). */
+    for (int i = 0; i < nx; i++) {
+        const struct xrec *r = &X[i];
+        if (r->member != me || r->x.kind != CAIRN_XFD_SHM)
+            continue;
+        int j = find_shm(r->x.peer, r->x.ino);
+        if (j < 0 || sys3(SYS_dup3, shm_fd(j), r->x.fd, r->x.cloexec ? O_CLOEXEC : 0) < 0) {
+            put("cairn-restore: cannot put a shared memory object back at fd ");
+            put_num((u64)r->x.fd, 10);
+            fail(5, "");
+        }
+        if (r->x.offset > 0)
+            sys3(SYS_lseek, r->x.fd, r->x.offset, 0);
     }
     if (no || nshm)
         sys3(SYS_close_range, xbase, ~0u, 0);

@@ -361,6 +361,9 @@ pub const XFD_UDP: u32 = 10;
 /// coordinators once both ends run again; the root checks that a process of the job holds
 /// that end).
 pub const XFD_REMOTE: u32 = 11;
+/// A file without a name that the process maps shared (`ino`, and `peer` its device as the
+/// regions' `dev`): it comes back as the tree's shared memory object for those mappings.
+pub const XFD_SHM: u32 = 12;
 /// `Xfd::how`: with its other end outside the tree it comes back closed
 /// (`CAIRN_CKPT_EXTERNAL=close`).
 pub const XFD_CLOSE_UNMATCHED: u32 = 1;

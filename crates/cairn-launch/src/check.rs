@@ -91,7 +91,8 @@ fn one_holder(remote: &[Remote]) -> Result<(), String> {
 fn shared_descriptors(all: &[(String, cairn_ckpt::Xfd)], proc: usize) -> Result<(), String> {
     use cairn_ckpt::{
         Xfd, XFD_CLOSE_UNMATCHED, XFD_ENDED, XFD_EVENT, XFD_FILE, XFD_LISTEN, XFD_PIPE_READ,
-        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_REMOTE, XFD_STDIO, XFD_STREAM, XFD_TCP, XFD_UDP,
+        XFD_PIPE_WRITE, XFD_PTM, XFD_PTS, XFD_REMOTE, XFD_SHM, XFD_STDIO, XFD_STREAM, XFD_TCP,
+        XFD_UDP,
     };
     let has = |kind_of: &dyn Fn(&Xfd) -> bool| all.iter().any(|(_, x)| kind_of(x));
     let mut outside = Vec::new();
@@ -100,10 +101,11 @@ fn shared_descriptors(all: &[(String, cairn_ckpt::Xfd)], proc: usize) -> Result<
         // and terminal masters made with a new slave, and a pipe end whose other end nobody
         // held comes back with it closed; the ends of pipes and connections, and terminal
         // slaves, need their other end.
-        // Connections to other hosts are matched by the root, across the job.
+        // Connections to other hosts are matched by the root, across the job. A descriptor of
+        // shared memory comes back with the mappings the process itself saved.
         if matches!(
             x.kind,
-            XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM | XFD_REMOTE
+            XFD_FILE | XFD_EVENT | XFD_LISTEN | XFD_PTM | XFD_REMOTE | XFD_SHM
         ) || x.how & (XFD_CLOSE_UNMATCHED | XFD_STDIO | XFD_ENDED) != 0
         {
             continue;
