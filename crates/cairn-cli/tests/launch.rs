@@ -101,6 +101,14 @@ fn wait_child(c: &mut Child, secs: u64) -> std::process::ExitStatus {
     wait_for("cairn launch to end", secs, || c.try_wait().unwrap())
 }
 
+/// Waits for a `cairn launch` or `cairn restart` whose processes were just killed. It ends
+/// once the engine has flushed the newest checkpoint to the global tier, on a thread at the
+/// lowest CPU priority: on a machine busy with other tests that takes 20 s for a 40 MB job
+/// (at once when idle).
+fn ended_after_kill(c: &mut Child) -> std::process::ExitStatus {
+    wait_child(c, 120)
+}
+
 /// `cairn status --json` of the job in `dir`, once it answers.
 fn status(dir: &Path) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -812,7 +820,7 @@ fn real_library_images_survive_a_lost_node_through_partner_copies() {
     );
     // Kill every process for real, then lose node 1's storage.
     kill9_all(&pids);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     std::fs::remove_dir_all(local.join("node1")).unwrap();
     let all = restart_from(&config, t.path(), 2);
     assert!(
@@ -914,7 +922,7 @@ fn real_library_idle_process_checkpoints_incrementally() {
         assert!(!kept(i, 1).parent().unwrap().exists());
     }
     kill9_all(&pids);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     // One byte of process 1's kept image changes after the crash.
     let mut img = std::fs::read(kept(1, 2)).unwrap();
     let mid = img.len() / 2;
@@ -989,7 +997,7 @@ fn real_library_images_in_shared_memory_survive_a_wiped_store() {
     let df: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(df.as_array().map(Vec::len), Some(2), "{df}");
     kill9_all(&pids);
-    wait_child(&mut launched, 30);
+    ended_after_kill(&mut launched);
     // Node 1 is lost with its store.
     let o = configured(&config, &["fs", "wipe", "--node", "1"])
         .env("CAIRN_JOB", &job)
@@ -1084,7 +1092,7 @@ fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
     wait_steps(t.path(), 2, 200);
     checkpoint(t.path());
     kill9_all(&pids);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     // The first restart runs in the background: its processes register again, with new
     // pids, and are checkpointed while they run restored.
     let (mut job, restored) = restart_in_background(&config, t.path(), 2);
@@ -1096,7 +1104,7 @@ fn real_library_a_restarted_job_checkpoints_again_and_restarts_from_that() {
     checkpoint(t.path());
     assert!(t.path().join("imgs/again/v2/manifest.json").is_file());
     kill9_all(&restored);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     // The second restart, from the image taken after the first one, runs to the end.
     restart_from(&config, t.path(), 2);
     check_counters(t.path(), 2, 1000);
@@ -1182,7 +1190,7 @@ fn real_library_a_program_started_through_two_exec_wrappers_is_checkpointed_and_
     let m = manifest(t.path(), "wrapped", 1);
     assert_eq!(m["procs"].as_array().unwrap().len(), 1, "{m}");
     kill9_all(&[pid]);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     restart_from(&config, t.path(), 1);
     check_counters(t.path(), 1, 1000);
 }
@@ -1303,7 +1311,7 @@ fn real_library_shared_memory_directories_event_descriptors_pipes_and_socket_pai
         checkpoint(t.path());
         wait_steps(t.path(), 1, 300);
         kill9_all(&[pid]);
-        wait_child(&mut job, 30);
+        ended_after_kill(&mut job);
         restart_from(&config, t.path(), 1);
         let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
         let end = if PLAIN.contains(&what) {
@@ -1366,7 +1374,7 @@ fn real_library_a_fifo_to_outside_the_job_fails_the_checkpoint_or_comes_back_clo
     wait_steps(t.path(), 1, 100);
     checkpoint(t.path());
     kill9_all(&[pid]);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     restart_from(&config, t.path(), 1);
     let out = std::fs::read_to_string(t.path().join("out.0")).unwrap();
     assert!(
@@ -1404,7 +1412,7 @@ fn real_library_a_listening_socket_is_bound_again_and_serves_after_a_restart() {
     assert_eq!(hello(), "hello\n");
     checkpoint(t.path());
     kill9_all(&[pid]);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     // The restored process listens on the same address again, and serves.
     let (mut job, _) = restart_in_background(&config, t.path(), 1);
     assert_eq!(hello(), "hello\n");
@@ -1476,7 +1484,7 @@ fn tree_cycles(mode: &str) {
         wait_role(t.path(), "parent", at);
         // The whole tree dies with its first process (its namespace's init ends it).
         kill9_all(&[pid]);
-        wait_child(&mut job, 30);
+        ended_after_kill(&mut job);
         let (again, pids) = restart_in_background(&config, t.path(), 1);
         job = again;
         pid = pids[0].clone();
@@ -1534,7 +1542,7 @@ fn three_cycles(
         assert!(n >= members, "the tree's other processes: {m}");
         moved_on();
         kill9_all(&[pid]);
-        wait_child(&mut job, 30);
+        ended_after_kill(&mut job);
         let (again, pids) = restart_in_background(config, t, 1);
         job.0 = again;
         pid = pids[0].clone();
@@ -1887,7 +1895,7 @@ fn real_library_an_ended_child_comes_back_for_its_parent_to_collect() {
     checkpoint(t.path());
     wait_role(t.path(), "parent", 300);
     kill9_all(&[pid]);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     restart_from(&config, t.path(), 1);
     let out = std::fs::read_to_string(t.path().join("out.parent")).unwrap();
     assert!(out.contains("parent: done OK"), "{out}");
@@ -1931,7 +1939,7 @@ fn real_library_a_python_asyncio_program_comes_back() {
         (last_step(&out) > at + 100).then_some(())
     });
     kill9_all(&[pid]);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     restart_from(&config, t.path(), 1);
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.ends_with("asyncio: done\n"), "{text}");
@@ -2000,7 +2008,7 @@ fn real_library_without_a_pid_namespace_one_process_restarts_and_a_child_is_refu
     wait_steps(t.path(), 1, 100);
     checkpoint(t.path());
     kill9_all(&[pid]);
-    wait_child(&mut job, 30);
+    ended_after_kill(&mut job);
     let o = without_pid_namespaces(&config, &["restart", "--dir", imgs.to_str().unwrap()])
         .unwrap()
         .output()
@@ -2267,7 +2275,7 @@ fn real_library_a_pipe_whose_writer_has_ended_comes_back_closed_with_its_bytes()
         let members = m["procs"][0]["members"].as_array().map_or(0, |a| a.len());
         assert!(members >= 2, "checkpoint {k}: {m}");
         kill9_all(&[pid]);
-        wait_child(&mut job, 30);
+        ended_after_kill(&mut job);
         let (again, pids) = restart_in_background(&config, t.path(), 1);
         job.0 = again;
         pid = pids[0].clone();
@@ -2427,7 +2435,7 @@ impl NsHosts {
         for cycle in 1..=3u64 {
             checkpoint(cycle);
             kill9_all(&pids);
-            let st = wait_child(&mut job.0, 60);
+            let st = ended_after_kill(&mut job.0);
             assert!(!st.success(), "{st}");
             if cycle == 3 {
                 self.wipe(1);
@@ -2611,7 +2619,7 @@ fn real_library_tcp_connections_between_two_trees_of_one_host_come_back() {
     for v in 1..=3u64 {
         tcpserv_checkpoint(t.path(), "tcp1", v);
         kill9_all(&pids);
-        wait_child(&mut job.0, 30);
+        ended_after_kill(&mut job.0);
         let (again, p) = restart_in_background(&config, t.path(), 2);
         job = Running(again);
         pids = p;
@@ -2708,7 +2716,7 @@ fn real_library_a_connection_from_namespace_hosts_to_outside_the_job_is_refused_
         "{why}"
     );
     kill9_all(&pids);
-    wait_child(&mut refused.0, 30);
+    ended_after_kill(&mut refused.0);
     // With it: they come back closed.
     let d = t.path().join("b");
     std::fs::remove_dir_all(t.path().join("imgs")).unwrap();
@@ -2726,7 +2734,7 @@ fn real_library_a_connection_from_namespace_hosts_to_outside_the_job_is_refused_
         "{m}"
     );
     kill9_all(&pids);
-    wait_child(&mut job.0, 30);
+    ended_after_kill(&mut job.0);
     let mut job = hosts.restart(&config, t.path(), 1);
     ended_well(&mut job.0, t.path());
     for p in 0..2 {
@@ -3040,7 +3048,7 @@ fn restart_elsewhere(
 ) -> Running {
     checkpoint(t);
     kill9_all(pids);
-    assert!(!wait_child(&mut job.0, 60).success());
+    assert!(!ended_after_kill(&mut job.0).success());
     let (names, agent) = (
         other.names.join(","),
         format!("{} run", NsHosts::tool().display()),
