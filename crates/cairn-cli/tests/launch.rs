@@ -1166,6 +1166,33 @@ fn launch_holder(t: &Path, config: &Path, job: &str, holder: &Path, what: &str) 
     launch_one(t, config, job, &args)
 }
 
+/// A child that maps the checkpoint library but never joins the job (its coordinator's
+/// address removed from its environment, so its library runs alone) is waited for longer
+/// than one without the library (15 s, not 2), then named as such.
+#[test]
+fn real_library_a_child_with_the_library_that_never_joins_is_named() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let script = format!(
+        "env -u CAIRN_COORD_ADDR sleep 30 & echo started > {}/started; wait",
+        t.path().display()
+    );
+    let (mut job, pid) = launch_one(t.path(), &config, "unjoined", &["sh", "-c", &script]);
+    wait_for("the child to start", 20, || {
+        t.path().join("started").exists().then_some(())
+    });
+    let all = refused_checkpoint(t.path(), &pid);
+    assert!(
+        all.contains("(sleep), a child of pid")
+            && all.contains("loads the checkpoint library but did not join the job within 15 s"),
+        "{all}"
+    );
+    assert!(!t.path().join("imgs/unjoined/v1").exists());
+    kill9_all(&[pid]);
+    ended_after_kill(&mut job);
+}
+
 #[test]
 fn real_library_a_program_started_through_two_exec_wrappers_is_checkpointed_and_restarted() {
     let Some((t, config)) = real_setup() else {

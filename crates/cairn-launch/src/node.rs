@@ -30,6 +30,24 @@ const ROOT: u64 = 0;
 /// How long a checkpoint waits for children of the job's processes that have not joined
 /// the job yet (they are starting) before it fails naming them.
 const JOIN_GRACE: Duration = Duration::from_secs(2);
+/// The same for children that already map the checkpoint library: they are under
+/// checkpoint control and connecting (on a busy machine an MPI launcher's ranks take seconds
+/// from exec to their library's first message).
+const LOADED_GRACE: Duration = Duration::from_secs(15);
+
+/// Whether process `pid` maps the checkpoint library (its file name, `libcairn-ckpt.so`
+/// or the one `CAIRN_CKPT_PRELOAD` names).
+fn maps_library(pid: u32) -> bool {
+    let name = std::env::var_os(crate::launch::PRELOAD_ENV)
+        .and_then(|p| {
+            std::path::Path::new(&p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| crate::launch::PRELOAD_NAME.to_string());
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.lines().any(|l| l.rsplit('/').next() == Some(&name)))
+}
 
 /// What `/proc/<pid>/stat` says of a process.
 struct ProcStat {
@@ -1193,13 +1211,16 @@ impl NodeLoop {
             ph.grace = None;
             return self.phase_complete();
         }
+        let loaded = outside.iter().any(|(_, _, loaded)| *loaded);
         match ph.grace {
-            None => ph.grace = Some(Instant::now() + JOIN_GRACE),
+            None => {
+                ph.grace = Some(Instant::now() + if loaded { LOADED_GRACE } else { JOIN_GRACE })
+            }
             Some(g) if Instant::now() < g => {}
             Some(_) => {
                 ph.grace = None;
-                let slots: Vec<Slot> = outside.iter().map(|(s, _)| *s).collect();
-                let why = hub::first_findings(outside.iter().map(|(_, what)| what.as_str()));
+                let slots: Vec<Slot> = outside.iter().map(|(s, _, _)| *s).collect();
+                let why = hub::first_findings(outside.iter().map(|(_, what, _)| what.as_str()));
                 self.report_failure(&slots, why);
             }
         }
@@ -1207,9 +1228,10 @@ impl NodeLoop {
 
     /// The processes in this node's trees that are not processes of the job: children of
     /// the job's processes (and of each tree's init, which adopts orphans) that never
-    /// connected. Processes that ended and wait to be reaped are left to their parent's
-    /// checkpoint library, which names them.
-    fn outside_processes(&self) -> Vec<(Slot, String)> {
+    /// connected, each with whether it maps the checkpoint library (still connecting).
+    /// Processes that ended and wait to be reaped are left to their parent's checkpoint
+    /// library, which names them.
+    fn outside_processes(&self) -> Vec<(Slot, String, bool)> {
         let mut out = Vec::new();
         for (&i, p) in &self.procs {
             if p.state != LState::Running || p.pid == 0 || !p.namespaced {
@@ -1233,16 +1255,27 @@ impl NodeLoop {
                     if st.state == 'Z' {
                         continue;
                     }
+                    let loaded = maps_library(child);
+                    let why = if loaded {
+                        format!(
+                            "loads the checkpoint library but did not join the job within {} s \
+                             (still starting, or it could not reach its sub-coordinator)",
+                            LOADED_GRACE.as_secs()
+                        )
+                    } else {
+                        "is not under checkpoint control: it runs a program that does not \
+                         load the checkpoint library (statically linked, or started with \
+                         LD_PRELOAD removed or the environment cleared)"
+                            .to_string()
+                    };
                     out.push((
                         slot,
                         format!(
-                            "{}: process {child} ({}), a child of pid {parent}, is not under \
-                             checkpoint control: it runs a program that does not load the \
-                             checkpoint library (statically linked, or started with \
-                             LD_PRELOAD removed or the environment cleared)",
+                            "{}: process {child} ({}), a child of pid {parent}, {why}",
                             describe(&self.procs, i),
                             st.comm
                         ),
+                        loaded,
                     ));
                 }
             }
