@@ -305,7 +305,7 @@ impl Hb {
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "no {what} within {} s; the last lines of {}:\n{}",
+                    "{what}: none within {} s; the last lines of {}:\n{}",
                     limit.as_secs(),
                     job.what,
                     job.tail()
