@@ -85,13 +85,18 @@ fn signal(pid: &str, sig: Signal) {
         .unwrap_or_else(|e| panic!("kill({pid}, {sig:?}): {e}"));
 }
 
-fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+fn wait_for<T>(what: &str, secs: u64, f: impl FnMut() -> Option<T>) -> T {
+    wait_or_say(secs, f, || format!("timed out waiting for {what}"))
+}
+
+/// Calls `f` every 20 ms until it gives a value; after `secs`, fails with what `why` says.
+fn wait_or_say<T>(secs: u64, mut f: impl FnMut() -> Option<T>, why: impl Fn() -> String) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(x) = f() {
             return x;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(Instant::now() < deadline, "{}", why());
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -111,23 +116,27 @@ fn ended_after_kill(c: &mut Child) -> std::process::ExitStatus {
 
 /// `cairn status --json` of the job in `dir`, once it answers.
 fn status(dir: &Path) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let o = cairn()
-            .args(["status", "--json", "--dir"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        if o.status.success() {
-            return serde_json::from_slice(&o.stdout).unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cairn status did not answer within 20 s; it last said: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let said = std::cell::RefCell::new(String::new());
+    wait_or_say(
+        20,
+        || {
+            let o = cairn()
+                .args(["status", "--json", "--dir"])
+                .arg(dir)
+                .output()
+                .unwrap();
+            *said.borrow_mut() = String::from_utf8_lossy(&o.stderr).into_owned();
+            o.status
+                .success()
+                .then(|| serde_json::from_slice(&o.stdout).unwrap())
+        },
+        || {
+            format!(
+                "cairn status did not answer within 20 s; it last said: {}",
+                said.borrow()
+            )
+        },
+    )
 }
 
 #[test]
@@ -1048,18 +1057,16 @@ fn job_log(t: &Path) -> std::fs::File {
 
 /// Waits for the job of test directory `t` to end, and checks it ended well.
 fn ended_well(job: &mut Child, t: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let st = loop {
-        if let Some(st) = job.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the job did not end within 300 s; its messages:\n{}",
-            log_tail(t)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let st = wait_or_say(
+        300,
+        || job.try_wait().unwrap(),
+        || {
+            format!(
+                "the job did not end within 300 s; its messages:\n{}",
+                log_tail(t)
+            )
+        },
+    );
     assert!(st.success(), "{st}; the job's messages:\n{}", log_tail(t));
 }
 
