@@ -54,6 +54,9 @@ ensure_system() {
     # xxhash.h: the checkpoint library hashes process images as it writes them (inlined,
     # nothing linked); without it the engine reads every image back to hash it.
     [ -e /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
+    # libpmix's server interface: cairn-prun, the launcher that starts MPI ranks with a PMIx
+    # server inside the job (libopenmpi-dev depends on it too).
+    compgen -G '/usr/lib/*/pkgconfig/pmix.pc' >/dev/null || missing+=(libpmix-dev)
     have_libclang || missing+=(libclang-dev)
     # The Python package (PyO3) builds against python3; pip installs into a venv.
     command -v python3 >/dev/null 2>&1 || missing+=(python3)

@@ -1,8 +1,10 @@
 //! Builds `native/ckpt`: `libcairn-ckpt.so` (the library `cairn launch` preloads) and
 //! `cairn-restore` (the freestanding restorer, static, no libc, linked at the restore hole
-//! of `image.h`), and copies both beside the binaries (`target/<profile>/`). A failure is a
-//! warning, not a stop, so the rest of the workspace still builds; the tests of this crate
-//! then fail to find them.
+//! of `image.h`), and copies both beside the binaries (`target/<profile>/`); and, from
+//! `native/pmix`, `cairn-prun` (the PMIx launcher whose ranks a checkpoint takes with it),
+//! when libpmix's development files are installed (`pkg-config pmix`; Debian's
+//! libpmix-dev, which libopenmpi-dev pulls in). A failure is a warning, not a stop, so the
+//! rest of the workspace still builds; the tests of this crate then fail to find them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,8 +76,45 @@ fn main() {
         .arg("-o")
         .arg(&restorer);
     build(c, &restorer, "cairn-restore", profile_dir.as_deref());
+    build_prun(&cc, &out, profile_dir.as_deref());
     println!("cargo:rustc-env=CAIRN_CKPT_LIB_BUILT={}", lib.display());
     println!("cargo:rustc-env=CAIRN_RESTORE_BUILT={}", restorer.display());
+}
+
+/// `cairn-prun`, linked with libpmix as `pkg-config pmix` says (its rpath included: Debian
+/// keeps the library under `pmix2/lib`).
+fn build_prun(cc: &cc::Tool, out: &Path, profile_dir: Option<&Path>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../native/pmix/prun.c");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let flags = |what: &str| {
+        Command::new("pkg-config")
+            .args([what, "pmix"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+    };
+    let (Some(cflags), Some(libs)) = (flags("--cflags"), flags("--libs")) else {
+        println!(
+            "cargo:warning=no libpmix development files (pkg-config pmix; install libpmix-dev): \
+             cairn-prun is not built"
+        );
+        return;
+    };
+    let prun = out.join("cairn-prun");
+    let mut c = cc.to_command();
+    c.args(["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra"])
+        .args(&cflags)
+        .arg(&src)
+        .arg("-o")
+        .arg(&prun)
+        .args(&libs);
+    build(c, &prun, "cairn-prun", profile_dir);
 }
 
 fn build(mut cmd: Command, output: &Path, name: &str, profile_dir: Option<&Path>) {

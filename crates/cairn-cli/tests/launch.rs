@@ -2232,6 +2232,119 @@ fn real_library_an_mpich_job_over_system_v_shared_memory_comes_back() {
     mpich_ring_three_times("mpichsysv", Some("sysv,self"));
 }
 
+/// `cairn-prun`, Cairn's PMIx launcher, beside the cairn binary; `None`, saying so, when it
+/// is not built (no libpmix development files).
+fn prun() -> Option<PathBuf> {
+    let p = built("cairn-prun");
+    if p.is_none() {
+        eprintln!("skipped: cairn-prun is not built beside the cairn binary (no libpmix-dev)");
+    }
+    p
+}
+
+/// An MPI job whose ranks are started as a PMIx batch system starts them (`srun
+/// --mpi=pmix`), by `cairn-prun` as the job's process: the ring of 4 ranks over Open MPI's
+/// own choice of transports (shared memory between them), each rank's PMIx connection to
+/// the launcher's server and the server's store, checkpointed, killed and restarted three
+/// times in a row, every rank checking every message and reduction to the end.
+#[test]
+fn real_library_an_mpi_job_started_by_a_pmix_launcher_comes_back_with_its_messages_in_flight() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let Some(prun) = prun() else {
+        return;
+    };
+    let _alone = host_mpi();
+    let ring = build_mpi_program(t.path(), "mpiring");
+    let steps = 6000u64;
+    let mut launch = configured(&config, &["launch", "--job", "prun", "--dir"]);
+    launch
+        .arg(t.path().join("imgs"))
+        .arg("--")
+        .arg(&prun)
+        .args(["-n", "4"])
+        .arg(&ring)
+        .arg(steps.to_string())
+        .arg(t.path())
+        .env("OMPI_MCA_btl_tcp_if_include", "127.0.0.1/8");
+    ring_through_three_cycles(&t, &config, "prun", launch, steps);
+}
+
+/// `cairn-prun` says what is wrong with what it is given, and ends the job when a rank
+/// aborts: -n against --host, more than one host without the job's token or without
+/// --bind, a program that does not exist (127), and MPI_Abort's status from rank 1 of 3.
+#[test]
+fn a_pmix_launcher_refuses_bad_arguments_and_ends_on_mpi_abort() {
+    let Some(prun) = prun() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], token: bool| {
+        let mut c = Command::new(&prun);
+        c.args(args).env_remove("CAIRN_COORD_TOKEN");
+        if token {
+            c.env("CAIRN_COORD_TOKEN", "0123456789abcdef");
+        }
+        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output()
+            .unwrap()
+    };
+    for (args, token, want) in [
+        (
+            &["-n", "3", "--host", "a:2,b:2", "true"][..],
+            true,
+            "-n 3 but --host a:2,b:2 places 4 ranks",
+        ),
+        (
+            &["--host", "a,b", "true"][..],
+            false,
+            "need the job's token in CAIRN_COORD_TOKEN",
+        ),
+        (&["--host", "a,b", "true"][..], true, "--bind ADDR must say"),
+        (
+            &["-n", "0", "true"][..],
+            true,
+            "-n 0: expected a number of ranks from 1",
+        ),
+        (
+            &["--host", "a:x", "true"][..],
+            true,
+            "--host: a:x: expected a number of ranks",
+        ),
+    ] {
+        let o = run(args, token);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+    }
+    let o = run(&["-n", "2", "/nonexistent/program"], false);
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o));
+    let src = t.path().join("aborter.c");
+    std::fs::write(
+        &src,
+        "#include <mpi.h>\n#include <unistd.h>\nint main(int c, char **v) { MPI_Init(&c, &v); \
+         int r; MPI_Comm_rank(MPI_COMM_WORLD, &r); if (r == 1) MPI_Abort(MPI_COMM_WORLD, 7); \
+         sleep(60); MPI_Finalize(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = t.path().join("aborter");
+    let o = Command::new("mpicc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["-n", "3", exe.to_str().unwrap()], false);
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+    assert!(
+        text(&o).contains("rank 1 aborted the job with status 7"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// `/proc` in a launched tree is the tree's own: a shell reads its background child's entry,
 /// `/proc/<pid>`, by the pid `$!` gave it (once the child runs `sleep`), and its own by `$$`,
 /// at every step, through three
@@ -2345,6 +2458,8 @@ struct NsHosts {
     names: Vec<String>,
     /// The bridge's address: the coordinators' `--bind`.
     addr: String,
+    /// The first three numbers of the hosts' addresses: host k is `<subnet>.<11 + k>`.
+    subnet: String,
     /// `NSHOST_ROOT`: each host's state directory.
     root: PathBuf,
 }
@@ -2366,6 +2481,7 @@ impl NsHosts {
             bridge: format!("cb{tag}"),
             names: vec![format!("cn{tag}a"), format!("cn{tag}b")],
             addr: format!("{subnet}.1"),
+            subnet: subnet.clone(),
             root: t.join("hosts"),
         };
         let o = Command::new(Self::tool())
@@ -2382,6 +2498,11 @@ impl NsHosts {
                 None
             }
         }
+    }
+
+    /// Host `k`'s address on the bridge.
+    fn host_addr(&self, k: usize) -> String {
+        format!("{}.{}", self.subnet, 11 + k)
     }
 
     /// `cairn ARGS` with `config`, its nodes on these hosts.
@@ -2850,6 +2971,17 @@ fn mpi_three_cycles_across(
     out: &Path,
 ) {
     let args = mpirun_on_two_hosts(hosts, program);
+    launcher_three_cycles_across(t, hosts, config, (job, &args), out);
+}
+
+/// As `mpi_three_cycles_across`, the MPI launcher's whole command line `args`.
+fn launcher_three_cycles_across(
+    t: &Path,
+    hosts: &NsHosts,
+    config: &Path,
+    (job, args): (&str, &[String]),
+    out: &Path,
+) {
     let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
     let launched = launch_with_slots_configured(t, hosts, config, job, &args);
     let mut job = hosts.three_cycles(config, t, (launched, 2), &mut |_| {
@@ -3010,6 +3142,53 @@ fn real_library_an_mpi_job_across_two_namespace_hosts_comes_back_three_times() {
     let program = [ring.to_str().unwrap(), &steps_arg, dir];
     mpi_three_cycles_across(t.path(), &hosts, &config, ("mx", &program), &out);
     ring_ended_well(t.path(), &out, steps);
+}
+
+/// Ranks started as a PMIx batch system starts them, across two hosts: `cairn-prun` (the
+/// job's process 0 on host a) serves host a's ranks and starts its daemon on host b through
+/// the job's rsh agent, in b's slot, which serves b's; the ring's ranks 2 and 3 run on b,
+/// over TCP between the hosts, with two messages always in flight. Checkpointed, killed and
+/// restarted three times in a row, the last time with host b's storage wiped (its images
+/// rebuilt from partner copies); every rank checks every message and reduction to the end.
+#[test]
+fn real_library_an_mpi_job_started_by_a_pmix_launcher_across_two_hosts_comes_back() {
+    let Some((t, hosts, config)) = NsHosts::with_partner_copies() else {
+        return;
+    };
+    let Some(prun) = prun() else {
+        return;
+    };
+    let ring = build_mpi_program(t.path(), "mpiring");
+    let steps = 6000u64;
+    let d = t.path().display();
+    let rank = format!(
+        "hostname > {d}/host.$PMIX_RANK; exec {} {steps} {d}",
+        ring.display()
+    );
+    let on = format!("{}:2,{}:2", hosts.names[0], hosts.names[1]);
+    let args: Vec<String> = [
+        prun.to_str().unwrap(),
+        "--host",
+        &on,
+        "--bind",
+        &hosts.host_addr(0),
+        "-x",
+        "OMPI_MCA_btl=self,tcp",
+        "-x",
+        "OMPI_MCA_btl_tcp_if_include=eth0",
+        "sh",
+        "-c",
+        &rank,
+    ]
+    .map(String::from)
+    .to_vec();
+    let out = t.path().join("out.ring");
+    launcher_three_cycles_across(t.path(), &hosts, &config, ("px", &args), &out);
+    ring_ended_well(t.path(), &out, steps);
+    for r in 0..4 {
+        let host = std::fs::read_to_string(t.path().join(format!("host.{r}"))).unwrap();
+        assert_eq!(host.trim(), hosts.names[r / 2], "rank {r}");
+    }
 }
 
 /// An unmodified MPI halo-exchange stencil (native/ckpt/tests/stencil.c: 4 ranks, each a band

@@ -92,11 +92,13 @@ pub const SLOT_ENV: &str = "CAIRN_CKPT_SLOT";
 /// started by `mpirun` itself per host (no tree of daemons starting daemons), and daemons
 /// that stay the processes the agent started: without `orte_leave_session_attached`,
 /// `mpirun` asks every daemon it starts without a tree to daemonize, and the process in the
-/// slot would exit, leaving its daemon outside it.
-const RSH_ENV: [&str; 3] = [
+/// slot would exit, leaving its daemon outside it. `CAIRN_RSH` is the same agent for
+/// `cairn-prun`, Cairn's PMIx launcher, which starts its daemons on the other hosts with it.
+const RSH_ENV: [&str; 4] = [
     "OMPI_MCA_plm_rsh_agent",
     "OMPI_MCA_plm_rsh_no_tree_spawn",
     "OMPI_MCA_orte_leave_session_attached",
+    "CAIRN_RSH",
 ];
 
 /// The checkpoint library's file name, and the variable that names another one.
@@ -500,7 +502,12 @@ fn rsh_env(r: &RshSlots) -> Result<Vec<(OsString, OsString)>> {
             r.agent
         );
     }
-    let values = [words.join(" "), "1".to_string(), "1".to_string()];
+    let values = [
+        words.join(" "),
+        "1".to_string(),
+        "1".to_string(),
+        words.join(" "),
+    ];
     Ok(RSH_ENV
         .iter()
         .zip(values)
