@@ -583,8 +583,10 @@ static void map_failed(struct cairn_img_region *r, i64 err, const char *what)
 }
 
 static int written_in_tree(const struct cairn_img_region *r);
+static int made_again(const struct cairn_img_region *r, const struct kstat *st);
 
-/* Open the file of a region, checking it is the one the process had mapped. */
+/* Open the file of a region, checking it is the one the process had mapped (or the one this
+ * restart made in its place: made_again). */
 static i64 open_region_file(struct cairn_img_region *r)
 {
     int writable_shared = (r->flags & CAIRN_REG_SHARED) && (r->prot & PROT_WRITE);
@@ -597,7 +599,7 @@ static i64 open_region_file(struct cairn_img_region *r)
     u64 mn = (st.dev & 0xff) | ((st.dev >> 12) & ~0xffull);
     u64 recorded_maj = r->dev >> 32, recorded_min = r->dev & 0xffffffff;
     i64 mtime = (i64)st.mtime * 1000000000 + (i64)st.mtime_ns;
-    if (st.ino != r->ino || dev != recorded_maj || mn != recorded_min)
+    if ((st.ino != r->ino || dev != recorded_maj || mn != recorded_min) && !made_again(r, &st))
         map_failed(r, 0, "the file was replaced since the checkpoint");
     if (writable_shared && (r->flags & CAIRN_REG_SAVED)) {
         /* Its bytes under the mapping come from the image, written through the mapping;
@@ -2066,9 +2068,129 @@ static int written_in_tree(const struct cairn_img_region *r)
     return 0;
 }
 
+/* Files a process of the tree mapped shared and writable, with their pages in its image, that
+ * are gone when the tree restarts: a program ended by a signal after the checkpoint (a batch
+ * system's SIGTERM at the end of a job) removes its shared files on the way out, as Open
+ * MPI's launcher removes its session directory and a PMIx server its store. The image holds
+ * every byte of the file under the mapping, so init makes the file again at its path (and
+ * the directories leading to it, 0700), as large as it was, before any process of the tree
+ * maps it; the processes then map the new file, whose bytes they write back as for any such
+ * file. The path comes from the image: it is walked one directory at a time without
+ * following a symbolic link, every directory on the way must be the user's or root's (and
+ * one of root's that others may write must be sticky, as /tmp is), and the file is made new
+ * (O_EXCL) and the user's, or refused. */
+#define MAX_MADE 256
+static struct {
+    u64 dev, ino;        /* as the image recorded them */
+    u64 now_dev, now_ino; /* of the file made again, as fstat reports them */
+} MADE[MAX_MADE];
+static int nmade;
+
+#define SYS_openat 257
+#define SYS_mkdirat 258
+#define O_DIRECTORY 0200000
+#define O_NOFOLLOW 0400000
+#define ENOENT 2
+#define S_IFDIR 0040000
+#define S_IFREG 0100000
+#define S_ISVTX 01000
+
+static int made_again(const struct cairn_img_region *r, const struct kstat *st)
+{
+    for (int j = 0; j < nmade; j++)
+        if (MADE[j].dev == r->dev && MADE[j].ino == r->ino)
+            return MADE[j].now_dev == st->dev && MADE[j].now_ino == st->ino;
+    return 0;
+}
+
+static void make_failed(const struct cairn_img_region *r, const char *what, i64 err)
+{
+    put("cairn-restore: the file ");
+    put(r->path);
+    put(", mapped shared at the checkpoint, is gone and cannot be made again: ");
+    put(what);
+    if (err) {
+        put(", error ");
+        put_num((u64)-err, 10);
+    }
+    fail(5, "");
+}
+
+/* Whether directory `fd` may lead to a file of the user's: the user's, or root's and not
+ * writable by others unless sticky. */
+static int safe_dir(i64 fd, uint32_t uid)
+{
+    struct kstat st;
+    if (sys2(SYS_fstat, fd, &st) != 0 || (st.mode & S_IFMT) != S_IFDIR)
+        return 0;
+    if (st.uid == uid)
+        return 1;
+    return st.uid == 0 && (!(st.mode & 022) || (st.mode & S_ISVTX));
+}
+
+static void make_again(int k, struct cairn_img_region *r)
+{
+    (void)k;
+    if (!(r->prot & PROT_WRITE) || nmade >= MAX_MADE)
+        return;
+    for (int j = 0; j < nmade; j++)
+        if (MADE[j].dev == r->dev && MADE[j].ino == r->ino)
+            return;
+    r->path[sizeof r->path - 1] = 0;
+    struct kstat st;
+    if (sys2(SYS_stat, r->path, &st) != -ENOENT)
+        return; /* there (checked when mapped), or not ours to judge here */
+    if (r->path[0] != '/')
+        make_failed(r, "its path is not absolute", 0);
+    uint32_t uid = (uint32_t)sys1(SYS_getuid, 0);
+    i64 dir = sys3(SYS_open, "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    const char *p = r->path + 1;
+    static char part[CAIRN_IMG_PATH_MAX];
+    for (;;) {
+        u64 n = 0;
+        while (p[n] && p[n] != '/')
+            n++;
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            make_failed(r, "its path has an empty, . or .. part", 0);
+        for (u64 i = 0; i < n; i++)
+            part[i] = p[i];
+        part[n] = 0;
+        if (dir < 0 || !safe_dir(dir, uid))
+            make_failed(r, "a directory on its path is neither the user's nor root's (or is root's and writable by others without the sticky bit)", dir < 0 ? dir : 0);
+        if (!p[n]) {
+            i64 fd = sys4(SYS_openat, dir, part, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd == -EEXIST) /* made meanwhile, by another tree's restart */
+                fd = sys4(SYS_openat, dir, part, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+            sys1(SYS_close, dir);
+            if (fd < 0)
+                make_failed(r, "it cannot be created", fd);
+            if (sys2(SYS_fstat, fd, &st) != 0 || (st.mode & S_IFMT) != S_IFREG || st.uid != uid)
+                make_failed(r, "what is at its path now is not a file of the user's", 0);
+            i64 e = sys2(SYS_ftruncate, fd, r->file_size);
+            sys1(SYS_close, fd);
+            if (e != 0)
+                make_failed(r, "it cannot be given its size", e);
+            MADE[nmade].dev = r->dev;
+            MADE[nmade].ino = r->ino;
+            MADE[nmade].now_dev = st.dev;
+            MADE[nmade].now_ino = st.ino;
+            nmade++;
+            return;
+        }
+        i64 e = sys4(SYS_mkdirat, dir, part, 0700, 0);
+        if (e != 0 && e != -EEXIST)
+            make_failed(r, "a directory on its path cannot be created", e);
+        i64 next = sys4(SYS_openat, dir, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+        sys1(SYS_close, dir);
+        dir = next;
+        p += n + 1;
+    }
+}
+
 static void make_shm_objects(void)
 {
     each_region_with(CAIRN_REG_SHARED | CAIRN_REG_FILE | CAIRN_REG_SAVED, note_written);
+    each_region_with(CAIRN_REG_SHARED | CAIRN_REG_FILE | CAIRN_REG_SAVED, make_again);
     each_region_with(CAIRN_REG_OBJECT, size_object);
     /* A descriptor of the file behind such mappings (CAIRN_XFD_SHM) reaches to its size. */
     for (int i = 0; i < nx; i++) {

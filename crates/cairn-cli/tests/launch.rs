@@ -2271,6 +2271,82 @@ fn real_library_an_mpi_job_started_by_a_pmix_launcher_comes_back_with_its_messag
     ring_through_three_cycles(&t, &config, "prun", launch, steps);
 }
 
+/// The end of a batch job: the launcher of a running MPI job is sent SIGTERM after a
+/// checkpoint (as Slurm does at a time limit or `scancel`), passes it on, and the job's
+/// launcher (`args` given the ring) removes its shared files on the way out (the PMIx store,
+/// Open MPI's session directory, under the job's `TMPDIR`: no entry there starting with
+/// `gone` is left). A restart makes those files again from the images and the ring ends with
+/// every message and reduction right.
+fn ended_by_sigterm_comes_back(
+    (job_name, gone): (&str, &str),
+    args: &dyn Fn(&Path) -> Vec<std::ffi::OsString>,
+) {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let _alone = host_mpi();
+    let ring = build_mpi_program(t.path(), "mpiring");
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let steps = 4000u64;
+    let mut launch = configured(&config, &["launch", "--job", job_name, "--dir"]);
+    launch
+        .arg(t.path().join("imgs"))
+        .arg("--")
+        .args(args(&ring))
+        .arg(steps.to_string())
+        .arg(t.path())
+        .env("TMPDIR", &tmp)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let mut job = Running(launch.stderr(job_log(t.path())).spawn().unwrap());
+    running_pids(t.path(), 1);
+    let out = t.path().join("out.ring");
+    wait_for("the ring to go on", 60, || {
+        (last_step(&out) > 300).then_some(())
+    });
+    checkpoint(t.path());
+    signal(&job.id().to_string(), Signal::TERM);
+    let st = ended_after_kill(&mut job.0);
+    assert!(!st.success(), "{st}");
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        !left.iter().any(|n| n.starts_with(gone)),
+        "the job's launcher left {left:?}"
+    );
+    let (again, _) = restart_in_background(&config, t.path(), 1);
+    job.0 = again;
+    ended_well(&mut job.0, t.path());
+    ring_ended_well(t.path(), &out, steps);
+}
+
+#[test]
+fn real_library_a_pmix_launched_job_ended_by_sigterm_comes_back() {
+    let Some(prun) = prun() else {
+        return;
+    };
+    ended_by_sigterm_comes_back(("prunterm", "cairn-prun."), &|ring| {
+        vec![prun.clone().into(), "-n".into(), "4".into(), ring.into()]
+    });
+}
+
+#[test]
+fn real_library_an_mpirun_job_ended_by_sigterm_comes_back() {
+    ended_by_sigterm_comes_back(("mpirunterm", "ompi."), &|ring| {
+        let mut a: Vec<std::ffi::OsString> = ["mpirun", "--oversubscribe", "-n", "4"]
+            .iter()
+            .chain(ON_LOOPBACK.iter())
+            .map(Into::into)
+            .collect();
+        a.push(ring.into());
+        a
+    });
+}
+
 /// `cairn-prun` says what is wrong with what it is given, and ends the job when a rank
 /// aborts: -n against --host, more than one host without the job's token or without
 /// --bind, a program that does not exist (127), and MPI_Abort's status from rank 1 of 3.
