@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -847,6 +848,12 @@ static int connect_hub(const char *contact)
     return fd;
 }
 
+static int remove_one(const char *path, const struct stat *st, int kind, struct FTW *at)
+{
+    (void)st, (void)kind, (void)at;
+    return remove(path);
+}
+
 /* ---- Arguments --------------------------------------------------------------------------- */
 
 static int usage(int status)
@@ -1152,13 +1159,10 @@ int main(int argc, char **argv)
         pthread_mutex_unlock(&lock);
     }
     PMIx_server_finalize();
-    /* What the server left in its directory: its rendezvous files and the store. */
-    if (strchr(tmpdir, '\'') == NULL) {
-        char cmd[PATH_MAX + 32];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            say("could not remove %s", tmpdir);
-    }
+    /* What the server left in its directory: its rendezvous files and the store. Removed
+     * here, not by a shell: a child would be one more process of the job to join it. */
+    if (nftw(tmpdir, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        say("could not remove %s: %s", tmpdir, strerror(errno));
     int a = atomic_load(&aborted);
     if (a >= 0)
         return a;

@@ -11,6 +11,9 @@
 //!   early and ends COMPLETED instead of being killed by the signal.
 //! - Slurm unable to say: an unknown job, a hung controller (stopped with SIGSTOP), no squeue
 //!   on the PATH: rank 0 alone warns once, naming what failed, and the program runs on.
+//! - Transparent checkpointing in a batch job: `cairn launch` (its node started by `srun`)
+//!   of an unmodified MPI ring whose ranks `cairn-prun` starts, checkpointed, cancelled with
+//!   `scancel`, and restarted by a second batch job to its end.
 //!
 //! Skipped, with a message on standard error, when Slurm (slurmctld, slurmd, sbatch, srun,
 //! squeue, scontrol), munge or Open MPI are not installed or cannot start here; `./run test`
@@ -417,27 +420,45 @@ PartitionName=cairn Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         args: &[&str],
         tiers: &Tiers,
     ) -> String {
-        let script = self.dir.path().join(format!("{label}.sh"));
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\nexec srun --mpi=pmix --overcommit -n 2 {} {}\n",
-                program.display(),
-                args.join(" ")
+        let script = format!(
+            "#!/bin/sh\nexec srun --mpi=pmix --overcommit -n 2 {} {}\n",
+            program.display(),
+            args.join(" ")
+        );
+        let mut env = vec![
+            (
+                "CAIRN_TIERS_LOCAL".to_string(),
+                tiers.local().display().to_string(),
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            (
+                "CAIRN_TIERS_GLOBAL".to_string(),
+                tiers.global().display().to_string(),
+            ),
+        ];
+        env.extend(tiers.extra.iter().cloned());
+        self.submit_script(label, sbatch_args, &script, (tiers.path(), &env))
+    }
+
+    /// Submit `script` (the batch script's text) as job `label`, run in `dir` with `env`
+    /// added; returns the job id.
+    fn submit_script(
+        &mut self,
+        label: &str,
+        sbatch_args: &[&str],
+        script: &str,
+        (dir, env): (&Path, &[(String, String)]),
+    ) -> String {
+        let path = self.dir.path().join(format!("{label}.sh"));
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut c = self.cmd("sbatch");
         c.args(["--parsable", "-J", label, "-n", "1"])
             .args(sbatch_args)
             .arg(format!("--output={}", self.out(label).display()))
             .arg(format!("--error={}", self.err(label).display()))
-            .arg(format!("--chdir={}", tiers.path().display()))
-            .arg(&script)
-            .env("CAIRN_TIERS_LOCAL", tiers.local())
-            .env("CAIRN_TIERS_GLOBAL", tiers.global());
-        for (k, v) in &tiers.extra {
+            .arg(format!("--chdir={}", dir.display()))
+            .arg(&path);
+        for (k, v) in env {
             c.env(k, v);
         }
         let o = c.stdin(Stdio::null()).output().expect("run sbatch");
@@ -668,21 +689,19 @@ fn one_warning(o: &Outcome, expect: &str, what: &str) {
     );
 }
 
+/// A cluster of this test's own; `None`, saying why, when its tools are missing or it
+/// cannot start here.
+fn cluster() -> Option<Slurm> {
+    let started = tools().and_then(|t| {
+        Slurm::start(t).map_err(|e| format!("Slurm cannot start on this machine: {e}"))
+    });
+    started.map_err(|e| eprintln!("skipped: {e}")).ok()
+}
+
 #[test]
 fn slurm_time_limit_and_signal_lead_to_a_last_checkpoint() {
-    let tools = match tools() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
-    let mut slurm = match Slurm::start(tools) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("skipped: Slurm cannot start on this machine: {e}");
-            return;
-        }
+    let Some(mut slurm) = cluster() else {
+        return;
     };
     let program = build_c_program("slurm_loop", LOOP_C, &slurm.dir.path().join("bin"))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -792,4 +811,129 @@ fn slurm_time_limit_and_signal_lead_to_a_last_checkpoint() {
     );
     signal(ctld, libc::SIGCONT);
     one_warning(&o, "did not answer within 5 s", "a hung controller");
+}
+
+/// `cairn` and `cairn-prun`, built beside this test's directory (`target/<profile>/`); `None`
+/// when the workspace's binaries are not built.
+fn cairn_binaries() -> Option<(PathBuf, PathBuf)> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?;
+    let (cairn, prun) = (dir.join("cairn"), dir.join("cairn-prun"));
+    (cairn.is_file() && prun.is_file()).then_some((cairn, prun))
+}
+
+/// An address of this host other than loopback, for coordinators that nodes started by an
+/// agent (srun here) reach.
+fn host_address() -> Option<String> {
+    let o = Command::new("hostname").arg("-I").output().ok()?;
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .find(|a| a.parse::<std::net::Ipv4Addr>().is_ok())
+        .map(str::to_string)
+}
+
+/// Transparent checkpointing in a Slurm job: a batch job runs `cairn launch`, whose node is
+/// started by `srun` (the agent), of an unmodified MPI ring whose two ranks `cairn-prun`
+/// starts as `srun --mpi=pmix` would, with a PMIx server inside the job. The job is
+/// checkpointed, then cancelled (`scancel`: SIGTERM to every process of the job, and the
+/// PMIx server removes its store on the way out); a second batch job runs `cairn restart`,
+/// and the ring ends there with every message and reduction right.
+#[test]
+fn a_transparent_mpi_job_cancelled_by_slurm_comes_back_in_a_new_job() {
+    let Some((cairn, prun)) = cairn_binaries() else {
+        eprintln!("skipped: cairn and cairn-prun are not built beside the tests");
+        return;
+    };
+    let Some(addr) = host_address() else {
+        eprintln!("skipped: this host has no IPv4 address but loopback");
+        return;
+    };
+    let Some(mut slurm) = cluster() else {
+        return;
+    };
+    let d = slurm.dir.path().join("ring");
+    let run = d.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let ring = d.join("mpiring");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../native/ckpt/tests/mpiring.c");
+    let o = Command::new("mpicc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&ring)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "mpicc: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let steps = 20000;
+    let common = format!(
+        "--job sj --dir {d}/imgs --local {d}/local --global {d}/global --bind {addr} \
+         --hosts localhost --agent 'srun -N1 -n1 --overlap -w'",
+        d = d.display()
+    );
+    let head = "#!/bin/sh\nexport OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                OMPI_MCA_btl=self,vader\n";
+    let launch = format!(
+        "{head}exec {} launch {common} -- {} -n 2 {} {steps} {}\n",
+        cairn.display(),
+        prun.display(),
+        ring.display(),
+        run.display()
+    );
+    let first = slurm.submit_script("ring1", &[], &launch, (&d, &[]));
+    let out = run.join("out.ring");
+    let last_step = || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("step ")?.parse::<u64>().ok())
+            .next_back()
+            .unwrap_or(0)
+    };
+    let give_up = Instant::now() + Duration::from_secs(120);
+    while last_step() < 300 {
+        assert!(
+            Instant::now() < give_up,
+            "the ring did not start\n{}",
+            slurm.job_output("ring1")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = Command::new(&cairn)
+        .args(["checkpoint", "--job", "sj", "--dir"])
+        .arg(d.join("imgs"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "checkpoint: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        slurm.job_output("ring1")
+    );
+    slurm.query("scancel", &[&first]).unwrap();
+    let (state, _) = slurm.wait_job(&first, "ring1");
+    assert_eq!(state, "CANCELLED", "{}", slurm.job_output("ring1"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        !text.contains("done"),
+        "the ring ended before it was cancelled: {text}"
+    );
+    let restart = format!("{head}exec {} restart {common}\n", cairn.display());
+    let second = slurm.submit_script("ring2", &[], &restart, (&d, &[]));
+    let (state, code) = slurm.wait_job(&second, "ring2");
+    assert_eq!(
+        (state.as_str(), code.as_str()),
+        ("COMPLETED", "0:0"),
+        "{}\n{}",
+        slurm.job_output("ring2"),
+        slurm.logs()
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains(&format!("done {steps} ")), "{text}");
+    for r in 0..2 {
+        let end = std::fs::read_to_string(run.join(format!("end.{r}"))).unwrap();
+        assert_eq!(end.trim(), format!("rank {r} ok"));
+    }
 }
