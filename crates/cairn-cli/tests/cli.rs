@@ -120,6 +120,11 @@ fn cairn(root: &Path, args: &[&str]) -> Output {
 }
 
 fn cairn_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    cairn_command(root, args, env).output().unwrap()
+}
+
+/// The `cairn` command [`cairn_env`] runs.
+fn cairn_command(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
     for (k, _) in std::env::vars() {
         if k.starts_with("CAIRN_") {
@@ -135,7 +140,7 @@ fn cairn_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .arg(&local)
         .args(args)
         .envs(env.iter().copied());
-    cmd.output().unwrap()
+    cmd
 }
 
 fn stdout(o: &Output) -> String {
@@ -359,6 +364,32 @@ fn a_deleted_rank_file_is_damage() {
     assert!(out.contains("missing (listed in the manifest)"), "{out}");
     assert!(out.contains(&path.display().to_string()), "{out}");
     assert_eq!(code(&cairn(d.path(), &["verify", "solo", "1"])), 0);
+}
+
+/// A FIFO where a rank file should be (planted in a shared directory, say) is damage that
+/// `list`, `verify` and `inspect` name at once: none of them waits in `open` for a writer.
+#[test]
+fn a_fifo_in_place_of_a_rank_file_is_named_not_waited_for() {
+    let d = tempfile::tempdir().unwrap();
+    write_solo(d.path(), "solo", &[1, 2]);
+    let path = rank_file(d.path(), 0, "solo", 2, 0);
+    std::fs::remove_file(&path).unwrap();
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let run = |args: &[&str]| output_within(cairn_command(d.path(), args, &[]), 30);
+    let out = stdout(&run(&["list"]));
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("solo ") && l.contains(" 2 ") && !l.contains(" ok")),
+        "{out}"
+    );
+    let o = run(&["verify", "solo"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("not a regular file"), "{text}");
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert_eq!(code(&run(&["verify", "solo", "1"])), 0);
 }
 
 #[test]

@@ -448,12 +448,21 @@ impl Tier for DirTier {
 
     fn open(&self, key: &str) -> Result<Box<dyn ObjectReader>> {
         let path = self.path(key)?;
+        // Not a symbolic link, and not a FIFO or device either: one planted in place of an
+        // object must not hold the reader in open(2) (O_NONBLOCK) or be read from.
         let open = |path: PathBuf, start: u64| -> std::io::Result<Piece> {
             let file = OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&path)?;
-            let len = file.metadata()?.len();
+            let md = file.metadata()?;
+            if !md.file_type().is_file() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "not a regular file",
+                ));
+            }
+            let len = md.len();
             Ok(Piece {
                 file,
                 start,
