@@ -112,7 +112,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "flush", key: "buffer", ty: KeyType::Bytes, default: "\"8M\"",
         doc: "Memory each rank's flush thread holds at once (at least one checksum chunk)." },
     KeySpec { section: "flush", key: "bandwidth", ty: KeyType::Bytes, default: "0",
-        doc: "Bytes per second each rank's flush may write, to spare the application's I/O (0: no limit)." },
+        doc: "Bytes per second each rank's flush may write, to spare the application's I/O (0: no limit; else at least 1M)." },
     KeySpec { section: "flush", key: "priority", ty: KeyType::Choice(&["low", "normal"]), default: "\"low\"",
         doc: "CPU priority of the flush thread: low (nice 19: on a core shared with the application it uses only the time the application leaves idle) or normal." },
     KeySpec { section: "flush", key: "direct", ty: KeyType::Bool, default: "true",
@@ -162,6 +162,9 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "log", key: "level", ty: KeyType::Level, default: "\"warn\"",
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
+
+/// The lowest `[flush] bandwidth` but 0 (no limit): 1M (1,048,576) bytes a second.
+pub const MIN_FLUSH_BANDWIDTH: u64 = 1 << 20;
 
 /// Resolved configuration. It serializes (serde) so that a process can hand the configuration
 /// it resolved to another, e.g. the launcher to the sub-coordinators that run the engine on
@@ -660,7 +663,10 @@ impl Config {
             ("reduction", "level") => {
                 let v = count(0)?;
                 if v > 22 {
-                    return Err(bad());
+                    return Err(Error::config(format!(
+                        "invalid value {raw} for [reduction] level from {origin} (expected 0, \
+                         Zstandard's default, or a level from 1 to 22)"
+                    )));
                 }
                 self.level = v as u32;
             }
@@ -677,7 +683,17 @@ impl Config {
             ("flush", "mode") => self.flush_sync = choice(spec, &raw).ok_or_else(bad)? == "sync",
             ("flush", "buffer") => self.flush_buffer = parse_bytes(&raw).ok_or_else(bad)? as u64,
             ("flush", "bandwidth") => {
-                self.flush_bandwidth = parse_bytes(&raw).ok_or_else(bad)? as u64
+                let v = parse_bytes(&raw).ok_or_else(bad)? as u64;
+                // Below 1M a second the newest checkpoint's flush, which finalize waits for,
+                // takes longer than any job: a typo (a unit left out), not a choice.
+                if v != 0 && v < MIN_FLUSH_BANDWIDTH {
+                    return Err(Error::config(format!(
+                        "invalid value {raw} for [flush] bandwidth from {origin} (expected 0, no \
+                         limit, or at least 1M bytes per second: finalize waits for the newest \
+                         checkpoint's flush at this rate)"
+                    )));
+                }
+                self.flush_bandwidth = v
             }
             ("flush", "priority") => {
                 self.flush_low_priority = choice(spec, &raw).ok_or_else(bad)? == "low"
@@ -1025,6 +1041,14 @@ mod tests {
             .unwrap_err()
             .msg;
         assert!(e.contains("one of error"), "{e}");
+        let e = c.set_dotted("reduction.level", "99", "f").unwrap_err().msg;
+        assert!(e.contains("a level from 1 to 22"), "{e}");
+        let e = c.set_dotted("flush.bandwidth", "1", "f").unwrap_err().msg;
+        assert!(e.contains("at least 1M bytes per second"), "{e}");
+        for ok in ["0", "1M", "200M"] {
+            c.set_dotted("flush.bandwidth", ok, "f").unwrap();
+        }
+        assert_eq!(c.flush_bandwidth, 200 << 20);
         assert!(c
             .apply_toml("not toml [", "f")
             .unwrap_err()
