@@ -61,11 +61,15 @@ pub fn names(tier: &dyn Tier) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The largest manifest read: one lists each rank in about 10 bytes, so 64M is millions of
+/// ranks; a larger one is damage or a forgery, refused before it is read.
+pub const MANIFEST_MAX: u64 = 64 << 20;
+
 /// Read and validate the manifest of one version; `Ok(None)` when there is none (the
 /// checkpoint was never completed on this tier, or is being deleted).
 pub fn read_manifest(tier: &dyn Tier, name: &str, version: i64) -> Result<Option<Manifest>> {
     let key = manifest_key(name, version);
-    match tier.get(&key) {
+    match tier.get_at_most(&key, MANIFEST_MAX, "manifest") {
         Ok(bytes) => {
             let m = Manifest::decode(&bytes).map_err(|e| {
                 crate::Error::from(e).context(format!(
@@ -97,6 +101,22 @@ pub fn read_manifest(tier: &dyn Tier, name: &str, version: i64) -> Result<Option
 mod tests {
     use super::*;
     use cairn_format::is_node_dir;
+
+    /// A manifest larger than a manifest may be (sparse: nothing is written) is refused by
+    /// its size, not read.
+    #[test]
+    fn an_oversized_manifest_is_refused_unread() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = cairn_tier::DirTier::new("global", d.path().join("r"), false).unwrap();
+        let path = d.path().join("r").join(manifest_key("big", 1));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(MANIFEST_MAX + 1)
+            .unwrap();
+        let e = read_manifest(&tier, "big", 1).unwrap_err().to_string();
+        assert!(e.contains("more than a manifest may have"), "{e}");
+    }
 
     #[test]
     fn node_directories_are_not_names() {

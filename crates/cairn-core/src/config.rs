@@ -163,6 +163,9 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
 
+/// The largest configuration file read: every key set is a few kilobytes.
+pub const CONFIG_MAX: u64 = 1 << 20;
+
 /// The lowest `[flush] bandwidth` but 0 (no limit): 1M (1,048,576) bytes a second.
 pub const MIN_FLUSH_BANDWIDTH: u64 = 1 << 20;
 
@@ -445,11 +448,38 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Apply a TOML file.
+    /// Apply a TOML file: a regular file (a FIFO or device is refused without waiting in
+    /// `open`) of at most [`CONFIG_MAX`] bytes.
     pub fn apply_file(&mut self, path: &Path) -> Result<()> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::config(format!("cannot read config file {}: {e}", path.display()))
-        })?;
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let bad = |why: String| {
+            Error::config(format!("cannot read config file {}: {why}", path.display()))
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| bad(e.to_string()))?;
+        let md = file.metadata().map_err(|e| bad(e.to_string()))?;
+        if !md.is_file() {
+            return Err(bad("not a regular file".into()));
+        }
+        if md.len() > CONFIG_MAX {
+            return Err(bad(format!(
+                "{} bytes, more than a configuration file may have ({CONFIG_MAX})",
+                md.len()
+            )));
+        }
+        let mut text = String::new();
+        file.take(CONFIG_MAX + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| bad(e.to_string()))?;
+        if text.len() as u64 > CONFIG_MAX {
+            return Err(bad(format!(
+                "more than a configuration file may have ({CONFIG_MAX} bytes)"
+            )));
+        }
         self.apply_toml(&text, &path.display().to_string())
     }
 
@@ -1041,6 +1071,23 @@ mod tests {
             .unwrap_err()
             .msg;
         assert!(e.contains("one of error"), "{e}");
+        // A configuration file: not a device, nor a FIFO (no wait in open), nor too large.
+        let e = c.apply_file(Path::new("/dev/zero")).unwrap_err().msg;
+        assert!(e.contains("/dev/zero: not a regular file"), "{e}");
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let cpath = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
+        let e = c.apply_file(&fifo).unwrap_err().msg;
+        assert!(e.contains("not a regular file"), "{e}");
+        let big = d.path().join("big.toml");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(CONFIG_MAX + 1)
+            .unwrap();
+        let e = c.apply_file(&big).unwrap_err().msg;
+        assert!(e.contains("more than a configuration file may have"), "{e}");
         let e = c.set_dotted("reduction.level", "99", "f").unwrap_err().msg;
         assert!(e.contains("a level from 1 to 22"), "{e}");
         let e = c.set_dotted("flush.bandwidth", "1", "f").unwrap_err().msg;

@@ -156,6 +156,27 @@ pub trait Tier: Send + Sync {
         r.read_exact_at(&mut buf, 0)?;
         Ok(buf)
     }
+
+    /// [`Tier::get`] of an object that may be at most `max` bytes (`what` it is, for the
+    /// message): a larger one is refused before any of it is read, since its size comes
+    /// from stored data.
+    fn get_at_most(&self, key: &str, max: u64, what: &str) -> Result<Vec<u8>> {
+        let r = self.open(key)?;
+        if r.len() > max {
+            return Err(TierError {
+                tier: self.label().to_string(),
+                what: "refused",
+                path: PathBuf::from(format!("{}/{key}", self.location())),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{} bytes, more than a {what} may have ({max})", r.len()),
+                ),
+            });
+        }
+        let mut buf = vec![0u8; r.len() as usize];
+        r.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
 }
 
 /// Check a key: relative, slash-separated, no empty, `.` or `..` components, no NUL. Keys are
