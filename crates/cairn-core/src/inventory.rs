@@ -683,7 +683,9 @@ fn check_partner_index(tier: &dyn Tier, name: &str, v: i64, r: u32) -> Result<()
             ErrorKind::Corrupt,
             format!(
                 "holds {} v{} of rank {}, not {name} v{v} of rank {r}",
-                ix.name, ix.version, ix.rank
+                cairn_format::shown(&ix.name),
+                ix.version,
+                ix.rank
             ),
         ));
     }
@@ -1710,7 +1712,9 @@ impl Inventory {
                     ErrorKind::Corrupt,
                     format!(
                         "file holds {} v{} of rank {}, not {name} v{v} of rank {r}",
-                        ix.name, ix.version, ix.rank
+                        cairn_format::shown(&ix.name),
+                        ix.version,
+                        ix.rank
                     ),
                 ));
             }

@@ -703,7 +703,10 @@ pub fn open_chain(
                 ErrorKind::Corrupt,
                 format!(
                     "{key} holds {} v{} of rank {}/{}",
-                    index.name, index.version, index.rank, index.world_size
+                    cairn_format::shown(&index.name),
+                    index.version,
+                    index.rank,
+                    index.world_size
                 ),
             ));
         }

@@ -31,7 +31,9 @@ pub use container::{
     INDEX_MAGIC, KIND_COUNT, RANK_MAGIC, TRAILER_LEN,
 };
 pub use dtype::Dtype;
-pub use manifest::{check_name, is_node_dir, node_index, CkptState, Manifest, MANIFEST_FORMAT};
+pub use manifest::{
+    check_name, is_node_dir, node_index, shown, CkptState, Manifest, MANIFEST_FORMAT,
+};
 pub use parity::{ParityCodec, ParityHeader, PARITY_MAGIC};
 
 /// The version of the rank-file container this build writes. It also reads version 1 (the

@@ -115,6 +115,20 @@ pub fn is_node_dir(name: &str) -> bool {
         .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Text read from stored data (a name in a rank file's index) or given by a caller, for a
+/// message: quoted, with control characters and quotes escaped, and cut after 64 characters
+/// followed by its length, so that a hostile name can neither flood a message nor forge a
+/// line of output.
+pub fn shown(text: &str) -> String {
+    const MAX: usize = 64;
+    let cut: String = text.chars().take(MAX).collect();
+    let mut s = format!("{cut:?}");
+    if cut.len() < text.len() {
+        s.push_str(&format!("... ({} bytes)", text.len()));
+    }
+    s
+}
+
 /// Check that a checkpoint name can be used as one path component: 1 to 128 characters from
 /// `[A-Za-z0-9._-]`, not starting with a dot, and not of the form `node<digits>` (reserved for
 /// node directories).
@@ -132,7 +146,8 @@ pub fn check_name(name: &str) -> Result<(), FormatError> {
         Err(FormatError::Invalid {
             field: "checkpoint name",
             value: format!(
-                "{name:?} (use 1-128 characters from A-Z a-z 0-9 . _ -, not starting with '.')"
+                "{} (use 1-128 characters from A-Z a-z 0-9 . _ -, not starting with '.')",
+                shown(name)
             ),
         })
     }
@@ -141,6 +156,17 @@ pub fn check_name(name: &str) -> Result<(), FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_text_is_quoted_escaped_and_cut() {
+        assert_eq!(shown("ok"), "\"ok\"");
+        assert_eq!(shown("a\nb\x1b[2J"), "\"a\\nb\\u{1b}[2J\"");
+        let long = "x".repeat(65535);
+        let s = shown(&long);
+        assert!(s.len() < 100 && s.ends_with("... (65535 bytes)"), "{s}");
+        let e = check_name(&long).unwrap_err().to_string();
+        assert!(e.len() < 200, "{e}");
+    }
 
     fn sample() -> Manifest {
         Manifest {
