@@ -675,21 +675,16 @@ fn ranks_phrase(rs: &BTreeSet<u32>) -> String {
 }
 
 /// Check a partner copy's index: it must read and name `name` v`v` of rank `r`.
-fn check_partner_index(tier: &dyn Tier, name: &str, v: i64, r: u32) -> Result<()> {
+fn check_partner_index(
+    tier: &dyn Tier,
+    name: &str,
+    v: i64,
+    r: u32,
+    world: Option<usize>,
+) -> Result<()> {
     let rd = tier.open(&partner_key(name, v, r as usize))?;
     let ix = part::read_index(&*rd)?;
-    if ix.name != name || ix.version != v || ix.rank != r {
-        return Err(Error::new(
-            ErrorKind::Corrupt,
-            format!(
-                "holds {} v{} of rank {}, not {name} v{v} of rank {r}",
-                cairn_format::shown(&ix.name),
-                ix.version,
-                ix.rank
-            ),
-        ));
-    }
-    Ok(())
+    part::index_is(&ix, (name, v), r as usize, world)
 }
 
 /// Largest header a parity object can have (1024 members, 1023 shards).
@@ -1212,7 +1207,8 @@ impl Inventory {
                 };
                 let key = partner_key(name, v, r as usize);
                 let bytes = tier.open(&key).map(|f| f.len()).unwrap_or(0);
-                let checked = check_partner_index(&**tier, name, v, r);
+                let world = manifest.as_ref().map(|m| m.world_size as usize);
+                let checked = check_partner_index(&**tier, name, v, r, world);
                 partner.push(PartnerCopyInfo {
                     rank: r,
                     path: tier.root().join(&key),
@@ -1620,8 +1616,9 @@ impl Inventory {
                 let Some(tier) = self.tier(c.place) else {
                     continue;
                 };
+                let world = c.manifest.as_ref().map(|m| m.world_size as usize);
                 for &r in c.files.keys() {
-                    let check = self.check_file(tier, c.place, name, *version, r);
+                    let check = self.check_file(tier, (c.place, world), name, *version, r);
                     damaged |= !check.ok;
                     files.push(check);
                 }
@@ -1644,7 +1641,7 @@ impl Inventory {
                     }
                 }
                 for x in &c.partner {
-                    let check = self.check_partner(tier, c.place, name, *version, x.rank);
+                    let check = self.check_partner(tier, (c.place, world), name, *version, x.rank);
                     damaged |= !check.ok;
                     files.push(check);
                 }
@@ -1695,29 +1692,35 @@ impl Inventory {
 
     /// Re-check a partner copy: its index names the right checkpoint and rank, and every
     /// block matches its checksum.
-    fn check_partner(&self, tier: &Opened, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
+    fn check_partner(
+        &self,
+        tier: &Opened,
+        at: (Place, Option<usize>),
+        name: &str,
+        v: i64,
+        r: u32,
+    ) -> FileCheck {
+        let (place, world) = at;
         let key = partner_key(name, v, r as usize);
-        let res = check_partner_index(&**tier, name, v, r)
+        let res = check_partner_index(&**tier, name, v, r, world)
             .and_then(|()| part::verify(&*tier.open(&key)?));
         file_check(FileKind::Partner, r, place, tier.root().join(&key), res)
     }
 
-    fn check_file(&self, tier: &Opened, place: Place, name: &str, v: i64, r: u32) -> FileCheck {
+    fn check_file(
+        &self,
+        tier: &Opened,
+        at: (Place, Option<usize>),
+        name: &str,
+        v: i64,
+        r: u32,
+    ) -> FileCheck {
+        let (place, world) = at;
         let key = rank_key(name, v, r as usize);
         let res = (|| -> Result<u64> {
             let rd = tier.open(&key)?;
             let ix = part::read_index(&*rd)?;
-            if ix.name != name || ix.version != v || ix.rank != r {
-                return Err(Error::new(
-                    ErrorKind::Corrupt,
-                    format!(
-                        "file holds {} v{} of rank {}, not {name} v{v} of rank {r}",
-                        cairn_format::shown(&ix.name),
-                        ix.version,
-                        ix.rank
-                    ),
-                ));
-            }
+            part::index_is(&ix, (name, v), r as usize, world)?;
             part::verify(&*rd)
         })();
         file_check(FileKind::Part, r, place, tier.root().join(&key), res)
@@ -2016,6 +2019,56 @@ mod tests {
         assert_eq!(bad.len(), 1);
         assert_eq!((bad[0].rank, bad[0].place), (3, Place::Local(1)));
         assert!(bad[0].path.ends_with("node1/heat/v5/rank3.ckpt"));
+    }
+
+    /// A rank file consistent in itself (its checksums right) whose index claims another
+    /// job's size is damage to verify, as it is to restart: one check judges both.
+    #[test]
+    fn a_rank_file_of_another_world_size_is_damage_to_verify_and_restart() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        write(&cfg, 1, 1, "solo", &[1]);
+        let tier = cairn_tier::DirTier::new("local", d.path().join("local/node0"), false).unwrap();
+        let bytes = [7u8; 64];
+        let regs = [part::RegionRef {
+            id: 0,
+            dtype: cairn_format::Dtype::Byte,
+            bytes: &bytes,
+        }];
+        let meta = part::PartMeta {
+            name: "solo",
+            version: 1,
+            rank: 0,
+            world_size: u32::MAX,
+            block: 4096,
+        };
+        tier.remove("solo/v1/rank0.ckpt").unwrap();
+        part::write_part(
+            &tier,
+            "solo/v1/rank0.ckpt",
+            meta,
+            &regs,
+            part::Reduction::RAW,
+        )
+        .unwrap();
+        let c = &Inventory::open(&cfg)
+            .unwrap()
+            .verify(&Selection::All)
+            .unwrap()[0];
+        assert_eq!(c.verdict, Verdict::Damaged, "{c:?}");
+        let why = c.files.iter().find_map(|f| f.error.clone()).unwrap();
+        assert!(
+            why.contains("of rank 0/4294967295, not solo v1 of rank 0/1"),
+            "{why}"
+        );
+        let e = part::open_chain(&tier, "solo", 1, 0, Some(1))
+            .err()
+            .unwrap()
+            .msg;
+        assert!(
+            e.contains("of rank 0/4294967295, not solo v1 of rank 0/1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -580,6 +580,36 @@ fn finish_part(
     out.flush()
 }
 
+/// Whether a rank file's index is what its key promises: checkpoint `name` version `v`,
+/// rank `rank` of a job of `world` ranks when that is known (the manifest's, or the
+/// restoring job's). Restart and `verify` judge every rank file and partner copy by this one
+/// check, so neither accepts what the other refuses.
+pub fn index_is(
+    index: &RankIndex,
+    (name, v): (&str, i64),
+    rank: usize,
+    world: Option<usize>,
+) -> Result<()> {
+    if index.name != name
+        || index.version != v
+        || index.rank as usize != rank
+        || world.is_some_and(|w| w != index.world_size as usize)
+    {
+        let of = world.map_or(String::new(), |w| format!("/{w}"));
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "holds {} v{} of rank {}/{}, not {name} v{v} of rank {rank}{of}",
+                cairn_format::shown(&index.name),
+                index.version,
+                index.rank,
+                index.world_size
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Read and check the header, trailer and index of a rank file.
 pub fn read_index(r: &dyn ObjectReader) -> Result<RankIndex> {
     let len = r.len();
@@ -691,25 +721,9 @@ pub fn open_chain(
             }
         })?;
         let index = read_index(&*reader).map_err(|e| e.context(key.clone()))?;
-        if index.name != name
-            || index.version != v
-            || index.rank as usize != rank
-            || world_size.is_some_and(|w| w != index.world_size as usize)
-            || chain
-                .first()
-                .is_some_and(|l| l.index.world_size != index.world_size)
-        {
-            return Err(Error::new(
-                ErrorKind::Corrupt,
-                format!(
-                    "{key} holds {} v{} of rank {}/{}",
-                    cairn_format::shown(&index.name),
-                    index.version,
-                    index.rank,
-                    index.world_size
-                ),
-            ));
-        }
+        // Each link of the chain is of the same job as the newest.
+        let world = world_size.or(chain.first().map(|l| l.index.world_size as usize));
+        index_is(&index, (name, v), rank, world).map_err(|e| e.context(key.clone()))?;
         let base = index.base;
         chain.push(Link { reader, index });
         match base {
