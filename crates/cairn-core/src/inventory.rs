@@ -1618,7 +1618,8 @@ impl Inventory {
                 };
                 let world = c.manifest.as_ref().map(|m| m.world_size as usize);
                 for &r in c.files.keys() {
-                    let check = self.check_file(tier, (c.place, world), name, *version, r);
+                    let at = (FileKind::Part, c.place, world);
+                    let check = self.check_object(tier, at, name, *version, r);
                     damaged |= !check.ok;
                     files.push(check);
                 }
@@ -1641,7 +1642,8 @@ impl Inventory {
                     }
                 }
                 for x in &c.partner {
-                    let check = self.check_partner(tier, (c.place, world), name, *version, x.rank);
+                    let at = (FileKind::Partner, c.place, world);
+                    let check = self.check_object(tier, at, name, *version, x.rank);
                     damaged |= !check.ok;
                     files.push(check);
                 }
@@ -1690,40 +1692,27 @@ impl Inventory {
         Ok(out)
     }
 
-    /// Re-check a partner copy: its index names the right checkpoint and rank, and every
-    /// block matches its checksum.
-    fn check_partner(
+    /// Re-check a rank file (`FileKind::Part`) or a partner copy: its index names the right
+    /// checkpoint, rank and job size, and every block matches its checksum.
+    fn check_object(
         &self,
         tier: &Opened,
-        at: (Place, Option<usize>),
+        (kind, place, world): (FileKind, Place, Option<usize>),
         name: &str,
         v: i64,
         r: u32,
     ) -> FileCheck {
-        let (place, world) = at;
-        let key = partner_key(name, v, r as usize);
-        let res = check_partner_index(&**tier, name, v, r, world)
-            .and_then(|()| part::verify(&*tier.open(&key)?));
-        file_check(FileKind::Partner, r, place, tier.root().join(&key), res)
-    }
-
-    fn check_file(
-        &self,
-        tier: &Opened,
-        at: (Place, Option<usize>),
-        name: &str,
-        v: i64,
-        r: u32,
-    ) -> FileCheck {
-        let (place, world) = at;
-        let key = rank_key(name, v, r as usize);
+        let key = match kind {
+            FileKind::Partner => partner_key(name, v, r as usize),
+            _ => rank_key(name, v, r as usize),
+        };
         let res = (|| -> Result<u64> {
             let rd = tier.open(&key)?;
             let ix = part::read_index(&*rd)?;
             part::index_is(&ix, (name, v), r as usize, world)?;
             part::verify(&*rd)
         })();
-        file_check(FileKind::Part, r, place, tier.root().join(&key), res)
+        file_check(kind, r, place, tier.root().join(&key), res)
     }
 }
 
