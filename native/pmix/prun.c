@@ -51,7 +51,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_RANKS 4096
@@ -126,7 +125,6 @@ static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static int first_bad = MAX_RANKS, bad_status; /* over the whole job (hub) or this host */
 static int lost;                              /* a daemon or the hub went away */
 static char token[128];
-static int wake[2];                           /* tells the network thread to look again */
 
 static int write_all(int fd, const void *p, size_t n)
 {
@@ -428,12 +426,13 @@ static int receive(int h)
 static void *network(void *unused)
 {
     (void)unused;
-    time_t start = time(NULL);
+    /* Seconds spent waiting for daemons, counted by poll's timeouts rather than read from a
+     * clock: a hub restarted from a checkpoint taken while it waited goes on counting from
+     * where it was, not from a clock of another run. */
+    int waited = 0;
     for (;;) {
-        struct pollfd p[MAX_HOSTS + 2];
-        int who[MAX_HOSTS + 2], n = 0, waiting_for = 0;
-        p[n] = (struct pollfd){.fd = wake[0], .events = POLLIN};
-        who[n++] = -2;
+        struct pollfd p[MAX_HOSTS + 1];
+        int who[MAX_HOSTS + 1], n = 0, waiting_for = 0;
         pthread_mutex_lock(&lock);
         if (me == 0 && listener >= 0) {
             p[n] = (struct pollfd){.fd = listener, .events = POLLIN};
@@ -450,7 +449,7 @@ static void *network(void *unused)
             }
         }
         pthread_mutex_unlock(&lock);
-        if (me == 0 && waiting_for && time(NULL) - start > CONNECT_SECONDS && !lost) {
+        if (me == 0 && waiting_for && waited > CONNECT_SECONDS && !lost) {
             say("%d host(s) did not connect within %d s; ending the job", waiting_for,
                 CONNECT_SECONDS);
             pthread_mutex_lock(&lock);
@@ -459,16 +458,15 @@ static void *network(void *unused)
             pthread_mutex_unlock(&lock);
             abort_everywhere(1);
         }
-        if (poll(p, (nfds_t)n, 1000) < 0)
+        int ready = poll(p, (nfds_t)n, 1000);
+        if (ready < 0)
             continue; /* EINTR: a checkpoint came and went */
+        if (ready == 0 && waiting_for)
+            waited++;
         for (int i = 0; i < n; i++) {
             if (!p[i].revents)
                 continue;
-            if (who[i] == -2) {
-                char b[64];
-                if (read(wake[0], b, sizeof b) == 0)
-                    return NULL;
-            } else if (who[i] == -1) {
+            if (who[i] == -1) {
                 int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
                 if (fd >= 0)
                     hello(fd);
@@ -494,6 +492,7 @@ static void *network(void *unused)
             }
         }
     }
+    return NULL; /* not reached: the thread ends with the process */
 }
 
 /* ---- Registration ------------------------------------------------------------------------ */
@@ -1028,8 +1027,6 @@ int main(int argc, char **argv)
 
     char hub_contact[256] = "";
     if (nhosts > 1) {
-        if (pipe2(wake, O_CLOEXEC) != 0)
-            return 1;
         if (me == 0 && listen_at(bind_addr, hub_contact, sizeof hub_contact) != 0)
             return 1;
         if (me != 0) {
