@@ -47,6 +47,8 @@ pub struct DirTier {
     root: PathBuf,
     fsync: bool,
     scope: Scope,
+    /// Opened to write (its directories may be made and made private), or only to read.
+    writable: bool,
 }
 
 fn err(tier: &str, what: &'static str, path: &Path, source: std::io::Error) -> TierError {
@@ -115,6 +117,7 @@ impl DirTier {
             root,
             fsync,
             scope,
+            writable: true,
         })
     }
 
@@ -131,6 +134,7 @@ impl DirTier {
             root,
             fsync: false,
             scope,
+            writable: false,
         })
     }
 
@@ -138,7 +142,14 @@ impl DirTier {
         &self.root
     }
 
-    fn path(&self, key: &str) -> Result<PathBuf> {
+    /// The path of `key`, after walking the directories it passes through below the root
+    /// (every component but the last, or all of them when `key` names a directory): each that
+    /// exists must be a directory, not a symbolic link, and this user's; one others may
+    /// write is made private (0700) when the tier is writable. With `create`, missing ones
+    /// are made, 0700. The root itself was checked when the tier was opened, and no other
+    /// user can change what lies in a directory that is ours and private, so nothing can be
+    /// swapped in after the walk.
+    fn walk(&self, key: &str, (key_is_dir, create): (bool, bool)) -> Result<PathBuf> {
         check_key(key).map_err(|m| {
             err(
                 &self.label,
@@ -147,7 +158,63 @@ impl DirTier {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, m),
             )
         })?;
+        let parts: Vec<&str> = key.split('/').collect();
+        let dirs = if key_is_dir {
+            parts.len()
+        } else {
+            parts.len() - 1
+        };
+        let mut dir = self.root.clone();
+        for part in &parts[..dirs] {
+            dir.push(part);
+            let md = match fs::symlink_metadata(&dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                    match DirBuilder::new().mode(0o700).create(&dir) {
+                        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                            return Err(err(&self.label, "cannot create directory", &dir, e))
+                        }
+                        _ => fs::symlink_metadata(&dir),
+                    }
+                }
+                other => other,
+            };
+            match md {
+                Ok(md) => self.check_dir(&dir, &md)?,
+                // Nothing below a missing directory exists either.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) => return Err(err(&self.label, "cannot stat", &dir, e)),
+            }
+        }
         Ok(self.root.join(key))
+    }
+
+    fn check_dir(&self, dir: &Path, md: &fs::Metadata) -> Result<()> {
+        let refuse = |why: String| {
+            let e = std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+            Err(err(&self.label, "refusing directory", dir, e))
+        };
+        if md.file_type().is_symlink() {
+            return refuse("a symbolic link (none is followed below a tier's root)".into());
+        }
+        if !md.is_dir() {
+            return refuse("not a directory".into());
+        }
+        if md.uid() != current_uid() {
+            return refuse(format!(
+                "owned by uid {}, not by this user (uid {}): its owner could plant files in it",
+                md.uid(),
+                current_uid()
+            ));
+        }
+        if self.writable && md.mode() & 0o022 != 0 {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                .map_err(|e| err(&self.label, "cannot make private", dir, e))?;
+        }
+        Ok(())
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        self.walk(key, (false, false))
     }
 }
 
@@ -413,16 +480,7 @@ impl Tier for DirTier {
     }
 
     fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
-        let dest = self.path(key)?;
-        if let Some(parent) = dest.parent() {
-            if !parent.is_dir() {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)
-                    .map_err(|e| err(&self.label, "cannot create directory", parent, e))?;
-            }
-        }
+        let dest = self.walk(key, (false, true))?;
         let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
         let mut tmp = dest.clone().into_os_string();
         tmp.push(format!(".tmp.{}.{}", std::process::id(), seq));
@@ -525,7 +583,7 @@ impl Tier for DirTier {
         let dir = if prefix.is_empty() {
             self.root.clone()
         } else {
-            self.path(prefix)?
+            self.walk(prefix, (true, false))?
         };
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
@@ -556,7 +614,7 @@ impl Tier for DirTier {
     }
 
     fn remove_all(&self, prefix: &str) -> Result<()> {
-        let path = self.path(prefix)?;
+        let path = self.walk(prefix, (true, false))?;
         match fs::remove_dir_all(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(err(&self.label, "cannot remove", &path, e))
@@ -656,6 +714,43 @@ mod tests {
         r.read_exact_at(&mut b, 1).unwrap();
         assert_eq!(&b, b"23");
         assert!(r.read_exact_at(&mut b, 2).is_err(), "short read accepted");
+    }
+
+    /// Directories below the root: a symbolic link in place of a name directory is not
+    /// followed (nothing is written to, read from or listed in its target), one of another
+    /// user is refused even when anyone may write it, and one of ours that others may write
+    /// is made private.
+    #[test]
+    fn name_directories_are_walked_without_links_and_must_be_ours() {
+        let d = tempfile::tempdir().unwrap();
+        let t = DirTier::new("local", d.path().join("r"), false).unwrap();
+        fs::create_dir(d.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("elsewhere"), d.path().join("r/ck")).unwrap();
+        let e = t.put("ck/v1/rank0.ckpt", b"x").unwrap_err().to_string();
+        assert!(e.contains("a symbolic link"), "{e}");
+        assert_eq!(fs::read_dir(d.path().join("elsewhere")).unwrap().count(), 0);
+        fs::create_dir_all(d.path().join("elsewhere/v1")).unwrap();
+        fs::write(d.path().join("elsewhere/v1/rank0.ckpt"), b"planted").unwrap();
+        assert!(t.open("ck/v1/rank0.ckpt").is_err());
+        assert!(t.list("ck").is_err() && t.list("ck/v1").is_err());
+        assert!(!t.exists("ck/v1/rank0.ckpt"));
+
+        fs::create_dir(d.path().join("r/mine")).unwrap();
+        fs::set_permissions(d.path().join("r/mine"), fs::Permissions::from_mode(0o777)).unwrap();
+        t.put("mine/v1/rank0.ckpt", b"ok").unwrap();
+        let mode = fs::metadata(d.path().join("r/mine")).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+
+        // Another user's directory (only root can make one here).
+        if current_uid() == 0 {
+            let theirs = d.path().join("r/theirs");
+            fs::create_dir(&theirs).unwrap();
+            fs::set_permissions(&theirs, fs::Permissions::from_mode(0o777)).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = t.put("theirs/v1/rank0.ckpt", b"x").unwrap_err().to_string();
+            assert!(e.contains("owned by uid 65534"), "{e}");
+            assert_eq!(fs::read_dir(&theirs).unwrap().count(), 0);
+        }
     }
 
     #[test]
