@@ -2197,6 +2197,9 @@ fn mpich_ring_three_times(job_name: &str, tls: Option<&str>) {
     let Some((t, config)) = real_setup() else {
         return;
     };
+    if !trees_have_their_own_proc() {
+        return;
+    }
     let _alone = host_mpi();
     let ring = build_with(t.path(), "mpiring", "mpicc.mpich");
     let steps = 3000u64;
@@ -2421,6 +2424,26 @@ fn a_pmix_launcher_refuses_bad_arguments_and_ends_on_mpi_abort() {
     );
 }
 
+/// Whether a tree can have a `/proc` of its own here, saying why not. Where this system lets
+/// nobody mount a /proc in a new pid and mount namespace (a chroot: "cannot change root
+/// filesystem propagation"), a tree keeps the host's (the restorer says so), and what needs
+/// the tree's own cannot be tested: its pids in `/proc`, telling which process of the
+/// machine holds the other end of a connection between two trees, and UCX's shared memory,
+/// which opens its peers' descriptors through `/proc/<pid>/fd` by the pids it learnt.
+fn trees_have_their_own_proc() -> bool {
+    let probe = Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    let ok = probe.is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "skipped: `unshare --mount --pid --fork --mount-proc` is not allowed here, so a \
+             tree has no /proc of its own"
+        );
+    }
+    ok
+}
+
 /// `/proc` in a launched tree is the tree's own: a shell reads its background child's entry,
 /// `/proc/<pid>`, by the pid `$!` gave it (once the child runs `sleep`), and its own by `$$`,
 /// at every step, through three
@@ -2431,13 +2454,7 @@ fn real_library_proc_shows_the_trees_processes_by_their_pids() {
     let Some((t, config)) = real_setup() else {
         return;
     };
-    // Where this system lets nobody mount a /proc in a new pid and mount namespace, the tree
-    // keeps the host's (the restorer says so) and there is nothing to test.
-    let probe = Command::new("unshare")
-        .args(["--mount", "--pid", "--fork", "--mount-proc", "true"])
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: `unshare --mount --pid --fork --mount-proc` is not allowed here");
+    if !trees_have_their_own_proc() {
         return;
     }
     let out = t.path().join("out.proc");
@@ -2833,6 +2850,9 @@ fn real_library_tcp_connections_between_two_trees_of_one_host_come_back() {
     let Some((t, config)) = real_setup() else {
         return;
     };
+    if !trees_have_their_own_proc() {
+        return;
+    }
     let prog = build_test_program(t.path(), "tcpserv");
     let mut job = Running(
         configured(&config, &["launch", "--job", "tcp1", "-n", "2", "--dir"])
