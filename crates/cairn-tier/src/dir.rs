@@ -75,22 +75,31 @@ pub(crate) fn make_private_dir(label: &str, dir: &Path) -> Result<()> {
         .create(dir)
         .map_err(|e| err(label, "cannot create directory", dir, e))?;
     let md = fs::symlink_metadata(dir).map_err(|e| err(label, "cannot stat", dir, e))?;
+    check_private_dir(label, dir, &md, 0o077)
+}
+
+/// A directory (`md` from `symlink_metadata`) where checkpoints go, or that leads to them:
+/// not a symbolic link, a directory, and this user's; one with any of the mode bits
+/// `make_private` (group and other bits, or 0 to change nothing) is made 0700.
+fn check_private_dir(label: &str, dir: &Path, md: &fs::Metadata, make_private: u32) -> Result<()> {
+    let refuse = |why: String| {
+        let e = std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+        Err(err(label, "refusing directory", dir, e))
+    };
+    if md.file_type().is_symlink() {
+        return refuse("a symbolic link (symlinks are not followed)".into());
+    }
     if !md.is_dir() {
-        let e = std::io::Error::other("not a directory (symlinks are refused)");
-        return Err(err(label, "bad root", dir, e));
+        return refuse("not a directory".into());
     }
     if md.uid() != current_uid() {
-        let e = std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "owned by uid {}, not by this user (uid {})",
-                md.uid(),
-                current_uid()
-            ),
-        );
-        return Err(err(label, "refusing directory", dir, e));
+        return refuse(format!(
+            "owned by uid {}, not by this user (uid {}): its owner could plant files in it",
+            md.uid(),
+            current_uid()
+        ));
     }
-    if md.mode() & 0o077 != 0 {
+    if md.mode() & make_private != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| err(label, "cannot make private", dir, e))?;
     }
@@ -179,38 +188,18 @@ impl DirTier {
                 other => other,
             };
             match md {
-                Ok(md) => self.check_dir(&dir, &md)?,
+                // A writing tier makes private what others may write; a reading one changes
+                // nothing.
+                Ok(md) => {
+                    let fix = if self.writable { 0o022 } else { 0 };
+                    check_private_dir(&self.label, &dir, &md, fix)?
+                }
                 // Nothing below a missing directory exists either.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                 Err(e) => return Err(err(&self.label, "cannot stat", &dir, e)),
             }
         }
         Ok(self.root.join(key))
-    }
-
-    fn check_dir(&self, dir: &Path, md: &fs::Metadata) -> Result<()> {
-        let refuse = |why: String| {
-            let e = std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
-            Err(err(&self.label, "refusing directory", dir, e))
-        };
-        if md.file_type().is_symlink() {
-            return refuse("a symbolic link (none is followed below a tier's root)".into());
-        }
-        if !md.is_dir() {
-            return refuse("not a directory".into());
-        }
-        if md.uid() != current_uid() {
-            return refuse(format!(
-                "owned by uid {}, not by this user (uid {}): its owner could plant files in it",
-                md.uid(),
-                current_uid()
-            ));
-        }
-        if self.writable && md.mode() & 0o022 != 0 {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-                .map_err(|e| err(&self.label, "cannot make private", dir, e))?;
-        }
-        Ok(())
     }
 
     fn path(&self, key: &str) -> Result<PathBuf> {
