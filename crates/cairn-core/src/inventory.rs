@@ -127,6 +127,8 @@ pub struct SetMember {
     pub rank: u32,
     /// Length of its rank file when the parity was encoded.
     pub bytes: u64,
+    /// The index checksum of the rank file it was encoded from (parity format 2).
+    pub index_sum: Option<u64>,
 }
 
 /// The set a parity object protects, from its header.
@@ -557,6 +559,8 @@ struct Found {
     manifest_error: Option<String>,
     /// rank -> file size
     files: BTreeMap<u32, u64>,
+    /// rank -> the index checksum of its rank file here, when its trailer reads.
+    sums: BTreeMap<u32, u64>,
     /// Partner copies and parity objects held here (node-local tiers only).
     partner: Vec<PartnerCopyInfo>,
     parity: Vec<ParityInfo>,
@@ -687,11 +691,14 @@ fn check_partner_index(
     part::index_is(&ix, (name, v), r as usize, world)
 }
 
-/// Largest header a parity object can have (1024 members, 1023 shards).
-const MAX_PARITY_HEADER: u64 = 44 + 12 * 1024 + 8 * 1023 + 8;
-
-/// Read and check the parity object rank `r` holds, through the tier, one shard at a time.
-fn check_parity(tier: &dyn Tier, place_path: PathBuf, key: &str, r: u32) -> ParityInfo {
+/// Read and check the parity object rank `r` holds of `name` v`v`, through the tier, one
+/// shard at a time.
+fn check_parity(
+    tier: &dyn Tier,
+    place_path: PathBuf,
+    (key, name, v): (&str, &str, i64),
+    r: u32,
+) -> ParityInfo {
     let mut info = ParityInfo {
         rank: r,
         path: place_path,
@@ -715,7 +722,7 @@ fn check_parity(tier: &dyn Tier, place_path: PathBuf, key: &str, r: u32) -> Pari
         rd.read_exact_at(&mut lead, 0)?;
         let h = u32::from_le_bytes(lead[12..16].try_into().expect("4 bytes")) as u64;
         // A header length the format cannot have is left to `decode` to name.
-        let want = if (52..=MAX_PARITY_HEADER).contains(&h) && h <= len {
+        let want = if (52..=ParityHeader::MAX_LEN as u64).contains(&h) && h <= len {
             h
         } else {
             len.min(52)
@@ -734,9 +741,11 @@ fn check_parity(tier: &dyn Tier, place_path: PathBuf, key: &str, r: u32) -> Pari
             members: hd
                 .members
                 .iter()
-                .map(|(rank, bytes)| SetMember {
+                .enumerate()
+                .map(|(i, (rank, bytes))| SetMember {
                     rank: *rank,
                     bytes: *bytes,
+                    index_sum: hd.bound.as_ref().map(|b| b.index_sums[i]),
                 })
                 .collect(),
             m: hd.m,
@@ -750,6 +759,8 @@ fn check_parity(tier: &dyn Tier, place_path: PathBuf, key: &str, r: u32) -> Pari
                 format!("holds the parity of rank {holder}, not of rank {r}"),
             ));
         }
+        hd.protects(name, v, |_| None)
+            .map_err(|e| Error::new(ErrorKind::Corrupt, e))?;
         let start = hd.encoded_len() as u64;
         let expected = hd
             .segment
@@ -790,6 +801,32 @@ fn check_parity(tier: &dyn Tier, place_path: PathBuf, key: &str, r: u32) -> Pari
         Err(e) => info.error = Some(e.msg),
     }
     info
+}
+
+/// Mark as damaged every intact parity object encoded from other rank files than the node
+/// directories hold (the index checksums it records differ): rebuilding from it would make
+/// garbage, so the engine does not use it either.
+fn bind_parity(copies: &mut [Found]) {
+    let mut sums: BTreeMap<u32, u64> = BTreeMap::new();
+    for c in copies.iter().filter(|c| matches!(c.place, Place::Local(_))) {
+        sums.extend(c.sums.iter().map(|(r, s)| (*r, *s)));
+    }
+    for x in copies.iter_mut().flat_map(|c| c.parity.iter_mut()) {
+        let Some(set) = x.set.as_ref().filter(|_| x.ok) else {
+            continue;
+        };
+        let other = set.members.iter().find_map(|m| {
+            let (want, have) = (m.index_sum?, *sums.get(&m.rank)?);
+            (want != have).then_some((m.rank, want, have))
+        });
+        if let Some((rank, want, have)) = other {
+            x.ok = false;
+            x.error = Some(format!(
+                "was encoded from another rank file of rank {rank} (index checksum {want:016x}, \
+                 the rank file has {have:016x})"
+            ));
+        }
+    }
 }
 
 /// The ranks of a set of parity headers' members, as a phrase: `ranks 0, 2`.
@@ -1174,6 +1211,9 @@ impl Inventory {
                 }
             }
         }
+        for copies in out.values_mut() {
+            bind_parity(copies);
+        }
         Ok(out)
     }
 
@@ -1184,6 +1224,7 @@ impl Inventory {
             Err(e) => (None, Some(e.msg)),
         };
         let mut files = BTreeMap::new();
+        let mut sums = BTreeMap::new();
         let mut problems = Vec::new();
         for entry in tier.list(&version_dir(name, v))? {
             let Some(r) = parse_rank_file(&entry) else {
@@ -1193,6 +1234,9 @@ impl Inventory {
             match tier.open(&rank_key(name, v, r as usize)) {
                 Ok(f) => {
                     files.insert(r, f.len());
+                    if let Ok(sum) = part::index_sum(&*f) {
+                        sums.insert(r, sum);
+                    }
                 }
                 Err(e) => problems.push(format!("{place}: rank {r}: {e}")),
             }
@@ -1222,7 +1266,12 @@ impl Inventory {
                     continue;
                 };
                 let key = parity_key(name, v, r as usize);
-                parity.push(check_parity(&**tier, tier.root().join(&key), &key, r));
+                parity.push(check_parity(
+                    &**tier,
+                    tier.root().join(&key),
+                    (&key, name, v),
+                    r,
+                ));
             }
         }
         Ok(Found {
@@ -1231,6 +1280,7 @@ impl Inventory {
             manifest,
             manifest_error,
             files,
+            sums,
             partner,
             parity,
             problems,
@@ -2287,6 +2337,81 @@ mod tests {
                 .unwrap()
                 .contains("holds the parity of rank 1"),
             "{p:?}"
+        );
+    }
+
+    #[test]
+    fn parity_of_another_checkpoint_or_other_rank_files_does_not_protect() {
+        // Defect: an older version's parity objects copied over a newer one's passed `verify`
+        // and `list` said "protected"; a node loss then could not be rebuilt.
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            keep: 2,
+            ..protected_cfg(d.path(), "xor", 2)
+        };
+        write(&cfg, 4, 2, "heat", &[1, 2]);
+        let inv = Inventory::open(&cfg).unwrap();
+        let v2 = |inv: &Inventory| {
+            inv.list(Some("heat"))
+                .unwrap()
+                .into_iter()
+                .find(|r| r.version == 2)
+                .unwrap()
+        };
+        assert_eq!(v2(&inv).protection.state, ProtectionState::Protected);
+        let par = |v: i64, n: usize, r: usize| {
+            d.path()
+                .join(format!("local/node{n}/heat/v{v}/parity/rank{r}.par"))
+        };
+        let all = [(0, 0), (0, 1), (1, 2), (1, 3)];
+        for (n, r) in all {
+            std::fs::copy(par(1, n, r), par(2, n, r)).unwrap();
+        }
+        let r = v2(&inv);
+        assert_ne!(r.protection.state, ProtectionState::Protected, "{r:?}");
+        let p = &r.holdings[1].parity[0];
+        assert!(!p.ok, "{p:?}");
+        assert!(
+            p.error
+                .as_deref()
+                .unwrap()
+                .contains("protects \"heat\" v1, not \"heat\" v2"),
+            "{p:?}"
+        );
+        let c = inv.verify(&Selection::Version("heat".into(), 2)).unwrap();
+        assert_eq!(c[0].verdict, Verdict::Damaged);
+
+        // The same checkpoint name and version from another run (other rank files: another
+        // block size): the index checksums it records do not match.
+        let other = tempfile::tempdir().unwrap();
+        let ocfg = Config {
+            block: 8192,
+            ..protected_cfg(other.path(), "xor", 2)
+        };
+        write(&ocfg, 4, 2, "heat", &[2]);
+        for (n, r) in all {
+            std::fs::copy(
+                other
+                    .path()
+                    .join(format!("local/node{n}/heat/v2/parity/rank{r}.par")),
+                par(2, n, r),
+            )
+            .unwrap();
+        }
+        let r = v2(&inv);
+        assert_ne!(r.protection.state, ProtectionState::Protected, "{r:?}");
+        let p = &r.holdings[0].parity[0];
+        assert!(
+            !p.ok
+                && p.error
+                    .as_deref()
+                    .unwrap()
+                    .contains("was encoded from another rank file of rank"),
+            "{p:?}"
+        );
+        assert_eq!(
+            inv.verify(&Selection::Version("heat".into(), 2)).unwrap()[0].verdict,
+            Verdict::Damaged
         );
     }
 

@@ -610,8 +610,8 @@ pub fn index_is(
     Ok(())
 }
 
-/// Read and check the header, trailer and index of a rank file.
-pub fn read_index(r: &dyn ObjectReader) -> Result<RankIndex> {
+/// Read and check a rank file's trailer.
+fn read_trailer(r: &dyn ObjectReader) -> Result<Trailer> {
     let len = r.len();
     if len < TRAILER_LEN {
         return Err(Error::new(
@@ -621,7 +621,18 @@ pub fn read_index(r: &dyn ObjectReader) -> Result<RankIndex> {
     }
     let mut t = [0u8; TRAILER_LEN as usize];
     r.read_exact_at(&mut t, len - TRAILER_LEN)?;
-    let tr = Trailer::decode(&t, len)?;
+    Ok(Trailer::decode(&t, len)?)
+}
+
+/// The index checksum a rank file's trailer records: what names its contents (every stored
+/// block's checksum is in the index), recorded by the parity that protects it.
+pub fn index_sum(r: &dyn ObjectReader) -> Result<u64> {
+    Ok(read_trailer(r)?.index_sum)
+}
+
+/// Read and check the header, trailer and index of a rank file.
+pub fn read_index(r: &dyn ObjectReader) -> Result<RankIndex> {
+    let tr = read_trailer(r)?;
     let format = if tr.headerless {
         FORMAT_VERSION
     } else {

@@ -22,12 +22,13 @@ use crate::part::{
     self, encode_part, part_len, FileRegion, PartMeta, PartSink, Reduction, RegionRef,
 };
 use cairn_comm::{Comm, Op, Topology};
-use cairn_format::{ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
+use cairn_format::{Binding, ChecksumStream, Manifest, ParityCodec, ParityHeader, RankIndex};
 use cairn_redundancy::stripe::{self, Codec};
 use cairn_redundancy::{Plan, Scheme};
 use cairn_tier::{ObjectWriter, Tier};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use tracing::warn;
 
 /// Bytes per exchange step of a partner stream.
 const PIECE: usize = 1 << 20;
@@ -387,22 +388,15 @@ impl SliceBuf {
 /// once, straight from the tier.
 pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u64) -> Result<()> {
     let rank = ctx.topo.rank;
-    let lens = ctx.comm.allgather(&own_len.to_le_bytes())?;
-    let lens: Vec<u64> = lens
-        .iter()
-        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-        .collect();
-    let (set_id, me) = ctx
-        .plan
-        .set_of(rank)
-        .expect("every rank is in a set under xor / rs");
-    let set = &ctx.plan.sets[set_id];
-    let (n, m) = (set.len(), ctx.plan.parity);
-    let k = n - m;
-    let s = stripe::segment_size(set.iter().map(|r| lens[*r]).max().unwrap_or(0), n, m) as usize;
     let mut err: Option<Error> = None;
     let part = match ctx.tier.open(&rank_key(name, version, rank)) {
-        Ok(r) if r.len() == own_len => Some(r),
+        Ok(r) if r.len() == own_len => match part::index_sum(&*r) {
+            Ok(_) => Some(r),
+            Err(e) => {
+                err = Some(e);
+                None
+            }
+        },
         Ok(r) => {
             err = Some(Error::new(
                 ErrorKind::Corrupt,
@@ -415,6 +409,37 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
             None
         }
     };
+    // Every member's length and index checksum: the parity records what it was encoded
+    // from, so that it is never used with other rank files.
+    let own_sum = part
+        .as_deref()
+        .and_then(|r| part::index_sum(r).ok())
+        .unwrap_or(0);
+    let mut mine = own_len.to_le_bytes().to_vec();
+    mine.extend_from_slice(&own_sum.to_le_bytes());
+    let lens: Vec<(u64, u64)> = ctx
+        .comm
+        .allgather(&mine)?
+        .iter()
+        .map(|b| {
+            let at = |o: usize| {
+                u64::from_le_bytes(
+                    b.get(o..o + 8)
+                        .and_then(|x| x.try_into().ok())
+                        .unwrap_or([0; 8]),
+                )
+            };
+            (at(0), at(8))
+        })
+        .collect();
+    let (set_id, me) = ctx
+        .plan
+        .set_of(rank)
+        .expect("every rank is in a set under xor / rs");
+    let set = &ctx.plan.sets[set_id];
+    let (n, m) = (set.len(), ctx.plan.parity);
+    let k = n - m;
+    let s = stripe::segment_size(set.iter().map(|r| lens[*r].0).max().unwrap_or(0), n, m) as usize;
     let view = part.as_deref().and_then(MappedObject::of);
     let (code, pcodec) = codec(ctx.plan.scheme);
     let mut header = ParityHeader {
@@ -423,8 +448,13 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
         m: m as u32,
         holder: me as u32,
         segment: s as u64,
-        members: set.iter().map(|r| (*r as u32, lens[*r])).collect(),
+        members: set.iter().map(|r| (*r as u32, lens[*r].0)).collect(),
         shard_sums: vec![0; m],
+        bound: Some(Binding {
+            name: name.to_string(),
+            version,
+            index_sums: set.iter().map(|r| lens[*r].1).collect(),
+        }),
     };
     let base = header.encoded_len() as u64;
     let mut out = match ctx.tier.create(&parity_key(name, version, rank)) {
@@ -549,6 +579,8 @@ pub(crate) fn encode_parity(ctx: &Ctx<'_>, name: &str, version: i64, own_len: u6
 #[derive(Debug, Default, Clone)]
 struct Status {
     has_own: bool,
+    /// The index checksum of the own part, when it is whole.
+    own_sum: u64,
     has_copy: bool,
     manifest: Option<Manifest>,
     /// A parity object whose header and shards check out.
@@ -572,6 +604,7 @@ impl Status {
             .unwrap_or_default();
         b.extend_from_slice(&(p.len() as u32).to_le_bytes());
         b.extend_from_slice(&p);
+        b.extend_from_slice(&self.own_sum.to_le_bytes());
         b
     }
 
@@ -587,8 +620,12 @@ impl Status {
         };
         if let Some((m, next)) = field(2) {
             st.manifest = Manifest::decode(m).ok();
-            if let Some((p, _)) = field(next) {
+            if let Some((p, next)) = field(next) {
                 st.parity = ParityHeader::decode(p).ok();
+                st.own_sum = b
+                    .get(next..next + 8)
+                    .and_then(|x| x.try_into().ok())
+                    .map_or(0, u64::from_le_bytes);
             }
         }
         st
@@ -607,6 +644,10 @@ fn read_parity(tier: &dyn Tier, name: &str, version: i64, rank: usize) -> Option
     let mut head = vec![0u8; hlen];
     r.read_exact_at(&mut head, 0).ok()?;
     let h = ParityHeader::decode(&head).ok()?;
+    if let Err(e) = h.protects(name, version, |_| None) {
+        warn!("cairn: rank {rank}: its parity object of {name} v{version} is not used: it {e}");
+        return None;
+    }
     let s = h.segment;
     let start = h.encoded_len() as u64;
     if r.len() != start + s * h.m as u64
@@ -673,28 +714,47 @@ pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<
         .is_some_and(|m| m.ranks.contains(&(rank as u32)));
     // A part counts only if every checksum holds: a damaged one is lost like a missing one,
     // and must never feed a rebuilt part or re-encoded parity.
-    let has_own = listed
-        && ctx.tier.open(&own_key).ok().is_some_and(|r| {
-            part::read_index(&*r).is_ok_and(|ix| ix.rank as usize == rank && ix.version == version)
-                && part::verify(&*r).is_ok()
-        });
+    let own_sum = listed
+        .then(|| ctx.tier.open(&own_key).ok())
+        .flatten()
+        .filter(|r| {
+            part::read_index(&**r)
+                .is_ok_and(|ix| part::index_is(&ix, (name, version), rank, None).is_ok())
+                && part::verify(&**r).is_ok()
+        })
+        .and_then(|r| part::index_sum(&*r).ok());
+    let has_own = own_sum.is_some();
     let has_copy = ctx.plan.scheme == Scheme::Partner
         && ctx
             .tier
             .exists(&partner_key(name, version, ctx.plan.partner_src[rank]));
-    let parity = read_parity(ctx.tier, name, version, rank);
     let mine = Status {
         has_own,
+        own_sum: own_sum.unwrap_or(0),
         has_copy,
         manifest: manifest.clone(),
-        parity: parity.clone(),
+        parity: read_parity(ctx.tier, name, version, rank),
     };
-    let all: Vec<Status> = ctx
+    let mut all: Vec<Status> = ctx
         .comm
         .allgather(&mine.encode())?
         .iter()
         .map(|b| Status::decode(b))
         .collect();
+    // Parity encoded from other rank files than the members hold now (a copy of another
+    // run's) would rebuild garbage: it counts as lost, on every rank alike.
+    let sums: Vec<Option<u64>> = all.iter().map(|s| s.has_own.then_some(s.own_sum)).collect();
+    for (r, st) in all.iter_mut().enumerate() {
+        let Some(h) = &st.parity else { continue };
+        let sum_of = |x: u32| sums.get(x as usize).copied().flatten();
+        if let Err(e) = h.protects(name, version, sum_of) {
+            if rank == 0 {
+                warn!("cairn: the parity rank {r} holds of {name} v{version} is not used: it {e}");
+            }
+            st.parity = None;
+        }
+    }
+    let parity = all[rank].parity.clone();
     let Some(template) = all.iter().find_map(|s| s.manifest.clone()) else {
         return Err(Error::new(
             ErrorKind::NotFound,
@@ -1224,6 +1284,23 @@ impl<'a> SetRebuild<'a> {
             let key = rank_key(name, version, rank);
             w.commit()?;
             check_stored_part(ctx.tier, &key, name, version, rank)
+                .and_then(|()| {
+                    // The very rank file the parity was encoded from, not merely a valid one.
+                    let want = self.h.bound.as_ref().map(|b| b.index_sums[self.me]);
+                    let have = ctx.tier.open(&key).map_err(Error::from)?;
+                    match (want, part::index_sum(&*have)?) {
+                        (Some(w), h) if w != h => {
+                            let _ = ctx.tier.remove(&key);
+                            Err(Error::new(
+                                ErrorKind::Corrupt,
+                                format!(
+                                    "its index checksum is {h:016x}, the parity recorded {w:016x}"
+                                ),
+                            ))
+                        }
+                        _ => Ok(()),
+                    }
+                })
                 .map_err(|e| e.context(format!("rank {rank}: rebuilt part")))?;
         }
         let header = ParityHeader {

@@ -34,7 +34,7 @@ pub use dtype::Dtype;
 pub use manifest::{
     check_name, is_node_dir, node_index, shown, CkptState, Manifest, MANIFEST_FORMAT,
 };
-pub use parity::{ParityCodec, ParityHeader, PARITY_MAGIC};
+pub use parity::{Binding, ParityCodec, ParityHeader, PARITY_FORMAT, PARITY_MAGIC};
 
 /// The version of the rank-file container this build writes. It also reads version 1 (the
 /// format before block records: every block raw, no content hashes, no bases) and rejects
