@@ -52,6 +52,7 @@ module cairn
   integer, parameter, public :: CAIRN_ERR_COMM = -8      ! a collective operation failed
   integer, parameter, public :: CAIRN_ERR_PEER = -9      ! failed on another rank
   integer, parameter, public :: CAIRN_ERR_PANIC = -10    ! internal error
+  integer, parameter, public :: CAIRN_ERR_IN_USE = -11   ! another job holds the name (job lock)
 
   !> Lifecycle states of a checkpoint, from cairn_test.
   integer, parameter, public :: CAIRN_STATE_NONE = 0

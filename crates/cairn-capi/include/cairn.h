@@ -73,6 +73,11 @@
 #define CAIRN_ERR_PANIC -10
 
 /**
+ * Another job writes this checkpoint name into the same tiers (the message names it).
+ */
+#define CAIRN_ERR_IN_USE -11
+
+/**
  * `cairn_start_output` flag: the dataset is a checkpoint that a restart may use.
  */
 #define CAIRN_FLAG_CHECKPOINT 1

@@ -57,6 +57,8 @@ pub const CAIRN_ERR_COMM: c_int = -8;
 pub const CAIRN_ERR_PEER: c_int = -9;
 /// An internal error was caught; please report it with the message.
 pub const CAIRN_ERR_PANIC: c_int = -10;
+/// Another job writes this checkpoint name into the same tiers (the message names it).
+pub const CAIRN_ERR_IN_USE: c_int = -11;
 
 /// Lifecycle state of a checkpoint, from [`cairn_test`].
 pub type cairn_state = c_int;
@@ -126,6 +128,7 @@ fn code(kind: ErrorKind) -> c_int {
         ErrorKind::NotFound => CAIRN_ERR_NOT_FOUND,
         ErrorKind::Comm => CAIRN_ERR_COMM,
         ErrorKind::Peer => CAIRN_ERR_PEER,
+        ErrorKind::InUse => CAIRN_ERR_IN_USE,
         _ => CAIRN_ERR_PANIC,
     }
 }
@@ -732,6 +735,7 @@ pub extern "C" fn cairn_strerror(code: c_int) -> *const c_char {
         CAIRN_ERR_COMM => c"communication error",
         CAIRN_ERR_PEER => c"failed on another rank",
         CAIRN_ERR_PANIC => c"internal error",
+        CAIRN_ERR_IN_USE => c"checkpoint name in use by another job",
         _ => c"unknown error code",
     };
     s.as_ptr()

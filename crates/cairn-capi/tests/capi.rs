@@ -13,7 +13,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::*;
 
@@ -849,6 +849,161 @@ fn solo_mode_checkpoints_and_restarts() {
     assert_eq!(
         (o.status.signal(), o.status.code()),
         (None, Some(5)),
+        "{}",
+        o.show()
+    );
+}
+
+// ---- The job lock: one job per checkpoint name and tiers ---------------------------------------
+
+/// A job checkpointing `stress` every step of 40 ms until it is told to stop (SIGTERM) or
+/// killed, started by `launcher` (empty: directly) and waited for until its first checkpoint
+/// of this run.
+fn lock_holder(tiers: &Tiers, launcher: &[&str], what: &str) -> Running {
+    let stress = bins().stress.display().to_string();
+    let mut args: Vec<&str> = launcher.to_vec();
+    args.extend([
+        stress.as_str(),
+        "--solo",
+        "--mib",
+        "1",
+        "--until-exit",
+        "40",
+    ]);
+    let program = PathBuf::from(args.remove(0));
+    let mut job = spawn(command(&program, None, &args, tiers), what);
+    assert!(
+        job.wait_line(RUN_TIMEOUT, |l| l.contains(" checkpoint v")
+            && l.ends_with(" done"))
+            .is_some(),
+        "{what}: no checkpoint\n{}",
+        job.finish(Duration::from_secs(5)).show()
+    );
+    job
+}
+
+/// A second job on the same tiers and checkpoint name, restoring and verifying the newest
+/// checkpoint: alone, or under mpirun with `ranks` ranks.
+fn second_job(tiers: &Tiers, ranks: Option<usize>, what: &str) -> Outcome {
+    let mut args = vec!["--mib", "1", "--verify-only"];
+    if ranks.is_none() {
+        args.push("--solo");
+    }
+    run(stress_cmd(ranks, &args, tiers), what)
+}
+
+#[test]
+fn a_second_job_on_the_same_name_and_tiers_is_refused_and_a_dead_jobs_lock_is_taken_over() {
+    let _g = mpi_lock();
+    let mut tiers = Tiers::new(0);
+    tiers.set("CAIRN_CHECKPOINT_EVERY", "1");
+    tiers.set("CAIRN_EXIT_SIGNALS", "true");
+    let local_lock = tiers.local().join("node0/stress/job.lock");
+    let global_lock = tiers.global().join("stress/job.lock");
+
+    // While the first job runs, a second one (alone, then two ranks under mpirun) is refused
+    // at its first call, with the holder named, and the first goes on untouched.
+    let first = lock_holder(&tiers, &[], "first job");
+    let pid = first.pid();
+    assert!(local_lock.is_file() && global_lock.is_file());
+    for ranks in [None, Some(2)] {
+        let o = second_job(&tiers, ranks, "second job while the first runs");
+        assert_eq!(o.status.code(), Some(5), "{}", o.show());
+        assert!(
+            o.stderr
+                .contains(&format!("is in use by the job of pid {pid} on host"))
+                && o.stderr.contains("failed (-11)")
+                && o.stderr.contains("job.lock"),
+            "{}",
+            o.show()
+        );
+        assert!(!o.stdout.contains("checkpoint v"), "{}", o.show());
+    }
+    // Ended as a batch system ends it: its last checkpoint, then the locks go with it.
+    signal(pid, libc::SIGTERM);
+    let o = first.finish(RUN_TIMEOUT);
+    o.assert_ok();
+    let last = o
+        .lines()
+        .filter_map(|l| l.strip_prefix("stress: rank 0 exiting after v"))
+        .find_map(|v| v.parse::<i64>().ok())
+        .unwrap_or_else(|| panic!("no last checkpoint\n{}", o.show()));
+    assert!(
+        !local_lock.exists() && !global_lock.exists(),
+        "locks left behind"
+    );
+
+    // A job killed outright leaves its lock; the next job on this host sees its holder is
+    // gone, takes the lock over and restores the killed job's newest checkpoint.
+    let mut killed = lock_holder(&tiers, &[], "job to be killed");
+    let newest = killed
+        .wait_line(RUN_TIMEOUT, |l| {
+            l.contains(&format!("checkpoint v{} done", last + 3))
+        })
+        .expect("checkpoints after the restart");
+    let newest: i64 = newest
+        .rsplit_once(" v")
+        .and_then(|(_, v)| v.strip_suffix(" done"))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kill9(killed.pid());
+    let _ = killed.finish(RUN_TIMEOUT);
+    assert!(
+        local_lock.is_file() && global_lock.is_file(),
+        "kill -9 leaves the locks"
+    );
+    let o = second_job(&tiers, None, "job after a kill -9");
+    o.assert_ok();
+    assert!(
+        o.stderr
+            .contains("taking over the lock of checkpoint \"stress\""),
+        "{}",
+        o.show()
+    );
+    let restored = restored_ok(&o, 1, "after kill -9");
+    assert!(
+        restored >= Some(newest),
+        "restored {restored:?}, newest done v{newest}"
+    );
+}
+
+#[test]
+fn a_lock_held_from_another_pid_namespace_is_judged_by_its_heartbeat() {
+    // A process in another pid namespace cannot be looked up by pid, exactly like one on
+    // another host: its lock is kept alive by a heartbeat (every quarter lease) and taken
+    // over once the heartbeat stops.
+    let ok = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "true"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipped: `unshare --pid` does not work here (not root, or no pid namespaces)");
+        return;
+    }
+    let _g = mpi_lock();
+    let mut tiers = Tiers::new(0);
+    tiers.set("CAIRN_CHECKPOINT_EVERY", "1");
+    tiers.set("CAIRN_TIERS_LOCK_LEASE", "2");
+    let away = lock_holder(
+        &tiers,
+        &["unshare", "--pid", "--fork", "--kill-child"],
+        "job in another pid namespace",
+    );
+    let o = second_job(&tiers, None, "second job while the first runs");
+    assert_eq!(o.status.code(), Some(5), "{}", o.show());
+    assert!(
+        o.stderr.contains("is in use by the job of pid 1 on host"),
+        "{}",
+        o.show()
+    );
+    kill9(away.pid());
+    let _ = away.finish(RUN_TIMEOUT);
+    let o = second_job(&tiers, None, "job after the holder is gone");
+    o.assert_ok();
+    assert!(o.stderr.contains("taking over the lock"), "{}", o.show());
+    assert!(
+        restored_ok(&o, 1, "after the holder is gone").is_some(),
         "{}",
         o.show()
     );

@@ -272,6 +272,35 @@ fn heat_survives_kill9_and_ends_like_an_uninterrupted_run() {
 }
 
 #[test]
+fn a_second_scr_job_on_the_same_prefix_is_refused_at_scr_init() {
+    let _mpi = mpi_lock();
+    reference();
+    let scr = Scr::new(&[]);
+    let mut slow = HEAT.to_vec();
+    slow.extend(["--sleep-ms", "3"]);
+    let mut first = spawn(scr.heat(&slow), "first SCR job");
+    assert!(
+        first
+            .wait_line(Duration::from_secs(60), |l| checkpoint_line(l).is_some())
+            .is_some(),
+        "no checkpoint: {:?}",
+        first.seen
+    );
+    let second = run(scr.heat(&HEAT), "second SCR job on the same prefix");
+    assert!(
+        !second.status.success()
+            && second.stderr.contains("SCR_Init: checkpoint \"scr\"")
+            && second.stderr.contains("is in use by the job of pid")
+            && !second.stdout.contains("final checksum"),
+        "{}",
+        second.show()
+    );
+    let first = first.finish(RUN_TIMEOUT);
+    first.assert_ok();
+    assert_eq!(checksum(&first), reference(), "{}", first.show());
+}
+
+#[test]
 fn partner_xor_and_rs_rebuild_a_lost_node_after_kill9() {
     let _mpi = mpi_lock();
     reference();

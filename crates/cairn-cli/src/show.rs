@@ -27,8 +27,7 @@ pub fn ms(ns: u64) -> String {
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` UTC.
 pub fn utc(unix_ms: u64) -> String {
-    let (y, m, d, h, mi, s) = cairn_core::clock::utc_parts((unix_ms / 1000) as i64);
-    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}")
+    cairn_core::clock::utc_text((unix_ms / 1000) as i64)
 }
 
 /// Where the inventory looked, for "nothing found" messages.

@@ -11,6 +11,12 @@ pub fn utc_parts(unix_secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     (y, m, d, s / 3600, s / 60 % 60, s % 60)
 }
 
+/// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+pub fn utc_text(unix_secs: i64) -> String {
+    let (y, m, d, h, mi, s) = utc_parts(unix_secs);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}")
+}
+
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (Howard
 /// Hinnant's `civil_from_days`).
 pub fn civil_from_days(z: i64) -> (i64, u32, u32) {

@@ -75,6 +75,8 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Root of the global tier, a directory every node shares (the parallel file system)." },
     KeySpec { section: "tiers", key: "fsync_global", ty: KeyType::Bool, default: "true",
         doc: "Sync files and directories on the global tier before a checkpoint is declared stored there." },
+    KeySpec { section: "tiers", key: "lock_lease", ty: KeyType::Seconds, default: "60",
+        doc: "How long a job lock (one job at a time per checkpoint name and tiers) held by a process on another host stays valid without its heartbeat, which comes every quarter of it; a lock left by a job that is gone is taken over after half to one lease (at once on its own host). At least 2 s." },
     KeySpec { section: "tiers.mem", key: "prefix", ty: KeyType::Text, default: "\"/cairn\"",
         doc: "Mount point of the in-memory file system: programs run under the interposer (cairn fs run, or LD_PRELOAD=libcairn-fs.so) keep files under it in the store." },
     KeySpec { section: "tiers.mem", key: "size", ty: KeyType::Bytes, default: "\"256M\"",
@@ -169,6 +171,9 @@ pub const CONFIG_MAX: u64 = 1 << 20;
 /// The lowest `[flush] bandwidth` but 0 (no limit): 1M (1,048,576) bytes a second.
 pub const MIN_FLUSH_BANDWIDTH: u64 = 1 << 20;
 
+/// The shortest `[tiers] lock_lease`, seconds.
+pub const MIN_LOCK_LEASE: f64 = 2.0;
+
 /// Resolved configuration. It serializes (serde) so that a process can hand the configuration
 /// it resolved to another, e.g. the launcher to the sub-coordinators that run the engine on
 /// each host.
@@ -182,6 +187,8 @@ pub struct Config {
     pub mem: MemConfig,
     pub global: PathBuf,
     pub fsync_global: bool,
+    /// `[tiers] lock_lease`, seconds.
+    pub lock_lease: f64,
     pub sim_nodes: usize,
     pub domain_env: Option<String>,
     pub keep: usize,
@@ -350,6 +357,7 @@ impl Default for Config {
             mem: MemConfig::default(),
             global: PathBuf::from("./cairn-ckpt"),
             fsync_global: true,
+            lock_lease: 60.0,
             sim_nodes: 0,
             domain_env: None,
             keep: 2,
@@ -620,6 +628,19 @@ impl Config {
                 self.global = PathBuf::from(s);
             }
             ("tiers", "fsync_global") => self.fsync_global = parse_bool(&raw).ok_or_else(bad)?,
+            ("tiers", "lock_lease") => {
+                let v = parse_seconds(&raw).ok_or_else(bad)?;
+                // Its heartbeat comes every quarter lease: below 2 s a loaded node's missed
+                // beat would let another job take a live job's lock.
+                if v < MIN_LOCK_LEASE {
+                    return Err(Error::config(format!(
+                        "invalid value {raw} for [tiers] lock_lease from {origin} (expected at \
+                         least {MIN_LOCK_LEASE} s: the holder renews its lock every quarter \
+                         lease, and a shorter one lets a busy job lose its lock)"
+                    )));
+                }
+                self.lock_lease = v;
+            }
             ("tiers.mem", "prefix") => {
                 let s = text.ok_or_else(bad)?;
                 let ok = s.starts_with('/')

@@ -38,6 +38,7 @@ use crate::catalog::{self, manifest_key, rank_key, version_dir};
 use crate::config::{Config, NodeLocal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::flush::{Flusher, JobState, Limits, Recode};
+use crate::joblock::Locks;
 use crate::memstore;
 use crate::part::{
     self, Codec, Codecs, FileRegion, Hashes, PartMeta, Reduction, RegionMut, RegionRef,
@@ -48,11 +49,11 @@ use cairn_comm::{Comm, Op, Topology};
 use cairn_format::{CkptState, Dtype, Manifest, MANIFEST_FORMAT};
 use cairn_redundancy::{Plan, Scheme, Settings};
 use cairn_tier::{DirTier, MemTier, Scope, Tier};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 /// Counters an application or the demo can print.
@@ -290,6 +291,23 @@ pub struct Engine {
     max_ckpt: f64,
     /// Set once `should_exit` said yes; it never turns false again.
     exiting: bool,
+    /// The job locks this rank holds ([`joblock`]).
+    locks: Locks,
+    /// Names whose locks every rank holds.
+    claimed: HashSet<String>,
+}
+
+/// A random job id for the job lock (the time and pid if the kernel gives no randomness).
+fn job_id() -> i64 {
+    let r = getrandom::u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ (u64::from(std::process::id()) << 32)
+    });
+    // Non-negative, so that it wins the Max reduction over the other ranks' i64::MIN.
+    (r >> 1) as i64
 }
 
 /// A checkpoint name the application gave: a bad one is an invalid argument (the same check
@@ -414,6 +432,10 @@ impl Engine {
         let mut end = policy.job_end_share(topo.rank);
         comm.allreduce_i64(&mut end, Op::Max)?;
         policy.set_job_end(end);
+        // The job's id in its locks: rank 0's random number, handed to every rank.
+        let mut job = [if topo.rank == 0 { job_id() } else { i64::MIN }];
+        comm.allreduce_i64(&mut job, Op::Max)?;
+        let locks = Locks::new(job[0] as u64, Duration::from_secs_f64(cfg.lock_lease));
         if topo.rank == 0 {
             if let Some(msg) = cfg.ignored_env_report() {
                 warn!("cairn: {msg}");
@@ -456,6 +478,8 @@ impl Engine {
             policy,
             max_ckpt: 0.0,
             exiting: false,
+            locks,
+            claimed: HashSet::new(),
             cfg,
         })
     }
@@ -515,6 +539,8 @@ impl Engine {
     ) -> Result<()> {
         let t0 = Instant::now();
         let rank = self.topo.rank;
+        self.claim(name)?;
+        let lost = self.locks.check();
         self.settle(None)?;
         let flush_time_due = self.flush_time_due(name);
         let ns = self.names.entry(name.to_string()).or_default();
@@ -540,6 +566,7 @@ impl Engine {
         let mut noop = false;
         let pre: Result<()> = (|| {
             check_name(name)?;
+            lost?;
             if version < 0 {
                 return Err(Error::invalid(format!(
                     "checkpoint version {version} is negative"
@@ -1231,6 +1258,7 @@ impl Engine {
     /// what was done, or `None` when nothing was missing.
     pub fn rebuild(&mut self, name: &str, version: i64) -> Result<Option<String>> {
         check_name(name)?;
+        self.claim(name)?;
         protect::rebuild(&self.ctx(), name, version)
     }
 
@@ -1312,6 +1340,7 @@ impl Engine {
     /// Collective: the newest version of `name` below `below` every rank can restore, or
     /// `None` (the file API's fallback past a version the application found invalid).
     pub fn restart_test_below(&mut self, name: &str, below: i64) -> Result<Option<i64>> {
+        self.claim(name)?;
         self.rebuild_missing(name)?;
         let (cands, _, _) = self.agreed_candidates(name)?;
         self.agree_newest(&cands, below.saturating_sub(1))
@@ -1323,6 +1352,7 @@ impl Engine {
     pub fn delete(&mut self, name: &str, version: i64) -> Result<()> {
         let rank = self.topo.rank;
         check_name(name)?;
+        self.claim(name)?;
         self.settle_all()?;
         self.deleter.drain();
         let (_, _, bases) = self.agreed_candidates(name)?;
@@ -1386,6 +1416,26 @@ impl Engine {
 
     /// Collective: `res` where every rank succeeded; an error on every rank otherwise (a
     /// rank whose own step succeeded reports that another failed at `what`).
+    /// Collective: take the job lock of `name` ([`crate::joblock`]), once per name and run:
+    /// every rank on its node-local tier, rank 0 on the global tier. A bad name is left to
+    /// the caller's own check.
+    fn claim(&mut self, name: &str) -> Result<()> {
+        if self.claimed.contains(name) || cairn_format::check_name(name).is_err() {
+            return Ok(());
+        }
+        let mut res = Ok(());
+        if self.first.scope() == Scope::NodeLocal {
+            res = self.locks.take(&self.first, name);
+        }
+        if res.is_ok() && self.topo.rank == 0 {
+            let global = self.global.as_ref().unwrap_or(&self.first).clone();
+            res = self.locks.take(&global, name);
+        }
+        agree(&*self.comm, res, "lock the checkpoint name")?;
+        self.claimed.insert(name.to_string());
+        Ok(())
+    }
+
     pub fn agreed<T>(&self, res: Result<T>, what: &str) -> Result<T> {
         agree(&*self.comm, res, what)
     }
@@ -1422,6 +1472,7 @@ impl Engine {
     /// `None`. A checkpoint written by a different number of ranks is an error when nothing
     /// else can be restored.
     pub fn restart_test(&mut self, name: &str) -> Result<Option<i64>> {
+        self.claim(name)?;
         self.rebuild_missing(name)?;
         let (cands, wrong_size, _) = self.agreed_candidates(name)?;
         let found = self.agree_newest(&cands, i64::MAX)?;
@@ -1482,6 +1533,7 @@ impl Engine {
         regions: &mut [RegionMut<'_>],
         mut sized: Option<&mut SizedFn<'_>>,
     ) -> Result<(i64, Vec<OwnedRegion>)> {
+        self.claim(name)?;
         let t0 = Instant::now();
         let rank = self.topo.rank;
         // Background flushes and deletions must not race with the clean-up of newer versions
@@ -1835,6 +1887,7 @@ impl Engine {
         self.flusher.finish();
         self.deleter.finish();
         self.comm.barrier()?;
+        self.locks.release();
         result
     }
 }

@@ -25,6 +25,8 @@ pub enum ErrorKind {
     Comm,
     /// Another rank failed; its own message says why.
     Peer,
+    /// Another job holds the checkpoint name in the same tiers (the job lock).
+    InUse,
 }
 
 /// An engine error.

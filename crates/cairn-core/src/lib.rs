@@ -35,6 +35,7 @@ mod error;
 pub mod files;
 pub mod flush;
 pub mod inventory;
+pub mod joblock;
 mod mapped;
 pub mod memstore;
 pub mod model;

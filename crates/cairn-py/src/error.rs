@@ -18,6 +18,7 @@ fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::NotFound => "notfound",
         ErrorKind::Comm => "comm",
         ErrorKind::Peer => "peer",
+        ErrorKind::InUse => "inuse",
         _ => "internal",
     }
 }

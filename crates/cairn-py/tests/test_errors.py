@@ -62,6 +62,7 @@ def test_storage_errors_without_an_errno_and_other_kinds() -> None:
         "notfound": cairn.NotFoundError,
         "comm": cairn.CommError,
         "peer": cairn.PeerError,
+        "inuse": cairn.InUseError,
         "internal": cairn.InternalError,
         "something new": cairn.InternalError,
     }
@@ -98,3 +99,18 @@ def test_damaged_checkpoint_is_a_corrupt_error(tiers: Tiers) -> None:
         a = ck.protect(1, np.zeros(100000))
         with pytest.raises(cairn.CorruptError, match="damaged"):
             ck.restart(1)
+
+
+def test_a_second_job_on_the_same_name_and_tiers_is_in_use(tiers: Tiers) -> None:
+    # Two checkpointers of one name on one set of tiers are two jobs writing the same
+    # checkpoint; the second is refused at its first call naming the holder, and the lock
+    # goes with the first one's close.
+    with cairn.Checkpointer("twice", config=tiers.config()) as first:
+        assert first.restart_test() is None
+        first.checkpoint(1)
+        with cairn.Checkpointer("twice", config=tiers.config()) as second:
+            with pytest.raises(cairn.InUseError) as exc:
+                second.restart_test()
+            assert "in use by the job of pid" in str(exc.value) and "job.lock" in str(exc.value)
+    with cairn.Checkpointer("twice", config=tiers.config()) as third:
+        assert third.restart_test() == 1

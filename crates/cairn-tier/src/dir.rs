@@ -205,6 +205,31 @@ impl DirTier {
     fn path(&self, key: &str) -> Result<PathBuf> {
         self.walk(key, (false, false))
     }
+
+    fn writer(&self, key: &str) -> Result<DirWriter> {
+        let dest = self.walk(key, (false, true))?;
+        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let mut tmp = dest.clone().into_os_string();
+        tmp.push(format!(".tmp.{}.{}", std::process::id(), seq));
+        let tmp = PathBuf::from(tmp);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| err(&self.label, "cannot create", &tmp, e))?;
+        Ok(DirWriter {
+            label: self.label.clone(),
+            file: Some(file),
+            tmp,
+            dest,
+            fsync: self.fsync,
+            pos: 0,
+            direct: Some(false),
+            segs: Vec::new(),
+        })
+    }
 }
 
 struct DirWriter {
@@ -371,13 +396,19 @@ impl ObjectWriter for DirWriter {
         fs::rename(&self.tmp, &self.dest)
             .map_err(|e| err(&self.label, "cannot publish", &self.dest, e))?;
         if self.fsync {
-            if let Some(parent) = self.dest.parent() {
-                File::open(parent)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| err(&self.label, "cannot sync directory", parent, e))?;
-            }
+            sync_parent(&self.label, &self.dest)?;
         }
         Ok(())
+    }
+}
+
+/// Sync the directory holding `path`, so that a name just made there survives a crash.
+fn sync_parent(label: &str, path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(parent) => File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| err(label, "cannot sync directory", parent, e)),
+        None => Ok(()),
     }
 }
 
@@ -469,28 +500,33 @@ impl Tier for DirTier {
     }
 
     fn create(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
-        let dest = self.walk(key, (false, true))?;
-        let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let mut tmp = dest.clone().into_os_string();
-        tmp.push(format!(".tmp.{}.{}", std::process::id(), seq));
-        let tmp = PathBuf::from(tmp);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| err(&self.label, "cannot create", &tmp, e))?;
-        Ok(Box::new(DirWriter {
-            label: self.label.clone(),
-            file: Some(file),
-            tmp,
-            dest,
-            fsync: self.fsync,
-            pos: 0,
-            direct: Some(false),
-            segs: Vec::new(),
-        }))
+        Ok(Box::new(self.writer(key)?))
+    }
+
+    fn put_new(&self, key: &str, bytes: &[u8]) -> Result<bool> {
+        // Written whole under a temporary name, then linked to the key: link(2) never
+        // replaces, so of two racing callers one fails with EEXIST, and no reader sees the
+        // object before its bytes.
+        let mut w = self.writer(key)?;
+        w.write_all(bytes)?;
+        let f = w.file.take().expect("fresh writer");
+        if w.fsync {
+            f.sync_all()
+                .map_err(|e| err(&self.label, "cannot sync", &w.tmp, e))?;
+        }
+        drop(f);
+        let linked = fs::hard_link(&w.tmp, &w.dest);
+        let _ = fs::remove_file(&w.tmp);
+        match linked {
+            Ok(()) => {
+                if w.fsync {
+                    sync_parent(&self.label, &w.dest)?;
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(err(&self.label, "cannot publish", &w.dest, e)),
+        }
     }
 
     fn open(&self, key: &str) -> Result<Box<dyn ObjectReader>> {
@@ -602,6 +638,21 @@ impl Tier for DirTier {
         }
     }
 
+    fn remove_if_empty(&self, prefix: &str) -> Result<()> {
+        let path = self.walk(prefix, (true, false))?;
+        match fs::remove_dir(&path) {
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                ) =>
+            {
+                Err(err(&self.label, "cannot remove", &path, e))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn remove_all(&self, prefix: &str) -> Result<()> {
         let path = self.walk(prefix, (true, false))?;
         match fs::remove_dir_all(&path) {
@@ -653,6 +704,17 @@ mod tests {
             w.commit().unwrap();
             assert_eq!(t.get("v/x").unwrap(), want, "in {}", d.path().display());
         }
+    }
+
+    #[test]
+    fn put_new_never_replaces_and_one_racer_wins() {
+        let d = tempfile::tempdir().unwrap();
+        let t = DirTier::new("global", d.path().join("r"), true).unwrap();
+        let t = std::sync::Arc::new(t);
+        crate::tests::put_new_never_replaces_and_one_racer_wins(t.clone(), || {
+            // Nothing but the object is left: no temporary of any call.
+            assert_eq!(fs::read_dir(d.path().join("r/ck")).unwrap().count(), 1);
+        });
     }
 
     #[test]

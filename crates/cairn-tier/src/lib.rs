@@ -136,6 +136,12 @@ pub trait Tier: Send + Sync {
     /// Remove `prefix` and everything under it; a missing prefix is not an error.
     fn remove_all(&self, prefix: &str) -> Result<()>;
 
+    /// Remove the directory `prefix` if nothing is in it (a name whose job lock was its only
+    /// object); anything else is left as it is.
+    fn remove_if_empty(&self, _prefix: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Remove what crashed writers of `key` left behind (their unpublished temporary data).
     /// Only call it when no other writer of `key` can be running.
     fn remove_temporaries(&self, _key: &str) -> Result<()> {
@@ -148,6 +154,13 @@ pub trait Tier: Send + Sync {
         w.write_all(bytes)?;
         w.commit()
     }
+
+    /// Store `bytes` under `key` only if no object is there: `Ok(false)`, changing nothing,
+    /// when one is. Two callers racing for one key cannot both get `Ok(true)`. On a
+    /// directory tier the object appears whole; in the shared-memory store a reader may see
+    /// it empty or short for a moment, so a reader of such objects must treat those as being
+    /// written.
+    fn put_new(&self, key: &str, bytes: &[u8]) -> Result<bool>;
 
     /// Read a whole object.
     fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -197,6 +210,33 @@ pub fn check_key(key: &str) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::Tier;
+    use std::sync::Arc;
+
+    /// `put_new` on any tier: it never replaces, and of racing callers exactly one wins.
+    /// `after_first` runs once the first object is in place, alone.
+    pub(crate) fn put_new_never_replaces_and_one_racer_wins<T: Tier + 'static>(
+        t: Arc<T>,
+        after_first: impl FnOnce(),
+    ) {
+        assert!(t.put_new("ck/lock", b"first").unwrap());
+        assert!(!t.put_new("ck/lock", b"second").unwrap());
+        assert_eq!(t.get("ck/lock").unwrap(), b"first");
+        after_first();
+        t.remove("ck/lock").unwrap();
+        let wins: usize = (0..8)
+            .map(|i| {
+                let t = t.clone();
+                std::thread::spawn(move || t.put_new("ck/lock", format!("{i}").as_bytes()).unwrap())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap() as usize)
+            .sum();
+        assert_eq!(wins, 1);
+        assert_eq!(t.get("ck/lock").unwrap().len(), 1);
+    }
+
     #[test]
     fn keys_cannot_escape() {
         for bad in [

@@ -175,6 +175,23 @@ impl Tier for MemTier {
         }))
     }
 
+    fn put_new(&self, key: &str, bytes: &[u8]) -> Result<bool> {
+        // The store has no link(2): the object is created exclusively and then written, so
+        // a reader may see it empty or short until the write below (see the trait).
+        let dest = self.path(key)?;
+        let flags = cairn_shm::raw::O_CREAT | cairn_shm::raw::O_EXCL;
+        let fh = match self.store.open_file(&dest, flags, 0o600) {
+            Ok(fh) => fh,
+            Err(e) if e.to_io().kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(err(&self.label, "cannot create", key, &e)),
+        };
+        if let Err(e) = self.store.write_all_at(fh, bytes, 0) {
+            let _ = self.store.unlink(&dest);
+            return Err(err(&self.label, "cannot write", key, &e));
+        }
+        Ok(true)
+    }
+
     fn open(&self, key: &str) -> Result<Box<dyn ObjectReader>> {
         let path = self.path(key)?;
         let fh = self
@@ -313,6 +330,12 @@ mod tests {
         assert!(t.create("../x").is_err());
         let e = t.open("ck/none").err().unwrap();
         assert!(e.is_not_found(), "{e}");
+    }
+
+    #[test]
+    fn put_new_never_replaces_and_one_racer_wins() {
+        let (t, _s) = tier("new");
+        crate::tests::put_new_never_replaces_and_one_racer_wins(Arc::new(t), || {});
     }
 
     #[test]

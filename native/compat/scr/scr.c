@@ -218,7 +218,15 @@ SCR_API int SCR_Init(void)
     /* Ids must also stay above every checkpoint Cairn holds, should the index have been lost.
      * Looking also rebuilds what lost nodes held, as SCR_Init does. */
     int64_t newest = -1;
-    if (cairn_have_restart(SCR_CKPT_NAME, &newest) == CAIRN_OK && newest >= S.ix.next)
+    rc = cairn_have_restart(SCR_CKPT_NAME, &newest);
+    if (rc == CAIRN_ERR_IN_USE || rc == CAIRN_ERR_PEER) {
+        /* Another job writes this prefix (the job lock): SCR_Init fails, naming it. */
+        cairn_failed("SCR_Init", rc);
+        cairn_finalize();
+        MPI_Comm_free(&S.comm);
+        return SCR_FAILURE;
+    }
+    if (rc == CAIRN_OK && newest >= S.ix.next)
         S.ix.next = newest + 1;
     S.phase = IDLE;
     return SCR_SUCCESS;

@@ -17,6 +17,7 @@ One class per kind of engine error (the ``CAIRN_ERR_*`` codes of the C API)::
     ├── NotFoundError            no such checkpoint
     ├── CommError                a collective operation failed
     ├── PeerError                the call failed on another rank (its message says why)
+    ├── InUseError               another job writes this checkpoint name into the same tiers
     └── InternalError            a bug in Cairn, caught; please report it
 
 A storage error carries the ``errno`` of the failed system call when the engine's message
@@ -44,6 +45,7 @@ __all__ = [
     "NotFoundError",
     "CommError",
     "PeerError",
+    "InUseError",
     "InternalError",
 ]
 
@@ -108,6 +110,11 @@ class PeerError(CairnError):
     """The call failed on another rank; that rank's own exception says why."""
 
 
+class InUseError(CairnError):
+    """Another job holds the checkpoint name in the same tiers; the message names it (host,
+    pid, since when)."""
+
+
 class InternalError(CairnError):
     """An internal error was caught (a bug in Cairn); please report it with the message."""
 
@@ -121,6 +128,7 @@ _KINDS: dict[str, type[CairnError]] = {
     "notfound": NotFoundError,
     "comm": CommError,
     "peer": PeerError,
+    "inuse": InUseError,
     "internal": InternalError,
 }
 
