@@ -3,9 +3,9 @@
 use crate::FormatError;
 use serde::{Deserialize, Serialize};
 
-/// Version of the manifest schema this build writes. It also reads schema 1 (before
-/// incremental checkpoints: no `base`).
-pub const MANIFEST_FORMAT: u32 = 2;
+/// Version of the manifest schema this build writes. It also reads schemas 1 (before
+/// incremental checkpoints: no `base`) and 2 (before the `checksum` field).
+pub const MANIFEST_FORMAT: u32 = 3;
 
 /// The lifecycle state of a checkpoint (see ARCHITECTURE.md, "The checkpoint lifecycle").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -60,19 +60,55 @@ pub struct Manifest {
     pub base: Option<i64>,
 }
 
+/// The checksum a manifest carries in its `checksum` field: xxh3-64, as 16 hex digits, of the
+/// compact JSON of every other field with keys in sorted order (`serde_json::Value`'s order).
+fn manifest_sum(fields: &serde_json::Map<String, serde_json::Value>) -> String {
+    let compact = serde_json::to_vec(fields).expect("a JSON map serialises");
+    format!("{:016x}", crate::checksum(&compact))
+}
+
 impl Manifest {
+    /// The manifest as stored: pretty JSON of its fields plus `checksum` (format 3 and up).
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = serde_json::to_vec_pretty(self).expect("manifest serializes");
+        let serde_json::Value::Object(mut fields) =
+            serde_json::to_value(self).expect("manifest serializes")
+        else {
+            unreachable!("a struct serialises to an object")
+        };
+        if self.format >= 3 {
+            let sum = manifest_sum(&fields);
+            fields.insert("checksum".into(), sum.into());
+        }
+        let mut v = serde_json::to_vec_pretty(&fields).expect("manifest serializes");
         v.push(b'\n');
         v
     }
 
     /// Parse and validate a manifest read from storage; nothing in it is trusted until this
-    /// returns.
+    /// returns. From format 3 its checksum must match: a manifest damaged into other valid
+    /// JSON (a rank number, a base, a state) is refused rather than believed.
     pub fn decode(bytes: &[u8]) -> Result<Manifest, FormatError> {
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| FormatError::Manifest(e.to_string()))?;
-        if m.format != 1 && m.format != MANIFEST_FORMAT {
+        let bad = |e: serde_json::Error| FormatError::Manifest(e.to_string());
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(bytes).map_err(bad)?;
+        let sum = fields.remove("checksum");
+        let format = fields.get("format").and_then(|f| f.as_u64()).unwrap_or(0);
+        match (format >= 3, sum) {
+            (true, Some(serde_json::Value::String(s))) => {
+                if s != manifest_sum(&fields) {
+                    return Err(FormatError::Checksum("manifest".into()));
+                }
+            }
+            (true, _) => return Err(FormatError::Manifest("no checksum field".into())),
+            (false, Some(_)) => {
+                return Err(FormatError::Manifest(format!(
+                    "format {format} has no checksum field"
+                )))
+            }
+            (false, None) => {}
+        }
+        let m: Manifest = serde_json::from_value(serde_json::Value::Object(fields)).map_err(bad)?;
+        if !(1..=MANIFEST_FORMAT).contains(&m.format) {
             return Err(FormatError::Manifest(format!(
                 "manifest format {} is not supported (this build reads 1 to {MANIFEST_FORMAT})",
                 m.format
@@ -208,6 +244,43 @@ mod tests {
             Manifest::decode(&m.encode()).is_err(),
             "base not older accepted"
         );
+    }
+
+    #[test]
+    fn a_manifest_damaged_into_other_valid_json_fails_its_checksum() {
+        let m = sample();
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(text.contains("\"checksum\": \""), "{text}");
+        for (from, to) in [
+            ("\"version\": 10", "\"version\": 11"),
+            ("\"base\": 7", "\"base\": 6"),
+            ("\"captured\"", "\"durable\""),
+            ("\"nodes\": 2", "\"nodes\": 3"),
+        ] {
+            assert!(text.contains(from), "{from} not in {text}");
+            let bad = text.replacen(from, to, 1);
+            assert_eq!(
+                Manifest::decode(bad.as_bytes()).unwrap_err(),
+                FormatError::Checksum("manifest".into()),
+                "{from} -> {to}"
+            );
+        }
+        // Whitespace and key order are not part of it: the fields are.
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(Manifest::decode(&serde_json::to_vec(&v).unwrap()).unwrap(), m);
+        let no_sum: String = text
+            .lines()
+            .filter(|l| !l.contains("\"checksum\""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(Manifest::decode(no_sum.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("no checksum"));
+        // Format 2 (before the checksum) is still read.
+        let old = Manifest { format: 2, ..sample() };
+        assert!(!String::from_utf8(old.encode()).unwrap().contains("checksum"));
+        assert_eq!(Manifest::decode(&old.encode()).unwrap(), old);
     }
 
     #[test]
