@@ -3492,6 +3492,31 @@ static void hashes_end(const char *path, uint64_t file_size) { (void)path; (void
 static void hashes_drop(void) {}
 #endif
 
+/* Write len bytes that do not change meanwhile (a copy): hashed where they are. */
+static int put_image_stable(int fd, const void *buf, size_t len)
+{
+#ifdef CAIRN_BLOCK_HASHES
+    if (BH.block)
+        hashes_feed(buf, len);
+#endif
+    return write_full(fd, buf, len);
+}
+
+/* The page runs in a region's bitmap (image.h): consecutive saved pages, cut at every
+ * multiple of CAIRN_IMG_RUN_GROUP. */
+static uint64_t count_runs(const uint8_t *bm, uint64_t pages)
+{
+    uint64_t runs = 0;
+    for (uint64_t p = 0; p < pages; p++)
+        if ((bm[p / 8] & (1u << (p % 8))) &&
+            (p == 0 || p % CAIRN_IMG_RUN_GROUP == 0 || !(bm[(p - 1) / 8] & (1u << ((p - 1) % 8)))))
+            runs++;
+    return runs;
+}
+
+/* The piece of a page run copied, summed and written at a time. */
+#define RUN_PIECE (256u << 10)
+
 /* Write len bytes of the image at fd, hashing them on the way when hashes are wanted: a
  * piece at a time, copied, hashed and written (see BH). */
 static int put_image(int fd, const void *buf, size_t len)
@@ -3594,7 +3619,9 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         if (ipcs[i].kind == CAIRN_IPC_SEM)
             ipcs[i].data_off += values_off;
     /* Region bitmaps relative to the start of the bitmaps (plan_pages), the segments' after. */
-    uint64_t data = (bm_off + bitmap_bytes + (uint64_t)ipc_bm + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+    const uint64_t first_data =
+        (bm_off + bitmap_bytes + (uint64_t)ipc_bm + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+    uint64_t data = first_data;
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
         if (!(g->flags & CAIRN_REG_SAVED))
@@ -3608,6 +3635,20 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
             ipcs[i].data_off = data;
             data += ipcs[i].saved_pages * CAIRN_IMG_PAGE;
         }
+    /* One checksum per page run, after the pages. */
+    uint64_t nsums = 0;
+    for (int i = 0; i < n; i++) {
+        struct cairn_img_region *g = &regs[i];
+        if (!(g->flags & CAIRN_REG_SAVED))
+            continue;
+        g->sums_off = data + nsums * sizeof(uint64_t);
+        nsums += count_runs(bitmaps + (g->bitmap_off - bm_off), (g->end - g->start) / CAIRN_IMG_PAGE);
+    }
+    size_t sums_len = ((size_t)nsums * sizeof(uint64_t) + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
+    uint8_t *bounce = mmap(NULL, RUN_PIECE + sums_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (bounce == MAP_FAILED)
+        return -ENOMEM;
+    uint64_t *sums = (uint64_t *)(bounce + RUN_PIECE);
     /* Every file a region maps, saved or not, is checked against these at restart. */
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
@@ -3617,7 +3658,10 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
             g->file_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         }
     }
-    h.file_size = data;
+    h.data_start = first_data;
+    h.sums_off = data;
+    h.nsums = nsums;
+    h.file_size = data + nsums * sizeof(uint64_t);
     identity(&h);
     memory_layout(&h);
     h.pid = getpid();
@@ -3657,11 +3701,13 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
     char tmp[CAIRN_IMG_PATH_MAX + 16];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = (int)syscall(SYS_openat, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) {
+        r = -errno;
+        munmap(bounce, RUN_PIECE + sums_len);
+        return r;
+    }
     static uint8_t zero[CAIRN_IMG_PAGE];
     uint64_t at = 0;
-    hashes_begin(h.file_size);
 #define PUT(p, len)                                                                                \
     do {                                                                                           \
         r = put_image(fd, (p), (len));                                                             \
@@ -3674,20 +3720,44 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         uint64_t k = (off) - at < sizeof zero ? (off) - at : sizeof zero;                          \
         PUT(zero, k);                                                                              \
     }
-    PUT(&h, sizeof h);
-    PAD_TO(h.regions_off);
-    PUT(regs, (size_t)n * sizeof *regs);
-    PUT(th, (size_t)h.nthreads * sizeof th[0]);
-    PUT(xfds, (size_t)nxfds * sizeof xfds[0]);
-    PUT(inflight, (size_t)h.xdata_len);
-    PUT(ipcs, (size_t)nipcs * sizeof ipcs[0]);
-    PUT(ipc_values, nipc_values * sizeof ipc_values[0]);
-    PUT(bitmaps, bitmap_bytes + (uint64_t)ipc_bm);
-    {
-        uint64_t first_data =
-            (bm_off + bitmap_bytes + (uint64_t)ipc_bm + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
-        PAD_TO(first_data);
+    /* The header and tables twice: first summed (meta_sum zero), then written with the sum. */
+#define EMIT(p, len)                                                                               \
+    do {                                                                                           \
+        if (pass == 0) {                                                                           \
+            cairn_sum_update(&ms, (p), (len));                                                     \
+            at += (len);                                                                           \
+        } else {                                                                                   \
+            PUT((p), (len));                                                                       \
+        }                                                                                          \
+    } while (0)
+    h.meta_sum = 0;
+    struct cairn_sum ms;
+    cairn_sum_init(&ms);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            h.meta_sum = cairn_sum_final(&ms);
+            hashes_begin(h.file_size);
+        }
+        at = 0;
+        EMIT(&h, sizeof h);
+        while (at < h.regions_off) {
+            uint64_t k = h.regions_off - at < sizeof zero ? h.regions_off - at : sizeof zero;
+            EMIT(zero, k);
+        }
+        EMIT(regs, (size_t)n * sizeof *regs);
+        EMIT(th, (size_t)h.nthreads * sizeof th[0]);
+        EMIT(xfds, (size_t)nxfds * sizeof xfds[0]);
+        EMIT(inflight, (size_t)h.xdata_len);
+        EMIT(ipcs, (size_t)nipcs * sizeof ipcs[0]);
+        EMIT(ipc_values, nipc_values * sizeof ipc_values[0]);
+        EMIT(bitmaps, bitmap_bytes + (uint64_t)ipc_bm);
+        while (at < first_data) {
+            uint64_t k = first_data - at < sizeof zero ? first_data - at : sizeof zero;
+            EMIT(zero, k);
+        }
     }
+#undef EMIT
+    uint64_t nrun = 0;
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
         if (!(g->flags & CAIRN_REG_SAVED))
@@ -3697,16 +3767,38 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
             mprotect((void *)g->start, g->end - g->start, g->prot | PROT_READ);
         const uint8_t *bm = bitmaps + (g->bitmap_off - bm_off);
         uint64_t pages = (g->end - g->start) / CAIRN_IMG_PAGE;
-        /* Runs of saved pages go out in one write each, straight from memory. */
+        /* Each page run is copied a piece at a time into the bounce buffer, summed there and
+         * written from there: the sum is of exactly the bytes written, though the memory
+         * being saved is not still (this thread's stack and the library's variables change
+         * as it writes them, and a mapping shared with a process outside the job may change
+         * at any time). */
         for (uint64_t p = 0; p < pages;) {
             if (!(bm[p / 8] & (1u << (p % 8)))) {
                 p++;
                 continue;
             }
-            uint64_t q = p;
-            while (q < pages && (bm[q / 8] & (1u << (q % 8))))
+            uint64_t q = p + 1;
+            while (q < pages && (bm[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
                 q++;
-            PUT((const void *)(g->start + p * CAIRN_IMG_PAGE), (q - p) * CAIRN_IMG_PAGE);
+            struct cairn_sum rs;
+            cairn_sum_init(&rs);
+            const uint8_t *src = (const uint8_t *)(g->start + p * CAIRN_IMG_PAGE);
+            for (uint64_t left = (q - p) * CAIRN_IMG_PAGE; left > 0;) {
+                size_t c = left < RUN_PIECE ? (size_t)left : RUN_PIECE;
+                memcpy(bounce, src, c);
+                cairn_sum_update(&rs, bounce, c);
+                r = put_image_stable(fd, bounce, c);
+                if (r < 0)
+                    goto fail;
+                at += c;
+                src += c;
+                left -= c;
+            }
+            if (nrun >= nsums) {
+                r = -EIO;
+                goto fail;
+            }
+            sums[nrun++] = cairn_sum_final(&rs);
             p = q;
         }
         if (unreadable)
@@ -3722,6 +3814,11 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
             if (bm[p / 8] & (1u << (p % 8)))
                 PUT(ipc_maps[i] + p * CAIRN_IMG_PAGE, CAIRN_IMG_PAGE);
     }
+    if (nrun != nsums) {
+        r = -EIO;
+        goto fail;
+    }
+    PUT(sums, (size_t)nsums * sizeof(uint64_t));
 #undef PUT
 #undef PAD_TO
     if (at != h.file_size) {
@@ -3733,6 +3830,7 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         goto fail;
     }
     syscall(SYS_close, fd);
+    munmap(bounce, RUN_PIECE + sums_len);
     hashes_end(path, h.file_size);
     if (syscall(SYS_renameat, AT_FDCWD, tmp, AT_FDCWD, path) != 0) {
         r = -errno;
@@ -3741,6 +3839,7 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
     }
     return (int64_t)at;
 fail:
+    munmap(bounce, RUN_PIECE + sums_len);
     hashes_drop();
     syscall(SYS_close, fd);
     syscall(SYS_unlinkat, AT_FDCWD, tmp, 0);

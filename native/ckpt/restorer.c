@@ -328,6 +328,29 @@ static void pread_full(void *buf, u64 len, u64 off)
     }
 }
 
+/* The image's header and tables, [0, data_start) with meta_sum read as zero, must match
+ * meta_sum before anything in them is used (image.h). `fd` is the image of header `h`. */
+static uint8_t meta_buf[1 << 16];
+static int meta_ok(int fd, const struct cairn_img_header *h, u64 size)
+{
+    if (h->data_start < sizeof *h || h->data_start > size || h->data_start % CAIRN_IMG_PAGE ||
+        h->sums_off < h->data_start || h->nsums > size / 8 || h->sums_off + h->nsums * 8 != size)
+        return 0;
+    struct cairn_sum s;
+    cairn_sum_init(&s);
+    const u64 at = __builtin_offsetof(struct cairn_img_header, meta_sum);
+    for (u64 off = 0; off < h->data_start;) {
+        u64 n = h->data_start - off < sizeof meta_buf ? h->data_start - off : sizeof meta_buf;
+        if (sys4(SYS_pread64, fd, meta_buf, n, off) != (i64)n)
+            return 0;
+        if (off <= at && at + 8 <= off + n)
+            memset(meta_buf + (at - off), 0, 8);
+        cairn_sum_update(&s, meta_buf, n);
+        off += n;
+    }
+    return cairn_sum_final(&s) == h->meta_sum;
+}
+
 struct kstat {
     u64 dev, ino, nlink;
     uint32_t mode, uid, gid, pad0;
@@ -628,7 +651,10 @@ static i64 open_region_file(struct cairn_img_region *r)
 
 struct fill_job {
     u64 addr, len, off;
+    u64 sum; /* of the page run [addr, addr + len), checked once it is read */
 };
+/* The first page run found damaged (its address), or 0. */
+static u64 damaged_run;
 static struct fill_job jobs[MAX_JOBS];
 static uint32_t njobs, next_job;
 static u64 queued_bytes;
@@ -644,6 +670,8 @@ static void do_jobs(void)
         if (j->len >= POPULATE_MIN)
             sys3(SYS_madvise, j->addr, j->len, MADV_POPULATE_WRITE); /* a hint: errors are fine */
         pread_full((void *)j->addr, j->len, j->off);
+        if (cairn_sum_of((const void *)j->addr, j->len) != j->sum)
+            __atomic_store_n(&damaged_run, j->addr, __ATOMIC_RELAXED);
     }
 }
 
@@ -658,6 +686,8 @@ __attribute__((noreturn, used)) static void worker_main(void)
 static void start_workers(int n);
 
 /* Do every queued job, with the workers if there is enough to share. */
+static void check_runs(void);
+
 static void run_jobs(void)
 {
     if (!njobs)
@@ -666,25 +696,56 @@ static void run_jobs(void)
     start_workers(queued_bytes >= 2 * FILL_PIECE ? nworkers - 1 : 0);
     njobs = 0;
     queued_bytes = 0;
+    check_runs();
 }
 
-static void queue_job(u64 addr, u64 len, u64 off)
+/* Queue one page run (at most CAIRN_IMG_RUN_GROUP pages, FILL_PIECE bytes). */
+static void queue_job(u64 addr, u64 len, u64 off, u64 sum)
 {
-    while (len) {
-        u64 n = len < FILL_PIECE ? len : FILL_PIECE;
-        if (njobs == MAX_JOBS)
-            run_jobs();
-        jobs[njobs++] = (struct fill_job){addr, n, off};
-        queued_bytes += n;
-        addr += n, off += n, len -= n;
+    if (njobs == MAX_JOBS)
+        run_jobs();
+    jobs[njobs++] = (struct fill_job){addr, len, off, sum};
+    queued_bytes += len;
+}
+
+/* After the runs queued so far are read: a damaged one stops the restart before any thread
+ * of the process runs. */
+static void check_runs(void)
+{
+    u64 at = __atomic_load_n(&damaged_run, __ATOMIC_RELAXED);
+    if (at) {
+        put("cairn-restore: damaged image: the saved pages at ");
+        put_num(at, 16);
+        fail(4, " fail their checksum");
     }
 }
 
-/* Queue the saved pages of r (mapped writable) for filling from the image. */
+/* The checksums of a region's page runs, read a block at a time. */
+static u64 run_sums[512];
+static u64 run_sums_first = ~0ull;
+
+static u64 run_sum(const struct cairn_img_region *r, u64 k)
+{
+    u64 off = r->sums_off + k * 8;
+    if (off < H.sums_off || off + 8 > H.sums_off + H.nsums * 8)
+        fail(4, "cairn-restore: damaged image: more page runs than checksums");
+    if (run_sums_first == ~0ull || off < run_sums_first || off >= run_sums_first + sizeof run_sums) {
+        u64 n = H.sums_off + H.nsums * 8 - off;
+        run_sums_first = off;
+        pread_full(run_sums, n < sizeof run_sums ? n : sizeof run_sums, off);
+    }
+    return run_sums[(off - run_sums_first) / 8];
+}
+
+/* Queue the saved pages of r (mapped writable) for filling from the image, a page run at a
+ * time (image.h: cut at every multiple of CAIRN_IMG_RUN_GROUP, which divides the bitmap
+ * buffer's pages). */
 static void fill_pages(struct cairn_img_region *r)
 {
+    _Static_assert((sizeof bitmap * 8) % CAIRN_IMG_RUN_GROUP == 0, "runs cut at the buffer's end");
+    _Static_assert(CAIRN_IMG_RUN_GROUP * CAIRN_IMG_PAGE <= FILL_PIECE, "a run is one job");
     u64 pages = (r->end - r->start) / CAIRN_IMG_PAGE;
-    u64 idx = 0;
+    u64 idx = 0, k = 0;
     for (u64 base = 0; base < pages; base += sizeof bitmap * 8) {
         u64 span = pages - base < sizeof bitmap * 8 ? pages - base : sizeof bitmap * 8;
         pread_full(bitmap, (span + 7) / 8, r->bitmap_off + base / 8);
@@ -693,13 +754,13 @@ static void fill_pages(struct cairn_img_region *r)
                 p++;
                 continue;
             }
-            u64 q = p;
-            while (q < span && (bitmap[q / 8] & (1u << (q % 8))))
+            u64 q = p + 1;
+            while (q < span && (bitmap[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
                 q++;
             if (idx + (q - p) > r->saved_pages)
                 fail(4, "cairn-restore: damaged image: more pages marked than saved");
             queue_job(r->start + (base + p) * CAIRN_IMG_PAGE, (q - p) * CAIRN_IMG_PAGE,
-                      r->data_off + idx * CAIRN_IMG_PAGE);
+                      r->data_off + idx * CAIRN_IMG_PAGE, run_sum(r, k++));
             idx += q - p;
             p = q;
         }
@@ -2357,6 +2418,12 @@ static void read_members(void)
             put(M[k].path);
             fail(4, "");
         }
+        struct kstat kst;
+        if (sys2(SYS_fstat, fd, &kst) != 0 || (u64)kst.size != h.file_size || !meta_ok((int)fd, &h, h.file_size)) {
+            put("cairn-restore: damaged image: its header and tables fail their checksum: ");
+            put(M[k].path);
+            fail(4, "");
+        }
         if (!(h.ids & CAIRN_IDS_NAMESPACE)) {
             put("cairn-restore: ");
             put(M[k].path);
@@ -2628,6 +2695,8 @@ __attribute__((noreturn, used)) void restorer_main(u64 *sp)
         fail(4, "cairn-restore: image version or layout unknown to this build");
     if (H.file_size != image_size)
         fail(4, "cairn-restore: damaged image: its size is not the one recorded (truncated?)");
+    if (!meta_ok(img, &H, image_size))
+        fail(4, "cairn-restore: damaged image: its header and tables fail their checksum");
     if (H.hole_start != CAIRN_IMG_HOLE_START || H.hole_len != CAIRN_IMG_HOLE_LEN)
         fail(4, "cairn-restore: the image reserves another restore area than this build");
     check_machine();

@@ -176,7 +176,10 @@ fn image_header_layout_matches_c() {
 #include <stddef.h>
 #include <stdio.h>
 int main(void) {
-    printf("%d %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %s\n", CAIRN_IMG_PATH_MAX, sizeof(struct cairn_img_header),
+    unsigned char sample[100];
+    for (int i = 0; i < 100; i++) sample[i] = (unsigned char)(i * 7 + 1);
+    printf("%llx %llx ", (unsigned long long)cairn_sum_of(sample, 100), (unsigned long long)cairn_sum_of(sample, 64));
+    printf("%zu %d %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %s\n", offsetof(struct cairn_img_header, meta_sum), CAIRN_IMG_PATH_MAX, sizeof(struct cairn_img_header),
         offsetof(struct cairn_img_header, file_size), offsetof(struct cairn_img_header, kernel_release),
         offsetof(struct cairn_img_header, cpuid1_ecx), offsetof(struct cairn_img_header, xcr0),
         offsetof(struct cairn_img_header, pid), offsetof(struct cairn_img_header, hole_start),
@@ -203,8 +206,12 @@ int main(void) {
     let out = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
     use cairn_ckpt::ImageHeader as H;
     use std::mem::{offset_of, size_of};
+    let sample: Vec<u8> = (0..100u32).map(|i| (i * 7 + 1) as u8).collect();
     let rust = format!(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{:x} {:x} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        cairn_ckpt::image_sum(&sample),
+        cairn_ckpt::image_sum(&sample[..64]),
+        offset_of!(H, meta_sum),
         cairn_ckpt::IMAGE_PATH_MAX,
         size_of::<H>(),
         offset_of!(H, file_size),
@@ -401,11 +408,19 @@ fn a_1_gib_array_comes_back_intact() {
     assert_eq!(mask1, format!("{:x}", 1u64 << node0), "{out}");
 }
 
-/// Change bytes of an image copy at `at` and restore it: the restorer must refuse.
-fn refused(img: &Path, at: usize, bytes: &[u8]) -> (i32, String) {
+/// Change bytes of an image copy at `at` and restore it: the restorer must refuse. With
+/// `reseal` the header checksum is made to fit again (an image as another machine writes it),
+/// else the change is damage.
+fn refused(img: &Path, at: usize, bytes: &[u8], reseal: bool) -> (i32, String) {
     let bad = img.with_extension("bad");
     let mut b = std::fs::read(img).unwrap();
     b[at..at + bytes.len()].copy_from_slice(bytes);
+    if reseal {
+        let h = cairn_ckpt::read_header(img).unwrap();
+        let sum = cairn_ckpt::meta_sum(&b, h.data_start).unwrap();
+        let o = cairn_ckpt::META_SUM_OFFSET;
+        b[o..o + 8].copy_from_slice(&sum.to_le_bytes());
+    }
     std::fs::write(&bad, &b).unwrap();
     restore(&bad, &[])
 }
@@ -420,7 +435,7 @@ fn images_from_another_kernel_or_cpu_or_truncated_are_refused() {
     kill9(&mut run.child);
     use cairn_ckpt::ImageHeader as H;
     use std::mem::offset_of;
-    let (code, err) = refused(&img, offset_of!(H, kernel_release), b"9.99.0-other\0");
+    let (code, err) = refused(&img, offset_of!(H, kernel_release), b"9.99.0-other\0", true);
     assert_eq!(code, 3, "{err}");
     assert!(
         err.contains("kernel 9.99.0-other") && err.contains("same kernel build"),
@@ -442,6 +457,7 @@ fn images_from_another_kernel_or_cpu_or_truncated_are_refused() {
         &img,
         offset_of!(H, cpuid7_ecx),
         &(h.cpuid7_ecx | missing).to_le_bytes(),
+        true,
     );
     assert_eq!(code, 3, "{err}");
     assert!(
@@ -456,6 +472,34 @@ fn images_from_another_kernel_or_cpu_or_truncated_are_refused() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("truncated"), "{err}");
     assert!(cairn_ckpt::read_header(&cut).is_err());
+    // Damage the checksums find: a byte of the header, of a region record, of a bitmap and
+    // of saved pages (the first, the last), each refused before the process runs.
+    let len = std::fs::metadata(&img).unwrap().len() as usize;
+    let data = h.data_start as usize;
+    let pages_end = h.sums_off as usize;
+    for (at, what) in [
+        (offset_of!(H, pid), "header and tables"),
+        (h.regions_off as usize + 3, "header and tables"),
+        (data - 1, "header and tables"),
+        (data + 100, "fail their checksum"),
+        (pages_end - 1, "fail their checksum"),
+        (len - 1, "checksum"),
+    ] {
+        let b = std::fs::read(&img).unwrap()[at];
+        let (code, err) = refused(&img, at, &[b ^ 0x20], false);
+        assert_eq!(code, 4, "byte {at}: {err}");
+        assert!(
+            err.contains("damaged image") && err.contains(what),
+            "byte {at}: {err}"
+        );
+        // The coordinator's own reading of the header refuses the same tables.
+        let header_damage = what == "header and tables";
+        assert_eq!(
+            cairn_ckpt::read_header(&img.with_extension("bad")).is_err(),
+            header_damage,
+            "byte {at}"
+        );
+    }
 }
 
 /// A thread slow between entering the handler and saving its resume point (here: a

@@ -267,7 +267,10 @@ mod tests {
         }
         // Whitespace and key order are not part of it: the fields are.
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(Manifest::decode(&serde_json::to_vec(&v).unwrap()).unwrap(), m);
+        assert_eq!(
+            Manifest::decode(&serde_json::to_vec(&v).unwrap()).unwrap(),
+            m
+        );
         let no_sum: String = text
             .lines()
             .filter(|l| !l.contains("\"checksum\""))
@@ -278,8 +281,13 @@ mod tests {
             .to_string()
             .contains("no checksum"));
         // Format 2 (before the checksum) is still read.
-        let old = Manifest { format: 2, ..sample() };
-        assert!(!String::from_utf8(old.encode()).unwrap().contains("checksum"));
+        let old = Manifest {
+            format: 2,
+            ..sample()
+        };
+        assert!(!String::from_utf8(old.encode())
+            .unwrap()
+            .contains("checksum"));
         assert_eq!(Manifest::decode(&old.encode()).unwrap(), old);
     }
 
