@@ -101,8 +101,8 @@ static inline void cairn_sum_update(struct cairn_sum *s, const void *data, uint6
         v3 = cairn_sum_rotl(v3 + w[3] * CAIRN_SUM_K2, 31) * CAIRN_SUM_K1;
     }
     s->v[0] = v0, s->v[1] = v1, s->v[2] = v2, s->v[3] = v3;
-    while (len--)
-        s->buf[s->nbuf++] = *p++;
+    for (uint64_t i = 0; i < len && s->nbuf < 32; i++)
+        s->buf[s->nbuf++] = p[i];
 }
 
 static inline uint64_t cairn_sum_final(const struct cairn_sum *s)

@@ -163,6 +163,24 @@ fn start_ticks(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether process `pid`, started at `start`, still runs: there, with that start time, and
+/// not a zombie (killed and not yet reaped: its lock is as dead as it is).
+fn runs(pid: u32, start: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    !matches!(state, "Z" | "X" | "x") && fields.nth(18).and_then(|s| s.parse().ok()) == Some(start)
+}
+
+/// How long a holder on this host that was just killed may take to be gone (a process
+/// exiting still unmaps its memory): [`runs`] is asked again until then before it counts.
+const DYING: Duration = Duration::from_secs(2);
+
 /// What became of a lock we found taken.
 enum Verdict {
     /// Its holder runs: the lock is theirs.
@@ -257,11 +275,14 @@ impl Locks {
         let holder = Holder::decode(&bytes);
         if let Some(h) = &holder {
             if self.me.sees(h) {
-                return Ok(if start_ticks(h.pid) == Some(h.start) {
-                    Verdict::Alive(holder)
-                } else {
-                    Verdict::Stale(bytes)
-                });
+                let until = Instant::now() + DYING;
+                while runs(h.pid, h.start) {
+                    if Instant::now() >= until {
+                        return Ok(Verdict::Alive(holder));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                return Ok(Verdict::Stale(bytes));
             }
             if !h.host.is_empty() && h.host == self.me.host && h.boot != self.me.boot {
                 // This host, an earlier boot: every process of it is gone.
@@ -315,8 +336,8 @@ impl Locks {
             let Some(b) = read(tier, &bkey)? else {
                 continue;
             };
-            let dead_here = Holder::decode(&b)
-                .is_some_and(|h| self.me.sees(&h) && start_ticks(h.pid) != Some(h.start));
+            let dead_here =
+                Holder::decode(&b).is_some_and(|h| self.me.sees(&h) && !runs(h.pid, h.start));
             let stuck = match &other {
                 Some((prev, at)) if *prev == b => at.elapsed() >= BREAK_STUCK,
                 _ => {
@@ -495,7 +516,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let tier: Arc<dyn Tier> =
             Arc::new(DirTier::new("global", d.path().join("g"), false).unwrap());
-        for round in 0..5 {
+        for round in 0..3 {
             assert!(tier
                 .put_new("heat/job.lock", &dead_holder().encode())
                 .unwrap());
@@ -526,6 +547,37 @@ mod tests {
             // The winner's lock went with it; no take-over lock is left behind.
             assert!(!tier.exists("heat/job.lock") && !tier.exists("heat/job.lock.break"));
         }
+    }
+
+    #[test]
+    fn a_zombie_holds_no_lock() {
+        // Killed but not yet reaped by its parent (this test): /proc still shows it, with its
+        // start time, in state Z.
+        let d = tempfile::tempdir().unwrap();
+        let tier: Arc<dyn Tier> =
+            Arc::new(DirTier::new("global", d.path().join("g"), false).unwrap());
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = start_ticks(pid).unwrap();
+        assert!(runs(pid, start));
+        let mut h = Me::find().holder(0xdead);
+        (h.pid, h.start) = (pid, start);
+        assert!(tier.put_new("heat/job.lock", &h.encode()).unwrap());
+        let mut other = Locks::new(1, Duration::from_secs(60));
+        let e = other.take(&tier, "heat").unwrap_err();
+        assert!(e.msg.contains(&format!("pid {pid}")), "{e}");
+        child.kill().unwrap();
+        while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.contains(") Z "))
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(start_ticks(pid), Some(start), "still there, as a zombie");
+        other.take(&tier, "heat").unwrap();
+        child.wait().unwrap();
     }
 
     #[test]
