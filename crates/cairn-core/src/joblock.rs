@@ -408,10 +408,6 @@ impl Locks {
             if let Ok(Some(b)) = read(&held.tier, &held.key) {
                 if Holder::decode(&b).is_some_and(|h| h.job == held.holder.job) {
                     let _ = held.tier.remove(&held.key);
-                    // A name the job never stored anything under leaves nothing behind.
-                    if let Some((name, _)) = held.key.rsplit_once('/') {
-                        let _ = held.tier.remove_if_empty(name);
-                    }
                 }
             }
         }

@@ -638,21 +638,6 @@ impl Tier for DirTier {
         }
     }
 
-    fn remove_if_empty(&self, prefix: &str) -> Result<()> {
-        let path = self.walk(prefix, (true, false))?;
-        match fs::remove_dir(&path) {
-            Err(e)
-                if !matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
-                ) =>
-            {
-                Err(err(&self.label, "cannot remove", &path, e))
-            }
-            _ => Ok(()),
-        }
-    }
-
     fn remove_all(&self, prefix: &str) -> Result<()> {
         let path = self.walk(prefix, (true, false))?;
         match fs::remove_dir_all(&path) {

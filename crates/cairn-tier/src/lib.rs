@@ -136,12 +136,6 @@ pub trait Tier: Send + Sync {
     /// Remove `prefix` and everything under it; a missing prefix is not an error.
     fn remove_all(&self, prefix: &str) -> Result<()>;
 
-    /// Remove the directory `prefix` if nothing is in it (a name whose job lock was its only
-    /// object); anything else is left as it is.
-    fn remove_if_empty(&self, _prefix: &str) -> Result<()> {
-        Ok(())
-    }
-
     /// Remove what crashed writers of `key` left behind (their unpublished temporary data).
     /// Only call it when no other writer of `key` can be running.
     fn remove_temporaries(&self, _key: &str) -> Result<()> {
