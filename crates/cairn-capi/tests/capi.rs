@@ -898,8 +898,8 @@ fn a_second_job_on_the_same_name_and_tiers_is_refused_and_a_dead_jobs_lock_is_ta
     let mut tiers = Tiers::new(0);
     tiers.set("CAIRN_CHECKPOINT_EVERY", "1");
     tiers.set("CAIRN_EXIT_SIGNALS", "true");
-    let local_lock = tiers.local().join("node0/stress/job.lock");
-    let global_lock = tiers.global().join("stress/job.lock");
+    let local_lock = tiers.local().join("node0/.stress.lock");
+    let global_lock = tiers.global().join(".stress.lock");
 
     // While the first job runs, a second one (alone, then two ranks under mpirun) is refused
     // at its first call, with the holder named, and the first goes on untouched.
@@ -913,7 +913,7 @@ fn a_second_job_on_the_same_name_and_tiers_is_refused_and_a_dead_jobs_lock_is_ta
             o.stderr
                 .contains(&format!("is in use by the job of pid {pid} on host"))
                 && o.stderr.contains("failed (-11)")
-                && o.stderr.contains("job.lock"),
+                && o.stderr.contains(".stress.lock"),
             "{}",
             o.show()
         );
@@ -956,7 +956,7 @@ fn a_second_job_on_the_same_name_and_tiers_is_refused_and_a_dead_jobs_lock_is_ta
     o.assert_ok();
     assert!(
         o.stderr
-            .contains("taking over the lock of checkpoint \"stress\""),
+            .contains("took over the lock of checkpoint \"stress\""),
         "{}",
         o.show()
     );
@@ -1001,7 +1001,7 @@ fn a_lock_held_from_another_pid_namespace_is_judged_by_its_heartbeat() {
     let _ = away.finish(RUN_TIMEOUT);
     let o = second_job(&tiers, None, "job after the holder is gone");
     o.assert_ok();
-    assert!(o.stderr.contains("taking over the lock"), "{}", o.show());
+    assert!(o.stderr.contains("took over the lock"), "{}", o.show());
     assert!(
         restored_ok(&o, 1, "after the holder is gone").is_some(),
         "{}",

@@ -276,8 +276,9 @@ fn a_second_scr_job_on_the_same_prefix_is_refused_at_scr_init() {
     let _mpi = mpi_lock();
     reference();
     let scr = Scr::new(&[]);
+    // Slow enough to still run, in a release build too, once the second job has looked.
     let mut slow = HEAT.to_vec();
-    slow.extend(["--sleep-ms", "3"]);
+    slow.extend(["--sleep-ms", "20"]);
     let mut first = spawn(scr.heat(&slow), "first SCR job");
     assert!(
         first

@@ -2,7 +2,7 @@
 //!
 //! Two jobs writing checkpoint `heat` into the same directories delete each other's versions
 //! through the cache window and leave manifests whose rank files are gone. So the first
-//! collective call that names a checkpoint takes `<name>/job.lock` on every tier the job
+//! collective call that names a checkpoint takes `.<name>.lock` on every tier the job
 //! writes (each rank its node-local tier, rank 0 the global one), and the job holds it until
 //! finalize.
 //!
@@ -14,7 +14,7 @@
 //! the holder rewrites its lock every quarter of the lease, and a lock seen unchanged for
 //! half a lease, and last rewritten a lease ago by its own clock, is stale.
 //!
-//! A stale lock is taken over under a second lock (`job.lock.break`): the taker checks that
+//! A stale lock is taken over under a second lock (`.<name>.lock.break`): the taker checks that
 //! the lock is still the one it judged stale, removes it and then competes for it like any
 //! job, so two jobs taking over at once cannot both win.
 
@@ -27,10 +27,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{error, warn};
 
-/// The lock's object under a checkpoint name.
-pub const LOCK: &str = "job.lock";
-/// Held for the moment of a take-over.
-const BREAK: &str = "job.lock.break";
+/// The lock of checkpoint `name`: `.<name>.lock` beside the name's directory, at the tier's
+/// root, so that a job leaves no directory behind where it stored nothing (a name never
+/// starts with a dot, so this is no checkpoint name).
+pub fn lock_key(name: &str) -> String {
+    format!(".{name}.lock")
+}
 /// A lock is a few hundred bytes; more is not one of ours.
 const LOCK_MAX: u64 = 64 << 10;
 /// A take-over lock older than this (seen unchanged by us) was left by a crashed taker.
@@ -223,7 +225,7 @@ impl Locks {
     /// Take the lock of `name` on `tier` for this job, or fail naming its holder. Waits when
     /// the holder runs elsewhere and its heartbeat must be watched (at most a lease).
     pub fn take(&mut self, tier: &Arc<dyn Tier>, name: &str) -> Result<()> {
-        let key = format!("{name}/{LOCK}");
+        let key = lock_key(name);
         let ours = format!("{:016x}", self.job);
         // Each pass either takes the lock, finds it ours or alive, or removes a stale one;
         // only jobs racing for the same lock make a pass repeat.
@@ -249,15 +251,18 @@ impl Locks {
                 Verdict::Alive(Some(h)) if h.job == ours => return Ok(()),
                 Verdict::Alive(h) => return Err(in_use(tier, &key, name, h, self.lease)),
                 Verdict::Stale(seen) => {
-                    if let Some(h) = Holder::decode(&seen) {
-                        warn!(
-                            "cairn: taking over the lock of checkpoint {} in {}: its job ({}) is gone",
-                            cairn_format::shown(name),
-                            tier.location(),
-                            h.describe()
-                        );
+                    // Said only when the lock was there to be taken (not released meanwhile
+                    // by a job that ended as it should).
+                    if self.break_lock(tier, &key, &seen)? {
+                        if let Some(h) = Holder::decode(&seen) {
+                            warn!(
+                                "cairn: took over the lock of checkpoint {} in {}: its job ({}) is gone",
+                                cairn_format::shown(name),
+                                tier.location(),
+                                h.describe()
+                            );
+                        }
                     }
-                    self.break_lock(tier, &key, &seen)?;
                 }
             }
         }
@@ -313,20 +318,24 @@ impl Locks {
         Ok(Verdict::Stale(bytes))
     }
 
-    /// Remove the stale lock `seen`, under the take-over lock, if it is still there.
-    fn break_lock(&self, tier: &Arc<dyn Tier>, key: &str, seen: &[u8]) -> Result<()> {
+    /// Remove the stale lock `seen`, under the take-over lock, if it is still there; whether
+    /// it was.
+    fn break_lock(&self, tier: &Arc<dyn Tier>, key: &str, seen: &[u8]) -> Result<bool> {
         if seen.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
-        let bkey = format!("{}/{BREAK}", key.rsplit_once('/').map_or("", |(d, _)| d));
+        // Held for the moment of a take-over.
+        let bkey = format!("{key}.break");
         let mine = self.me.holder(self.job).encode();
         let mut other: Option<(Vec<u8>, Instant)> = None;
         let give_up = Instant::now() + BREAK_STUCK * 4;
         loop {
             if tier.put_new(&bkey, &mine).map_err(Error::from)? {
                 let res = match read(tier, key) {
-                    Ok(Some(now)) if now == seen => tier.remove(key).map_err(Error::from),
-                    Ok(_) => Ok(()),
+                    Ok(Some(now)) if now == seen => {
+                        tier.remove(key).map(|()| true).map_err(Error::from)
+                    }
+                    Ok(_) => Ok(false),
                     Err(e) => Err(e),
                 };
                 let _ = tier.remove(&bkey);
@@ -513,9 +522,7 @@ mod tests {
         let tier: Arc<dyn Tier> =
             Arc::new(DirTier::new("global", d.path().join("g"), false).unwrap());
         for round in 0..3 {
-            assert!(tier
-                .put_new("heat/job.lock", &dead_holder().encode())
-                .unwrap());
+            assert!(tier.put_new(".heat.lock", &dead_holder().encode()).unwrap());
             let results: Vec<Result<()>> = (0..6u64)
                 .map(|j| {
                     let tier = tier.clone();
@@ -541,7 +548,7 @@ mod tests {
                 );
             }
             // The winner's lock went with it; no take-over lock is left behind.
-            assert!(!tier.exists("heat/job.lock") && !tier.exists("heat/job.lock.break"));
+            assert!(!tier.exists(".heat.lock") && !tier.exists(".heat.lock.break"));
         }
     }
 
@@ -561,7 +568,7 @@ mod tests {
         assert!(runs(pid, start));
         let mut h = Me::find().holder(0xdead);
         (h.pid, h.start) = (pid, start);
-        assert!(tier.put_new("heat/job.lock", &h.encode()).unwrap());
+        assert!(tier.put_new(".heat.lock", &h.encode()).unwrap());
         let mut other = Locks::new(1, Duration::from_secs(60));
         let e = other.take(&tier, "heat").unwrap_err();
         assert!(e.msg.contains(&format!("pid {pid}")), "{e}");
@@ -586,17 +593,17 @@ mod tests {
         a.take(&tier, "x").unwrap();
         b.take(&tier, "x").unwrap();
         b.release();
-        assert!(tier.exists("x/job.lock"), "only its taker removes a lock");
+        assert!(tier.exists(".x.lock"), "only its taker removes a lock");
         a.release();
-        assert!(!tier.exists("x/job.lock"));
+        assert!(!tier.exists(".x.lock"));
         // Bytes that are no lock record (a torn write in the shared-memory store, or junk)
         // are judged by watching them: unchanged for half a lease, they are taken over.
-        assert!(tier.put_new("x/job.lock", b"{\"job\":").unwrap());
+        assert!(tier.put_new(".x.lock", b"{\"job\":").unwrap());
         let t0 = Instant::now();
         let mut c = Locks::new(8, Duration::from_secs(2));
         c.take(&tier, "x").unwrap();
         assert!(t0.elapsed() >= Duration::from_secs(1));
-        let h = Holder::decode(&tier.get("x/job.lock").unwrap()).unwrap();
+        let h = Holder::decode(&tier.get(".x.lock").unwrap()).unwrap();
         assert_eq!(h.job, format!("{:016x}", 8));
     }
 }

@@ -111,6 +111,6 @@ def test_a_second_job_on_the_same_name_and_tiers_is_in_use(tiers: Tiers) -> None
         with cairn.Checkpointer("twice", config=tiers.config()) as second:
             with pytest.raises(cairn.InUseError) as exc:
                 second.restart_test()
-            assert "in use by the job of pid" in str(exc.value) and "job.lock" in str(exc.value)
+            assert "in use by the job of pid" in str(exc.value) and ".twice.lock" in str(exc.value)
     with cairn.Checkpointer("twice", config=tiers.config()) as third:
         assert third.restart_test() == 1
