@@ -157,26 +157,25 @@ fn pid_namespace() -> u64 {
         .unwrap_or(0)
 }
 
-/// Field 22 of `/proc/<pid>/stat` (after the command name, which may hold spaces and
-/// parentheses, so the fields are counted from its closing parenthesis).
-fn start_ticks(pid: u32) -> Option<u64> {
+/// The state (field 3) and start time in clock ticks after boot (field 22) of `/proc/<pid>/stat`,
+/// counted from the command name's closing parenthesis (the name may hold spaces and
+/// parentheses).
+fn proc_stat(pid: u32) -> Option<(String, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.to_string();
+    Some((state, fields.nth(18)?.parse().ok()?))
+}
+
+fn start_ticks(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|(_, start)| start)
 }
 
 /// Whether process `pid`, started at `start`, still runs: there, with that start time, and
 /// not a zombie (killed and not yet reaped: its lock is as dead as it is).
 fn runs(pid: u32, start: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return false;
-    };
-    let mut fields = rest.split_whitespace();
-    let state = fields.next().unwrap_or("X");
-    !matches!(state, "Z" | "X" | "x") && fields.nth(18).and_then(|s| s.parse().ok()) == Some(start)
+    proc_stat(pid)
+        .is_some_and(|(state, s)| s == start && !matches!(state.as_str(), "Z" | "X" | "x"))
 }
 
 /// How long a holder on this host that was just killed may take to be gone (a process
