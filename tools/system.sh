@@ -51,8 +51,8 @@ ensure_system() {
     # mpif90 (the Fortran module and example) comes with libopenmpi-dev but needs gfortran.
     command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
-    # xxhash.h: the checkpoint library hashes process images as it writes them (inlined,
-    # nothing linked); without it the engine reads every image back to hash it.
+    # xxhash.h: the checkpoint library and the restorer checksum process images with it
+    # (inlined, nothing linked); neither is built without it.
     [ -e /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
     # libpmix's server interface: cairn-prun, the launcher that starts MPI ranks with a PMIx
     # server inside the job (libopenmpi-dev depends on it too).

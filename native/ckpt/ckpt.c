@@ -85,16 +85,11 @@
 #include <time.h>
 #include <unistd.h>
 #include <cpuid.h>
-/* The block hashes of images (struct cairn_img_hashes): Debian's libxxhash-dev, inlined, so
- * nothing is linked. Without it the library writes no hashes and the engine hashes the
- * images itself, reading them back. */
-#if defined(__has_include)
-#if __has_include(<xxhash.h>)
-#define CAIRN_BLOCK_HASHES 1
+/* The hashes of images (the run and header checksums of image.h, and the engine's block
+ * hashes, struct cairn_img_hashes): Debian's libxxhash-dev, inlined, so nothing is linked.
+ * hash_avx2.c is the same code built for AVX2, used where the CPU has it (image_hashes_pick). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
-#endif
-#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -3375,12 +3370,62 @@ static void save_process_state(void)
 static int64_t store_image(const char *path, struct cairn_img_region *regs, int n, uint8_t *bitmaps,
                            size_t bitmap_cap);
 
+/* ---- the hashes: baseline or AVX2 ----------------------------------------------------- */
+
+/* hash_avx2.c: the same XXH3 functions built for AVX2. */
+uint64_t cairn_avx2_hash64(const void *p, size_t len);
+XXH128_hash_t cairn_avx2_hash128(const void *p, size_t len);
+void cairn_avx2_update128(XXH3_state_t *st, const void *p, size_t len);
+
+static uint64_t base_hash64(const void *p, size_t len)
+{
+    return XXH3_64bits(p, len);
+}
+static XXH128_hash_t base_hash128(const void *p, size_t len)
+{
+    return XXH3_128bits(p, len);
+}
+static void base_update128(XXH3_state_t *st, const void *p, size_t len)
+{
+    (void)XXH3_128bits_update(st, p, len);
+}
+
+/* The hashes every image is written with: each page run's checksum (hash64) and the
+ * engine's block hashes (hash128, update128). Both builds give the same bits; AVX2 halves
+ * what hashing adds to a checkpoint (bench/README.md). */
+static struct {
+    uint64_t (*hash64)(const void *, size_t);
+    XXH128_hash_t (*hash128)(const void *, size_t);
+    void (*update128)(XXH3_state_t *, const void *, size_t);
+} HX = {base_hash64, base_hash128, base_update128};
+
+/* Use the AVX2 build when the CPU has AVX2 and the kernel saves the YMM registers (XCR0 bits
+ * 1 and 2); once per process, before its first image. */
+static void image_hashes_pick(void)
+{
+    static int picked;
+    if (picked)
+        return;
+    picked = 1;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX))
+        return;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & bit_AVX2))
+        return;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6) != 6)
+        return;
+    HX.hash64 = cairn_avx2_hash64;
+    HX.hash128 = cairn_avx2_hash128;
+    HX.update128 = cairn_avx2_update128;
+}
+
 /* ---- block hashes of the image being written ---------------------------------------- */
 
 /* The block size the coordinator's WRITE named (block=), 0 for none: then no hashes. */
 static uint32_t hash_block;
 
-#ifdef CAIRN_BLOCK_HASHES
 /* The hashes of the image being written, block by block as its bytes go out (see struct
  * cairn_img_hashes). Each piece is copied into a buffer, hashed there and written from
  * there, so the hash is of exactly the bytes written: the memory being saved is not still
@@ -3428,10 +3473,10 @@ static void hashes_feed(const uint8_t *p, size_t len)
             return;
         }
         if (BH.in_block == 0 && take == BH.block) {
-            BH.out[BH.n++] = XXH3_128bits(p, take);
+            BH.out[BH.n++] = HX.hash128(p, take);
         }
         else {
-            XXH3_128bits_update(&BH.st, p, take);
+            HX.update128(&BH.st, p, take);
             BH.in_block += take;
             if (BH.in_block == BH.block) {
                 BH.out[BH.n++] = XXH3_128bits_digest(&BH.st);
@@ -3486,19 +3531,12 @@ static void hashes_drop(void)
     BH.block = 0;
     hashes_end(NULL, 0);
 }
-#else
-static void hashes_begin(uint64_t file_size) { (void)file_size; }
-static void hashes_end(const char *path, uint64_t file_size) { (void)path; (void)file_size; }
-static void hashes_drop(void) {}
-#endif
 
 /* Write len bytes that do not change meanwhile (a copy): hashed where they are. */
 static int put_image_stable(int fd, const void *buf, size_t len)
 {
-#ifdef CAIRN_BLOCK_HASHES
     if (BH.block)
         hashes_feed(buf, len);
-#endif
     return write_full(fd, buf, len);
 }
 
@@ -3514,14 +3552,13 @@ static uint64_t count_runs(const uint8_t *bm, uint64_t pages)
     return runs;
 }
 
-/* The piece of a page run copied, summed and written at a time. */
-#define RUN_PIECE (256u << 10)
+/* The longest page run: a group (image.h). */
+#define RUN_PIECE (CAIRN_IMG_RUN_GROUP * CAIRN_IMG_PAGE)
 
 /* Write len bytes of the image at fd, hashing them on the way when hashes are wanted: a
  * piece at a time, copied, hashed and written (see BH). */
 static int put_image(int fd, const void *buf, size_t len)
 {
-#ifdef CAIRN_BLOCK_HASHES
     if (BH.block) {
         const uint8_t *p = buf;
         while (len > 0) {
@@ -3536,7 +3573,6 @@ static int put_image(int fd, const void *buf, size_t len)
         }
         return 0;
     }
-#endif
     return write_full(fd, buf, len);
 }
 
@@ -3590,6 +3626,7 @@ static int64_t write_image(const char *path, uint64_t ckpt)
 static int64_t store_image(const char *path, struct cairn_img_region *regs, int n, uint8_t *bitmaps,
                            size_t bitmap_cap)
 {
+    image_hashes_pick();
     uint64_t bitmap_bytes = 0;
     int r = plan_pages(regs, n, bitmaps, bitmap_cap, &bitmap_bytes);
     if (r < 0)
@@ -3724,18 +3761,18 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
 #define EMIT(p, len)                                                                               \
     do {                                                                                           \
         if (pass == 0) {                                                                           \
-            cairn_sum_update(&ms, (p), (len));                                                     \
+            (void)XXH3_64bits_update(&ms, (p), (len));                                             \
             at += (len);                                                                           \
         } else {                                                                                   \
             PUT((p), (len));                                                                       \
         }                                                                                          \
     } while (0)
     h.meta_sum = 0;
-    struct cairn_sum ms;
-    cairn_sum_init(&ms);
+    static XXH3_state_t ms;
+    (void)XXH3_64bits_reset(&ms);
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            h.meta_sum = cairn_sum_final(&ms);
+            h.meta_sum = XXH3_64bits_digest(&ms);
             hashes_begin(h.file_size);
         }
         at = 0;
@@ -3767,8 +3804,8 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
             mprotect((void *)g->start, g->end - g->start, g->prot | PROT_READ);
         const uint8_t *bm = bitmaps + (g->bitmap_off - bm_off);
         uint64_t pages = (g->end - g->start) / CAIRN_IMG_PAGE;
-        /* Each page run is copied a piece at a time into the bounce buffer, summed there and
-         * written from there: the sum is of exactly the bytes written, though the memory
+        /* Each page run is copied into the bounce buffer, summed there and written from
+         * there: the sum is of exactly the bytes written, though the memory
          * being saved is not still (this thread's stack and the library's variables change
          * as it writes them, and a mapping shared with a process outside the job may change
          * at any time). */
@@ -3780,25 +3817,17 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
             uint64_t q = p + 1;
             while (q < pages && (bm[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
                 q++;
-            struct cairn_sum rs;
-            cairn_sum_init(&rs);
-            const uint8_t *src = (const uint8_t *)(g->start + p * CAIRN_IMG_PAGE);
-            for (uint64_t left = (q - p) * CAIRN_IMG_PAGE; left > 0;) {
-                size_t c = left < RUN_PIECE ? (size_t)left : RUN_PIECE;
-                memcpy(bounce, src, c);
-                cairn_sum_update(&rs, bounce, c);
-                r = put_image_stable(fd, bounce, c);
-                if (r < 0)
-                    goto fail;
-                at += c;
-                src += c;
-                left -= c;
-            }
             if (nrun >= nsums) {
                 r = -EIO;
                 goto fail;
             }
-            sums[nrun++] = cairn_sum_final(&rs);
+            size_t c = (size_t)(q - p) * CAIRN_IMG_PAGE; /* at most RUN_PIECE: a group */
+            memcpy(bounce, (const void *)(g->start + p * CAIRN_IMG_PAGE), c);
+            sums[nrun++] = HX.hash64(bounce, c);
+            r = put_image_stable(fd, bounce, c);
+            if (r < 0)
+                goto fail;
+            at += c;
             p = q;
         }
         if (unreadable)

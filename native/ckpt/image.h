@@ -11,12 +11,13 @@
 **     page data                    per saved region, its saved pages in address order
 **     run checksums                one cairn_sum per page run (below), region by region
 **
-** Checksums (format version 2): the header's meta_sum covers [0, data_start) (the header with
-** meta_sum zero, every table and bitmap); each page run (the saved pages of a region that
-** are consecutive and within one aligned group of CAIRN_IMG_RUN_GROUP pages of it) has its
-** own, of exactly the bytes written. The restorer checks the first before it uses anything
-** and each run as it reads it, before any thread of the process runs: a damaged image is
-** refused (exit 4), never restored.
+** Checksums (format version 3): XXH3-64 (xxhash.h, seed 0), which finds damage and does not
+** authenticate. The header's meta_sum covers [0, data_start) (the header with meta_sum zero,
+** every table and bitmap); each page run (the saved pages of a region that are consecutive
+** and within one aligned group of CAIRN_IMG_RUN_GROUP pages of it, so at most 256 KiB) has
+** its own, of exactly the bytes written. The restorer checks the first before it uses
+** anything and each run as it reads it, before any thread of the process runs: a damaged
+** image is refused (exit 4), never restored.
 **
 ** The split of work is what makes the restorer small: it rebuilds the address space (every
 ** region at its address, saved pages filled in), moves the vdso/vvar back, and starts each
@@ -36,97 +37,10 @@
 #include <stdint.h>
 
 #define CAIRN_IMG_MAGIC "CAIRNIM1"
-#define CAIRN_IMG_VERSION 2u
+#define CAIRN_IMG_VERSION 3u
 #define CAIRN_IMG_PAGE 4096u
 #define CAIRN_IMG_PATH_MAX 512
-#define CAIRN_IMG_RUN_GROUP 2048u /* pages: a page run never crosses a multiple of it */
-
-/* The image's checksum: 64 bits over a byte stream, four lanes of multiply-rotate over 32-byte
- * blocks, then the tail and a final mix. Fast enough to run over every page as it is written
- * and read; it finds damage, it does not authenticate. */
-#define CAIRN_SUM_K1 0x9e3779b97f4a7c15ull
-#define CAIRN_SUM_K2 0xbf58476d1ce4e5b9ull
-#define CAIRN_SUM_K3 0x94d049bb133111ebull
-
-struct cairn_sum {
-    uint64_t v[4];
-    uint64_t total;
-    uint8_t buf[32];
-    uint32_t nbuf;
-};
-
-static inline uint64_t cairn_sum_rotl(uint64_t x, int r)
-{
-    return (x << r) | (x >> (64 - r));
-}
-
-static inline void cairn_sum_init(struct cairn_sum *s)
-{
-    s->v[0] = CAIRN_SUM_K1;
-    s->v[1] = CAIRN_SUM_K2;
-    s->v[2] = CAIRN_SUM_K3;
-    s->v[3] = CAIRN_SUM_K1 ^ CAIRN_SUM_K3;
-    s->total = 0;
-    s->nbuf = 0;
-}
-
-static inline void cairn_sum_block(uint64_t v[4], const uint8_t *p)
-{
-    for (int i = 0; i < 4; i++) {
-        uint64_t w;
-        __builtin_memcpy(&w, p + 8 * i, 8);
-        v[i] = cairn_sum_rotl(v[i] + w * CAIRN_SUM_K2, 31) * CAIRN_SUM_K1;
-    }
-}
-
-static inline void cairn_sum_update(struct cairn_sum *s, const void *data, uint64_t len)
-{
-    const uint8_t *p = (const uint8_t *)data;
-    s->total += len;
-    while (s->nbuf && len) {
-        s->buf[s->nbuf++] = *p++;
-        len--;
-        if (s->nbuf == 32) {
-            cairn_sum_block(s->v, s->buf);
-            s->nbuf = 0;
-        }
-    }
-    uint64_t v0 = s->v[0], v1 = s->v[1], v2 = s->v[2], v3 = s->v[3];
-    for (; len >= 32; p += 32, len -= 32) {
-        uint64_t w[4];
-        __builtin_memcpy(w, p, 32);
-        v0 = cairn_sum_rotl(v0 + w[0] * CAIRN_SUM_K2, 31) * CAIRN_SUM_K1;
-        v1 = cairn_sum_rotl(v1 + w[1] * CAIRN_SUM_K2, 31) * CAIRN_SUM_K1;
-        v2 = cairn_sum_rotl(v2 + w[2] * CAIRN_SUM_K2, 31) * CAIRN_SUM_K1;
-        v3 = cairn_sum_rotl(v3 + w[3] * CAIRN_SUM_K2, 31) * CAIRN_SUM_K1;
-    }
-    s->v[0] = v0, s->v[1] = v1, s->v[2] = v2, s->v[3] = v3;
-    for (uint64_t i = 0; i < len && s->nbuf < 32; i++)
-        s->buf[s->nbuf++] = p[i];
-}
-
-static inline uint64_t cairn_sum_final(const struct cairn_sum *s)
-{
-    uint64_t h = cairn_sum_rotl(s->v[0], 1) + cairn_sum_rotl(s->v[1], 7) + cairn_sum_rotl(s->v[2], 12) +
-                 cairn_sum_rotl(s->v[3], 18);
-    h ^= s->total * CAIRN_SUM_K3;
-    for (uint32_t i = 0; i < s->nbuf; i++)
-        h = cairn_sum_rotl(h ^ (s->buf[i] * CAIRN_SUM_K1), 11) * CAIRN_SUM_K2;
-    h ^= h >> 33;
-    h *= CAIRN_SUM_K2;
-    h ^= h >> 29;
-    h *= CAIRN_SUM_K3;
-    h ^= h >> 32;
-    return h;
-}
-
-static inline uint64_t cairn_sum_of(const void *data, uint64_t len)
-{
-    struct cairn_sum s;
-    cairn_sum_init(&s);
-    cairn_sum_update(&s, data, len);
-    return cairn_sum_final(&s);
-}
+#define CAIRN_IMG_RUN_GROUP 64u /* pages: a page run never crosses a multiple of it */
 
 /* Where the restorer runs: a hole reserved (PROT_NONE) in every launched process at this
  * fixed address, so no region of an image ever lies there, and the restorer, linked at

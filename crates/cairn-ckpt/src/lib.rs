@@ -16,7 +16,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const IMAGE_MAGIC: &[u8; 8] = b"CAIRNIM1";
-pub const IMAGE_VERSION: u32 = 2;
+pub const IMAGE_VERSION: u32 = 3;
 /// Where every checkpointed process keeps an area free for the restorer.
 pub const HOLE_START: u64 = 0x3f00_0000_0000;
 pub const HOLE_LEN: u64 = 64 << 20;
@@ -80,7 +80,7 @@ pub struct ImageHeader {
     pub mm_data: [u64; 2],
     pub mm_args: [u64; 2],
     pub mm_env: [u64; 2],
-    /// Checksums (format 2): `meta_sum` of bytes `[0, data_start)` with itself zero, and
+    /// Checksums (format 3): `meta_sum` of bytes `[0, data_start)` with itself zero, and
     /// `nsums` page-run checksums at `sums_off`.
     pub data_start: u64,
     pub meta_sum: u64,
@@ -213,39 +213,9 @@ fn cpu_features() -> ([u32; 5], u64) {
     ([0; 5], 0)
 }
 
-/// The image checksum of `native/ckpt/image.h` (`cairn_sum`): four lanes of multiply-rotate
-/// over 32-byte blocks, the tail, a final mix. A test checks it against the C one.
+/// The image checksum of `native/ckpt/image.h`: XXH3-64, seed 0 (the C side uses xxhash.h).
 pub fn image_sum(data: &[u8]) -> u64 {
-    const K1: u64 = 0x9e37_79b9_7f4a_7c15;
-    const K2: u64 = 0xbf58_476d_1ce4_e5b9;
-    const K3: u64 = 0x94d0_49bb_1331_11eb;
-    let mut v = [K1, K2, K3, K1 ^ K3];
-    let mut blocks = data.chunks_exact(32);
-    for b in &mut blocks {
-        for (i, lane) in v.iter_mut().enumerate() {
-            let w = u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-            *lane = lane
-                .wrapping_add(w.wrapping_mul(K2))
-                .rotate_left(31)
-                .wrapping_mul(K1);
-        }
-    }
-    let mut h = v[0]
-        .rotate_left(1)
-        .wrapping_add(v[1].rotate_left(7))
-        .wrapping_add(v[2].rotate_left(12))
-        .wrapping_add(v[3].rotate_left(18));
-    h ^= (data.len() as u64).wrapping_mul(K3);
-    for &b in blocks.remainder() {
-        h = (h ^ u64::from(b).wrapping_mul(K1))
-            .rotate_left(11)
-            .wrapping_mul(K2);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(K2);
-    h ^= h >> 29;
-    h = h.wrapping_mul(K3);
-    h ^ (h >> 32)
+    xxhash_rust::xxh3::xxh3_64(data)
 }
 
 /// Where `ImageHeader::meta_sum` lies in an image.
