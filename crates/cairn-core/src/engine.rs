@@ -384,9 +384,49 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
+/// A rank's first tier, and the global tier behind it when the first is node-local.
+pub type FirstAndGlobal = (Arc<dyn Tier>, Option<Arc<dyn Tier>>);
+
+/// The tiers `cfg` names, for the rank of `topo`: the global directory, and the node's own
+/// directory or shared-memory store in front of it.
+fn open_tiers(cfg: &Config, topo: &Topology) -> Result<FirstAndGlobal> {
+    let global = open_root("global", &cfg.global, cfg.fsync_global, Scope::Global)?;
+    let global: Arc<dyn Tier> = Arc::new(global);
+    Ok(match cfg.node_local() {
+        NodeLocal::Dir(local) => {
+            let _root = open_root("local", local, false, Scope::NodeLocal)?;
+            let node_root = local.join(format!("node{}", topo.node));
+            let t: Arc<dyn Tier> = Arc::new(DirTier::with_scope(
+                "local",
+                node_root,
+                false,
+                Scope::NodeLocal,
+            )?);
+            (t, Some(global))
+        }
+        NodeLocal::Mem => {
+            let store = memstore::store_config(cfg, memstore::owner(cfg, topo));
+            let t: Arc<dyn Tier> = Arc::new(MemTier::open("local", &store)?);
+            (t, Some(global))
+        }
+        NodeLocal::None => (global, None),
+    })
+}
+
 impl Engine {
     /// Collective: set up the engine over `comm`. Fails on every rank if it fails on one.
     pub fn new(comm: Box<dyn Comm + Send>, cfg: Config) -> Result<Engine> {
+        Self::with_tiers(comm, cfg, open_tiers)
+    }
+
+    /// Collective: [`Engine::new`] over the tiers `tiers` gives this rank (its first tier,
+    /// and the global tier behind it when that is another) instead of the directories and
+    /// the store `cfg` names: for tiers that simulate failures ([`cairn_tier::CrashTier`]).
+    pub fn with_tiers(
+        comm: Box<dyn Comm + Send>,
+        cfg: Config,
+        tiers: impl FnOnce(&Config, &Topology) -> Result<FirstAndGlobal>,
+    ) -> Result<Engine> {
         init_logging(&cfg.log_level);
         let topo = Topology::discover(&*comm, cfg.sim_nodes, cfg.domain_env.as_deref());
         let setup = topo.map_err(Error::from).and_then(|topo| {
@@ -403,27 +443,7 @@ impl Engine {
                     cfg.redundancy
                 )));
             }
-            let global = open_root("global", &cfg.global, cfg.fsync_global, Scope::Global)?;
-            let global: Arc<dyn Tier> = Arc::new(global);
-            let (first, global) = match cfg.node_local() {
-                NodeLocal::Dir(local) => {
-                    let _root = open_root("local", local, false, Scope::NodeLocal)?;
-                    let node_root = local.join(format!("node{}", topo.node));
-                    let t: Arc<dyn Tier> = Arc::new(DirTier::with_scope(
-                        "local",
-                        node_root,
-                        false,
-                        Scope::NodeLocal,
-                    )?);
-                    (t, Some(global))
-                }
-                NodeLocal::Mem => {
-                    let store = memstore::store_config(&cfg, memstore::owner(&cfg, &topo));
-                    let t: Arc<dyn Tier> = Arc::new(MemTier::open("local", &store)?);
-                    (t, Some(global))
-                }
-                NodeLocal::None => (global, None),
-            };
+            let (first, global) = tiers(&cfg, &topo)?;
             Ok((topo, plan, first, global, policy))
         });
         let (topo, plan, first, global, mut policy) = agree(&*comm, setup, "initialise")?;
@@ -564,6 +584,7 @@ impl Engine {
             );
         }
         let mut noop = false;
+        let first = self.first.clone();
         let pre: Result<()> = (|| {
             check_name(name)?;
             lost?;
@@ -581,10 +602,16 @@ impl Engine {
                 }
                 _ => {}
             }
+            // A previous run may have left this version (complete or not): unpublish it
+            // before overwriting any part, so a crash mid-write can never make a mix
+            // eligible. Before the agreement below: a rank whose tier fails here must not
+            // skip an exchange the others enter.
+            if !noop {
+                first.remove(&manifest_key(name, version))?;
+            }
             Ok(())
         })();
         let key = rank_key(name, version, rank);
-        let first = self.first.clone();
         let partner = redundant && self.plan.scheme == Scheme::Partner;
         // Partner streams are exchanges: every rank must enter them, or none.
         let pre = if partner && !self.comm.all_agree(pre.is_ok())? {
@@ -601,9 +628,6 @@ impl Engine {
             if noop {
                 return Ok(None);
             }
-            // A previous run may have left this version (complete or not): unpublish it before
-            // overwriting any part, so a crash mid-write can never make a mix eligible.
-            first.remove(&manifest_key(name, version))?;
             let meta = PartMeta {
                 name,
                 version,

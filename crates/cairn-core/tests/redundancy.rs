@@ -18,9 +18,10 @@
 //! `REDUNDANCY_LOG=warn` (or `info`, `debug`) shows the engine's messages.
 
 use cairn_comm::{Threads, Topology};
-use cairn_core::{Config, Dtype, Engine, ErrorKind, RegionMut, RegionRef};
+use cairn_core::{CkptState, Config, Dtype, Engine, ErrorKind, RegionMut, RegionRef};
 use cairn_format::{checksum, Manifest, ParityHeader, HEADER_LEN, TRAILER_LEN};
 use cairn_redundancy::{Plan, Scheme as Code, Settings};
+use cairn_tier::{CrashMachine, CrashReport, Scope as TierScope, Tier};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -75,10 +76,10 @@ fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The bytes of every region of `rank` in `version`: region 0 is the version itself, the rest
-/// a pure function of (version, rank, region, index).
-fn contents(version: i64, rank: usize) -> Vec<Vec<u8>> {
-    regions_of(rank)
+/// The bytes of every region `layout` gives `rank` in `version`: region 0 is the version
+/// itself, the rest a pure function of (version, rank, region, index).
+fn contents(layout: &[(i32, Dtype, usize)], version: i64, rank: usize) -> Vec<Vec<u8>> {
+    layout
         .iter()
         .map(|(id, dtype, count)| {
             if *id == 0 {
@@ -95,10 +96,15 @@ fn contents(version: i64, rank: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Where restored bytes first differ from `version`'s, if they do.
-fn first_difference(version: i64, rank: usize, got: &[Vec<u8>]) -> Option<String> {
-    let want = contents(version, rank);
-    for ((id, _, _), (g, w)) in regions_of(rank).iter().zip(got.iter().zip(&want)) {
+/// Where restored bytes of the regions `layout` first differ from `version`'s, if they do.
+fn first_difference(
+    layout: &[(i32, Dtype, usize)],
+    version: i64,
+    rank: usize,
+    got: &[Vec<u8>],
+) -> Option<String> {
+    let want = contents(layout, version, rank);
+    for ((id, _, _), (g, w)) in layout.iter().zip(got.iter().zip(&want)) {
         if let Some(i) = (0..w.len()).find(|i| g[*i] != w[*i]) {
             return Some(format!(
                 "rank {rank}: region {id} differs from v{version} at byte {i}"
@@ -383,30 +389,7 @@ impl Case {
                 .map_err(|e| format!("rank {rank}: restart_test: {e}"))?;
             let restored = match found {
                 None => None,
-                Some(v) => {
-                    let layout = regions_of(rank);
-                    let mut bufs: Vec<Vec<u8>> = layout
-                        .iter()
-                        .map(|(_, dtype, count)| vec![0xEE; count * dtype.size()])
-                        .collect();
-                    let mut regs: Vec<RegionMut<'_>> = layout
-                        .iter()
-                        .zip(bufs.iter_mut())
-                        .map(|((id, dtype, _), bytes)| RegionMut {
-                            id: *id,
-                            dtype: *dtype,
-                            bytes,
-                        })
-                        .collect();
-                    let got = engine
-                        .restart(NAME, v, &mut regs)
-                        .map_err(|e| format!("rank {rank}: restart v{v}: {e}"))?;
-                    drop(regs);
-                    if let Some(diff) = first_difference(got, rank, &bufs) {
-                        return Err(format!("WRONG DATA: restart said v{got} but {diff}"));
-                    }
-                    Some(got)
-                }
+                Some(v) => Some(restore_checked(&mut engine, rank, v, &regions_of(rank))?),
             };
             if let Some(last) = then {
                 checkpoint_range(&mut engine, rank, restored.unwrap_or(0) + 1..=last)?;
@@ -582,21 +565,74 @@ fn checkpoint_range(
     versions: std::ops::RangeInclusive<i64>,
 ) -> Result<(), String> {
     for v in versions {
-        let data = contents(v, rank);
-        let refs: Vec<RegionRef<'_>> = regions_of(rank)
-            .iter()
-            .zip(&data)
-            .map(|((id, dtype, _), bytes)| RegionRef {
-                id: *id,
-                dtype: *dtype,
-                bytes,
-            })
-            .collect();
-        engine
-            .checkpoint(NAME, v, &refs)
+        checkpoint_of(engine, rank, v, &regions_of(rank))
             .map_err(|e| format!("rank {rank}: checkpoint v{v}: {e}"))?;
     }
     Ok(())
+}
+
+/// Checkpoint version `v` of the regions `layout` of `rank`.
+fn checkpoint_of(
+    engine: &mut Engine,
+    rank: usize,
+    v: i64,
+    layout: &[(i32, Dtype, usize)],
+) -> cairn_core::Result<()> {
+    let data = contents(layout, v, rank);
+    let refs: Vec<RegionRef<'_>> = layout
+        .iter()
+        .zip(&data)
+        .map(|((id, dtype, _), bytes)| RegionRef {
+            id: *id,
+            dtype: *dtype,
+            bytes,
+        })
+        .collect();
+    engine.checkpoint(NAME, v, &refs)
+}
+
+/// `restart` of `v` into poisoned buffers of the regions `layout`, then every byte compared
+/// with the version restart reports: the version, or restart's error, or an error naming
+/// wrong data.
+fn restore_checked(
+    engine: &mut Engine,
+    rank: usize,
+    v: i64,
+    layout: &[(i32, Dtype, usize)],
+) -> Result<i64, String> {
+    restore_or_refuse(engine, rank, v, layout)?
+        .map_err(|e| format!("rank {rank}: restart v{v}: {e}"))
+}
+
+/// [`restore_checked`], with restart's own error apart: `Err` is wrong data only.
+fn restore_or_refuse(
+    engine: &mut Engine,
+    rank: usize,
+    v: i64,
+    layout: &[(i32, Dtype, usize)],
+) -> Result<cairn_core::Result<i64>, String> {
+    let mut bufs: Vec<Vec<u8>> = layout
+        .iter()
+        .map(|(_, dtype, count)| vec![0xEE; count * dtype.size()])
+        .collect();
+    let mut regs: Vec<RegionMut<'_>> = layout
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|((id, dtype, _), bytes)| RegionMut {
+            id: *id,
+            dtype: *dtype,
+            bytes,
+        })
+        .collect();
+    let got = match engine.restart(NAME, v, &mut regs) {
+        Ok(got) => got,
+        Err(e) => return Ok(Err(e)),
+    };
+    drop(regs);
+    match first_difference(layout, got, rank, &bufs) {
+        Some(diff) => Err(format!("WRONG DATA: restart said v{got} but {diff}")),
+        None => Ok(Ok(got)),
+    }
 }
 
 fn decode_manifest(b: &[u8]) -> Result<Manifest, String> {
@@ -1227,5 +1263,325 @@ fn impossible_protection_is_a_clear_error_at_init() {
             ..cfg(2, "xor", 0, 1)
         },
         &["\"xor\"", "[tiers] local"],
+    );
+}
+
+// ---- Crashes: storage that loses power ------------------------------------------------------
+//
+// The same job on [`CrashMachine`] tiers (cairn-tier's crash.rs: SQLite's crash-test VFS as a
+// model): the node-local tier never syncs, the global tier syncs every object it publishes,
+// as the engine's own directory tiers do. Each seed picks a layout and a flush schedule, and
+// the sync at which the machine loses power; at that moment every change still pending on
+// any tier is kept, dropped or torn. After the reboot (one node sometimes never comes back)
+// a new job restarts: it must restore a version at least as new as the newest one the first
+// job was told was durable, bit for bit, and never hang or panic.
+
+/// Versions a crash job writes.
+const CRASH_VERSIONS: i64 = 5;
+
+/// The regions of a crash job: small, so a thousand crashes take seconds.
+fn crash_regions(rank: usize) -> Vec<(i32, Dtype, usize)> {
+    vec![
+        (0, Dtype::Int64, 1),
+        (1, Dtype::Double, 700 + 300 * rank),
+        (2, Dtype::Byte, 4_099 + rank),
+    ]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum CrashLayout {
+    /// No node-local tier: every checkpoint goes straight to the global tier.
+    GlobalOnly,
+    Single,
+    Partner,
+    Xor,
+}
+
+const CRASH_LAYOUTS: [CrashLayout; 4] = [
+    CrashLayout::GlobalOnly,
+    CrashLayout::Single,
+    CrashLayout::Partner,
+    CrashLayout::Xor,
+];
+
+fn crash_config(layout: CrashLayout, flush_every: u64) -> Config {
+    let mut cfg = Config {
+        // Never opened: the tiers are the crash machine's (Engine::with_tiers).
+        local: (layout != CrashLayout::GlobalOnly).then(|| PathBuf::from("/nonexistent/local")),
+        global: PathBuf::from("/nonexistent/global"),
+        fsync_global: true,
+        sim_nodes: 4,
+        keep: 2,
+        block: 4096,
+        flush_every,
+        log_level: log_level(),
+        ..Config::default()
+    };
+    match layout {
+        CrashLayout::Partner => Scheme::PartnerStream.apply(&mut cfg),
+        CrashLayout::Xor => Scheme::Xor.apply(&mut cfg),
+        _ => Scheme::Single.apply(&mut cfg),
+    }
+    cfg
+}
+
+fn crash_engine(
+    comm: Threads,
+    cfg: Config,
+    machine: &Arc<CrashMachine>,
+) -> cairn_core::Result<Engine> {
+    let machine = machine.clone();
+    Engine::with_tiers(Box::new(comm), cfg, move |cfg, topo| {
+        let global: Arc<dyn Tier> =
+            Arc::new(machine.tier("global", "global", TierScope::Global, cfg.fsync_global));
+        Ok(match cfg.local {
+            None => (global, None),
+            Some(_) => {
+                let disk = format!("node{}", topo.node);
+                let local: Arc<dyn Tier> =
+                    Arc::new(machine.tier("local", &disk, TierScope::NodeLocal, false));
+                (local, Some(global))
+            }
+        })
+    })
+}
+
+/// What one rank of the first job got done before the crash: the newest version its
+/// checkpoint call returned, and the newest one it was told was durable.
+#[derive(Debug, Clone, Copy, Default)]
+struct Done {
+    written: i64,
+    durable: i64,
+}
+
+/// The first job: checkpoint 1..=CRASH_VERSIONS, asking after each which versions are
+/// durable, then wait for the last flush and finalize; any error (the machine is gone) ends
+/// the rank there.
+fn crash_write(cfg: &Config, machine: &Arc<CrashMachine>) -> Result<Vec<Done>, String> {
+    let (cfg, machine) = (cfg.clone(), machine.clone());
+    job(4, "crash-write", move |comm| {
+        let rank = comm_rank(&comm);
+        let mut done = Done::default();
+        let Ok(mut e) = crash_engine(comm, cfg.clone(), &machine) else {
+            return done;
+        };
+        let layout = crash_regions(rank);
+        let note_durable = |e: &mut Engine, done: &mut Done, upto: i64| -> bool {
+            for u in 1..=upto {
+                match e.test(NAME, u) {
+                    Ok(Some(CkptState::Durable)) => done.durable = done.durable.max(u),
+                    Ok(_) => {}
+                    Err(_) => return false,
+                }
+            }
+            true
+        };
+        for v in 1..=CRASH_VERSIONS {
+            if checkpoint_of(&mut e, rank, v, &layout).is_err() {
+                return done;
+            }
+            done.written = v;
+            if !note_durable(&mut e, &mut done, v) {
+                return done;
+            }
+        }
+        if e.flush(NAME, CRASH_VERSIONS).is_ok() {
+            note_durable(&mut e, &mut done, CRASH_VERSIONS);
+        }
+        let _ = e.finalize();
+        done
+    })
+}
+
+/// What the job after the reboot restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restored {
+    Version(i64),
+    Nothing,
+    /// restart_test offered a version whose data turned out damaged, and nothing older could
+    /// be restored: restart said so (a `Corrupt` error) rather than restore it.
+    Refused,
+}
+
+/// The job after the reboot: what restart_test found and restart restored, agreed by every
+/// rank, or an error naming wrong data.
+fn crash_restart(cfg: &Config, machine: &Arc<CrashMachine>) -> Result<Restored, String> {
+    let (cfg, machine) = (cfg.clone(), machine.clone());
+    let out = job(
+        4,
+        "crash-restart",
+        move |comm| -> Result<Restored, String> {
+            let rank = comm_rank(&comm);
+            let mut e = crash_engine(comm, cfg.clone(), &machine)
+                .map_err(|e| format!("rank {rank}: init after the reboot: {e}"))?;
+            let found = e
+                .restart_test(NAME)
+                .map_err(|e| format!("rank {rank}: restart_test: {e}"))?;
+            let Some(v) = found else {
+                return Ok(Restored::Nothing);
+            };
+            let got = match restore_or_refuse(&mut e, rank, v, &crash_regions(rank))? {
+                Ok(got) => Restored::Version(got),
+                Err(err) if err.kind == ErrorKind::Corrupt => Restored::Refused,
+                Err(err) => return Err(format!("rank {rank}: restart v{v}: {err}")),
+            };
+            e.finalize()
+                .map_err(|e| format!("rank {rank}: finalize after restart: {e}"))?;
+            Ok(got)
+        },
+    )?;
+    let mut agreed = None;
+    for (rank, r) in out.into_iter().enumerate() {
+        let r = r?;
+        match agreed {
+            None => agreed = Some(r),
+            Some(a) if a != r => {
+                return Err(format!("rank {rank} restored {r:?}, rank 0 {a:?}"));
+            }
+            _ => {}
+        }
+    }
+    Ok(agreed.unwrap_or(Restored::Nothing))
+}
+
+/// The syncs a whole job of `layout` does without a crash: the range the crash is drawn from.
+fn crash_syncs(layout: CrashLayout, flush_every: u64) -> Result<u64, String> {
+    let machine = CrashMachine::new(0, None);
+    let done = crash_write(&crash_config(layout, flush_every), &machine)?;
+    ensure(done.iter().all(|d| d.written == CRASH_VERSIONS), || {
+        format!("{layout:?}: a job without a crash did not finish: {done:?}")
+    })?;
+    let durable = done.iter().map(|d| d.durable).max().unwrap_or(0);
+    ensure(durable == CRASH_VERSIONS, || {
+        format!(
+            "{layout:?}: without a crash v{CRASH_VERSIONS} was never reported durable: {done:?}"
+        )
+    })?;
+    Ok(machine.syncs())
+}
+
+/// Tallies of the crash trials, for the summary line.
+#[derive(Debug, Default)]
+struct CrashTally {
+    trials: u64,
+    crashed_in_job: u64,
+    lost_node: u64,
+    fates: CrashReport,
+    restored_newest: u64,
+    restored_older: u64,
+    restored_nothing: u64,
+    refused: u64,
+}
+
+/// One seed: returns its failure, if any, naming everything needed to run it again.
+fn crash_trial(
+    seed: u64,
+    syncs: &BTreeMap<(CrashLayout, u64), u64>,
+    tally: &mut CrashTally,
+) -> Result<(), String> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let layout = CRASH_LAYOUTS[rng.usize(0..CRASH_LAYOUTS.len())];
+    let flush_every = rng.u64(1..=2);
+    let total = syncs[&(layout, flush_every)];
+    let crash_at = rng.u64(1..=total + total / 10 + 1);
+    let lose = layout != CrashLayout::GlobalOnly && rng.u32(0..3) == 0;
+    let lost_node = rng.usize(0..4);
+    let what =
+        format!(
+        "seed {seed}: {layout:?}, flush every {flush_every}, crash at sync {crash_at} of {total}{}",
+        if lose { format!(", node {lost_node} lost") } else { String::new() }
+    );
+    let cfg = crash_config(layout, flush_every);
+    let machine = CrashMachine::new(seed, Some(crash_at));
+    let done = crash_write(&cfg, &machine).map_err(|e| format!("{what}: {e}"))?;
+    let report = machine.report();
+    let after = machine.reboot();
+    let fates = machine.report();
+    // No process of the first job runs after the power loss, so its locks are stale; in
+    // this one test process their holder (this process) would look alive.
+    after.remove_where(|k| k.ends_with(".lock"));
+    if lose {
+        after.lose_disk(&format!("node{lost_node}"));
+    }
+    let restored = crash_restart(&cfg, &after).map_err(|e| format!("{what}: {e}"))?;
+    let durable = done.iter().map(|d| d.durable).max().unwrap_or(0);
+    let written = done.iter().map(|d| d.written).max().unwrap_or(0);
+    let attempted = (written + 1).min(CRASH_VERSIONS);
+    let newest = match restored {
+        Restored::Version(r) => r,
+        _ => 0,
+    };
+    if durable > 0 && newest < durable {
+        return Err(format!(
+            "{what}: LOST: v{durable} was reported durable, restart: {restored:?} ({fates:?})"
+        ));
+    }
+    ensure(newest <= attempted, || {
+        format!("{what}: restored v{newest}, but no rank got past v{written}")
+    })?;
+    tally.trials += 1;
+    tally.crashed_in_job += u64::from(report.at_sync != 0);
+    tally.lost_node += u64::from(lose);
+    tally.fates.kept += fates.kept;
+    tally.fates.dropped += fates.dropped;
+    tally.fates.torn += fates.torn;
+    match restored {
+        Restored::Nothing => tally.restored_nothing += 1,
+        Restored::Refused => tally.refused += 1,
+        Restored::Version(r) if r >= written => tally.restored_newest += 1,
+        Restored::Version(_) => tally.restored_older += 1,
+    }
+    Ok(())
+}
+
+/// `CAIRN_CRASH_SEEDS=N` runs N seeds (1,000 by default; more in a longer run), from
+/// `CAIRN_CRASH_FIRST` (0).
+#[test]
+fn a_crash_at_any_sync_never_loses_a_durable_version_or_restores_wrong_data() {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (seeds, first) = (env("CAIRN_CRASH_SEEDS", 1000), env("CAIRN_CRASH_FIRST", 0));
+    let mut syncs = BTreeMap::new();
+    for layout in CRASH_LAYOUTS {
+        for every in 1..=2 {
+            syncs.insert((layout, every), crash_syncs(layout, every).unwrap());
+        }
+    }
+    let mut tally = CrashTally::default();
+    let mut failures = Vec::new();
+    for seed in first..first + seeds {
+        if let Err(e) = crash_trial(seed, &syncs, &mut tally) {
+            failures.push(e);
+        }
+    }
+    eprintln!(
+        "crash trials: {} seeds passed of {seeds} (crashed during the job: {}, a node lost as \
+         well: {}); pending changes at the crash kept {} / dropped {} / torn {}; restart \
+         restored the newest version written {}, an older one {}, nothing {}, refused a damaged \
+         one with nothing older to offer {}; syncs per job {syncs:?}",
+        tally.trials,
+        tally.crashed_in_job,
+        tally.lost_node,
+        tally.fates.kept,
+        tally.fates.dropped,
+        tally.fates.torn,
+        tally.restored_newest,
+        tally.restored_older,
+        tally.restored_nothing,
+        tally.refused,
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {seeds} crash trials failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        tally.fates.torn > 0 && tally.crashed_in_job > seeds / 2,
+        "{tally:?}"
     );
 }

@@ -10,7 +10,8 @@
 //!
 //! [`DirTier`] is the implementation over a directory, used for node-local storage
 //! (`/dev/shm`, a local SSD) and for the global parallel-file-system directory; [`MemTier`]
-//! keeps a node's objects in its shared-memory chunk store (`cairn-shm`).
+//! keeps a node's objects in its shared-memory chunk store (`cairn-shm`); [`CrashTier`] is a
+//! tier on a simulated machine that loses power, for the engine's crash tests.
 //!
 //! ```
 //! use cairn_tier::{DirTier, Tier};
@@ -21,10 +22,12 @@
 //! assert_eq!(tier.list("ck").unwrap(), vec!["v1".to_string()]);
 //! ```
 
+mod crash;
 mod dir;
 mod mem;
 
 pub use cairn_shm;
+pub use crash::{CrashMachine, CrashReport, CrashTier};
 pub use dir::DirTier;
 pub use mem::{MemTier, ENGINE_DIR};
 
