@@ -854,6 +854,162 @@ fn solo_mode_checkpoints_and_restarts() {
     );
 }
 
+// ---- Authenticated checkpoints ---------------------------------------------------------------
+
+/// Copy version `v` of `stress` from `from`'s tiers into `to`'s, as someone who can write
+/// there would plant it: directories 0700 and files 0600, like Cairn's own.
+fn plant(from: &Tiers, to: &Tiers, v: i64) {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let mut planted = 0;
+    for tier in ["local/node0", "global"] {
+        let src = from.path().join(tier).join(format!("stress/v{v}"));
+        let Ok(entries) = std::fs::read_dir(&src) else {
+            continue;
+        };
+        let dst = to.path().join(tier).join(format!("stress/v{v}"));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dst)
+            .unwrap();
+        for e in entries {
+            let e = e.unwrap();
+            let to_file = dst.join(e.file_name());
+            std::fs::copy(e.path(), &to_file).unwrap();
+            std::fs::set_permissions(&to_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+            planted += 1;
+        }
+    }
+    assert!(
+        planted > 0,
+        "nothing of v{v} under {}",
+        from.path().display()
+    );
+}
+
+/// With `[security] authenticate`, a job restores only what was written with its user's key:
+/// a self-consistent checkpoint planted in its tiers (written without a key, or with another
+/// user's) is refused with a message naming it, and the job's own newest checkpoint is
+/// restored instead. The key is created private, and one others may read is refused.
+#[test]
+fn authenticated_checkpoints_refuse_planted_and_foreign_ones() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let keys = tempfile::tempdir().unwrap();
+    let mine = keys.path().join("me/cairn/key");
+    let theirs = keys.path().join("them/key");
+    let (victim, plain, other) = (Tiers::new(0), Tiers::new(0), Tiers::new(0));
+    let job = |tiers: &Tiers, key: Option<&Path>, args: &[&str], what: &str| {
+        let mut a = vec!["--solo", "--mib", "1", "--regions", "3"];
+        a.extend_from_slice(args);
+        let mut c = stress_cmd(None, &a, tiers);
+        if let Some(k) = key {
+            c.env("CAIRN_SECURITY_AUTHENTICATE", "true")
+                .env("CAIRN_SECURITY_KEY_FILE", k);
+        }
+        run(c, what)
+    };
+    let o = job(&victim, Some(&mine), &["--versions", "3"], "the user's job");
+    o.assert_ok();
+    assert!(
+        o.stderr.contains("created the key") && o.stderr.contains(&*mine.to_string_lossy()),
+        "{}",
+        o.show()
+    );
+    assert_eq!(std::fs::metadata(&mine).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(mine.parent().unwrap()).unwrap().mode() & 0o777,
+        0o700
+    );
+    // Two planted checkpoints, newer than the user's own: one written without a key, one
+    // with another user's.
+    job(&plain, None, &["--versions", "5"], "a job without a key").assert_ok();
+    job(
+        &other,
+        Some(&theirs),
+        &["--versions", "6"],
+        "another user's job",
+    )
+    .assert_ok();
+    plant(&plain, &victim, 5);
+    plant(&other, &victim, 6);
+    let o = job(
+        &victim,
+        Some(&mine),
+        &["--verify-only"],
+        "the user's restart",
+    );
+    assert_eq!(
+        restored_ok(&o, 1, "the user's restart"),
+        Some(3),
+        "{}",
+        o.show()
+    );
+    for needle in [
+        "v6",
+        "v5",
+        "fails authentication",
+        "MAC does not match",
+        "carries no MAC",
+    ] {
+        assert!(o.stderr.contains(needle), "no {needle:?} in\n{}", o.show());
+    }
+    // The restart went on from v3, so the planted versions, newer than it, are gone.
+    for v in [5, 6] {
+        for tier in [victim.local().join("node0"), victim.global()] {
+            let dir = tier.join(format!("stress/v{v}"));
+            assert!(!dir.exists(), "{} is still there", dir.display());
+        }
+    }
+    // Without authentication the user's own checkpoints are refused with the reason, never
+    // misread as damaged data.
+    let o = job(
+        &victim,
+        None,
+        &["--verify-only"],
+        "a restart without authentication",
+    );
+    o.assert_exit5();
+    assert!(
+        o.stderr.contains("authenticated checkpoint")
+            && o.stderr.contains("turn authentication on"),
+        "{}",
+        o.show()
+    );
+    // Under MPI rank 0 reads the key and hands it to the others: a two-rank job writes and
+    // restores authenticated checkpoints, which a job with another key cannot restore.
+    {
+        let _mpi = mpi_lock();
+        let shared = Tiers::new(2);
+        let mpi_job = |key: &Path, args: &[&str], what: &str| {
+            let mut a = vec!["--mib", "1", "--regions", "3"];
+            a.extend_from_slice(args);
+            let mut c = stress_cmd(Some(2), &a, &shared);
+            c.env("CAIRN_SECURITY_AUTHENTICATE", "true")
+                .env("CAIRN_SECURITY_KEY_FILE", key);
+            run(c, what)
+        };
+        mpi_job(&mine, &["--versions", "2"], "an MPI job").assert_ok();
+        let o = mpi_job(&mine, &["--verify-only"], "its restart");
+        assert_eq!(restored_ok(&o, 2, "MPI restart"), Some(2), "{}", o.show());
+        let o = mpi_job(&theirs, &["--verify-only"], "a restart with another key");
+        assert!(
+            o.stdout.contains("stress: none") && o.stderr.contains("fails authentication"),
+            "{}",
+            o.show()
+        );
+    }
+    // A key others may read is refused, naming the file and the fix.
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = job(
+        &victim,
+        Some(&mine),
+        &["--verify-only"],
+        "a key others may read",
+    );
+    o.assert_exit5();
+    assert!(o.stderr.contains("chmod 600"), "{}", o.show());
+}
+
 // ---- The job lock: one job per checkpoint name and tiers ---------------------------------------
 
 /// A job checkpointing `stress` every step of 40 ms until it is told to stop (SIGTERM) or

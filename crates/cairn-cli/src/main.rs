@@ -267,6 +267,7 @@ pub(crate) fn resolve_config(g: &GlobalOpts) -> Result<Config> {
             None => cfg.global = gl.clone(),
         }
     }
+    cairn_core::auth::enable_for_tools(&cfg)?;
     Ok(cfg)
 }
 

@@ -71,13 +71,10 @@ pub fn read_manifest(tier: &dyn Tier, name: &str, version: i64) -> Result<Option
     let key = manifest_key(name, version);
     match tier.get_at_most(&key, MANIFEST_MAX, "manifest") {
         Ok(bytes) => {
-            let m = Manifest::decode(&bytes).map_err(|e| {
-                crate::Error::from(e).context(format!(
-                    "{} tier {}/{key}",
-                    tier.label(),
-                    tier.location()
-                ))
-            })?;
+            let at = || format!("{} tier {}/{key}", tier.label(), tier.location());
+            let (m, mac) =
+                Manifest::decode_auth(&bytes).map_err(|e| crate::Error::from(e).context(at()))?;
+            crate::auth::check_manifest(&m, mac.as_deref(), at)?;
             if m.name != name || m.version != version {
                 return Err(crate::Error::new(
                     crate::ErrorKind::Corrupt,

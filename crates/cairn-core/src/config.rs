@@ -161,6 +161,10 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Zstandard compression level, 1 to 22 (0: Zstandard's default, 3); ignored by lz4." },
     KeySpec { section: "reduction", key: "shuffle", ty: KeyType::Bool, default: "true",
         doc: "Before compressing, group the bytes of each region's elements by significance (using the region's type), so that e.g. float64 exponents compress." },
+    KeySpec { section: "security", key: "authenticate", ty: KeyType::Bool, default: "false",
+        doc: "Authenticated checkpoints: every rank file index and manifest written carries a keyed MAC and every block a keyed hash (BLAKE3, with the key of key_file), and every one read must, so a checkpoint written by someone without the key is refused, naming the file. Checkpoints written before it was turned on are refused too." },
+    KeySpec { section: "security", key: "key_file", ty: KeyType::Path, default: "\"~/.config/cairn/key\"",
+        doc: "The key of authenticated checkpoints: 64 hex digits in a file only its owner may read, created (0600, in a 0700 directory) on first use. Rank 0 reads it and hands it to the other ranks. Default: $XDG_CONFIG_HOME/cairn/key, else $HOME/.config/cairn/key." },
     KeySpec { section: "log", key: "level", ty: KeyType::Level, default: "\"warn\"",
         doc: "Messages printed to standard error: error, warn, info, debug or trace." },
 ];
@@ -189,6 +193,10 @@ pub struct Config {
     pub fsync_global: bool,
     /// `[tiers] lock_lease`, seconds.
     pub lock_lease: f64,
+    /// `[security] authenticate`.
+    pub authenticate: bool,
+    /// `[security] key_file`; `None`: the default (`auth::default_key_file`).
+    pub key_file: Option<PathBuf>,
     pub sim_nodes: usize,
     pub domain_env: Option<String>,
     pub keep: usize,
@@ -358,6 +366,8 @@ impl Default for Config {
             global: PathBuf::from("./cairn-ckpt"),
             fsync_global: true,
             lock_lease: 60.0,
+            authenticate: false,
+            key_file: None,
             sim_nodes: 0,
             domain_env: None,
             keep: 2,
@@ -777,6 +787,14 @@ impl Config {
             }
             ("redundancy", "set_size") => self.set_size = count(0)? as usize,
             ("redundancy", "parity") => self.parity = count(1)? as usize,
+            ("security", "authenticate") => self.authenticate = parse_bool(&raw).ok_or_else(bad)?,
+            ("security", "key_file") => {
+                let s = text.filter(|s| !s.is_empty()).ok_or_else(bad)?;
+                self.key_file = match s.as_str() {
+                    "~/.config/cairn/key" => None,
+                    p => Some(PathBuf::from(p)),
+                };
+            }
             ("log", "level") => {
                 let s = text.ok_or_else(bad)?.to_ascii_lowercase();
                 if !["error", "warn", "info", "debug", "trace"].contains(&s.as_str()) {

@@ -384,6 +384,34 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
+/// Collective: rank 0 reads (or creates) the key of `[security] key_file` and hands it to
+/// every rank, which authenticates every checkpoint from then on (`auth`).
+fn share_key(comm: &dyn Comm, cfg: &Config, rank: usize) -> Result<()> {
+    let path = match &cfg.key_file {
+        Some(p) => Ok(p.clone()),
+        None if rank == 0 => crate::auth::default_key_file(),
+        None => Ok(std::path::PathBuf::from("the key file of rank 0")),
+    };
+    let mine = match rank {
+        0 => path.clone().and_then(|p| crate::auth::load_or_create(&p)),
+        _ => Ok([0u8; 32]),
+    };
+    let key = agree(comm, mine, "read the authentication key")?;
+    let mut words = [i64::MIN; 4];
+    if rank == 0 {
+        for (w, c) in words.iter_mut().zip(key.chunks_exact(8)) {
+            *w = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
+    }
+    comm.allreduce_i64(&mut words, Op::Max)?;
+    let mut shared = [0u8; 32];
+    for (c, w) in shared.chunks_exact_mut(8).zip(words) {
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+    let res = path.and_then(|p| crate::auth::enable(&p, shared));
+    agree(comm, res, "turn authentication on")
+}
+
 /// A rank's first tier, and the global tier behind it when the first is node-local.
 pub type FirstAndGlobal = (Arc<dyn Tier>, Option<Arc<dyn Tier>>);
 
@@ -456,6 +484,9 @@ impl Engine {
         let mut job = [if topo.rank == 0 { job_id() } else { i64::MIN }];
         comm.allreduce_i64(&mut job, Op::Max)?;
         let locks = Locks::new(job[0] as u64, Duration::from_secs_f64(cfg.lock_lease));
+        if cfg.authenticate {
+            share_key(&*comm, &cfg, topo.rank)?;
+        }
         if topo.rank == 0 {
             if let Some(msg) = cfg.ignored_env_report() {
                 warn!("cairn: {msg}");
@@ -999,16 +1030,19 @@ impl Engine {
         if !publisher {
             return Ok(());
         }
-        tier.put(&manifest_key(&m.name, m.version), &m.encode())
-            .map_err(|e| {
-                Error::from(e).context(format!(
-                    "rank {}: publishing {} v{} on the {} tier",
-                    self.topo.rank,
-                    m.name,
-                    m.version,
-                    tier.label()
-                ))
-            })
+        tier.put(
+            &manifest_key(&m.name, m.version),
+            &crate::auth::encode_manifest(m),
+        )
+        .map_err(|e| {
+            Error::from(e).context(format!(
+                "rank {}: publishing {} v{} on the {} tier",
+                self.topo.rank,
+                m.name,
+                m.version,
+                tier.label()
+            ))
+        })
     }
 
     /// The manifest of `name` v`version` for `tier`: listing every rank on a global tier,

@@ -27,6 +27,7 @@
 //! engine.finalize().unwrap();
 //! ```
 
+pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod config;

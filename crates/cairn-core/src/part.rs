@@ -9,7 +9,9 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::mapped::Mapped;
-use cairn_format::{block_kind, block_sum, check_header, BlockEntry, Dtype, FORMAT_VERSION};
+use cairn_format::{
+    block_kind, block_sum, check_header, AuthKey, BlockEntry, Dtype, FORMAT_VERSION,
+};
 use cairn_format::{
     checksum, encode_header, RankIndex, RegionEntry, Trailer, HEADER_LEN, TRAILER_LEN,
 };
@@ -181,6 +183,60 @@ impl Hashes {
     }
 }
 
+/// How a part's block contents are hashed (the `hash` of each block record): XXH3-128, or
+/// keyed with the user's key in an authenticated part (`crate::auth`).
+#[derive(Clone)]
+enum ContentHash {
+    Plain,
+    Keyed(AuthKey),
+}
+
+impl ContentHash {
+    /// For a part this process writes: keyed when it authenticates.
+    fn for_writing() -> ContentHash {
+        crate::auth::key().map_or(ContentHash::Plain, ContentHash::Keyed)
+    }
+
+    /// For the part of `index` (which [`read_index`] has authenticated, if keyed).
+    fn of(index: &RankIndex) -> Result<ContentHash> {
+        if !index.keyed {
+            return Ok(ContentHash::Plain);
+        }
+        crate::auth::key()
+            .map(ContentHash::Keyed)
+            .ok_or_else(not_authenticating)
+    }
+
+    fn keyed(&self) -> bool {
+        matches!(self, ContentHash::Keyed(_))
+    }
+
+    fn hash(&self, raw: &[u8]) -> u128 {
+        match self {
+            ContentHash::Plain => block_hash(raw),
+            ContentHash::Keyed(k) => k.block_hash(raw),
+        }
+    }
+
+    /// The checksum of a block stored raw, whose hash is `hash`: the hash's low half when
+    /// that is XXH3-128 (format 2's checksum), else computed.
+    fn raw_sum(&self, raw: &[u8], hash: u128) -> u64 {
+        match self {
+            ContentHash::Plain => hash as u64,
+            ContentHash::Keyed(_) => block_sum(FORMAT_VERSION, raw),
+        }
+    }
+}
+
+/// The error for an authenticated part read by a process that does not authenticate.
+fn not_authenticating() -> Error {
+    Error::new(
+        ErrorKind::Config,
+        "it is an authenticated checkpoint (written with [security] authenticate = true): \
+         turn authentication on, with the key it was written with, to read it",
+    )
+}
+
 /// How a part is reduced as it is written.
 #[derive(Debug, Clone, Copy)]
 pub struct Reduction<'a> {
@@ -206,15 +262,17 @@ impl Reduction<'_> {
 /// Decides how each block is stored, reusing one scratch buffer for encoded bytes.
 struct BlockCoder {
     codecs: Codecs,
+    content: ContentHash,
     /// Keeps its buffers and Zstandard context from block to block.
     encoder: Encoder,
     scratch: Vec<u8>,
 }
 
 impl BlockCoder {
-    fn new(codecs: Codecs) -> BlockCoder {
+    fn new(codecs: Codecs, content: ContentHash) -> BlockCoder {
         BlockCoder {
             codecs,
+            content,
             encoder: Encoder::new(codecs),
             scratch: Vec::new(),
         }
@@ -222,7 +280,7 @@ impl BlockCoder {
 
     /// Classify one block; for a codec kind the stored bytes are in `self.scratch`.
     fn code(&mut self, raw: &[u8], elem: usize, base: Option<u128>) -> BlockEntry {
-        let hash = block_hash(raw);
+        let hash = self.content.hash(raw);
         let mut e = BlockEntry {
             kind: block_kind::UNCHANGED,
             stored: 0,
@@ -242,7 +300,7 @@ impl BlockCoder {
             block_kind::ZERO => {}
             block_kind::RAW => {
                 e.stored = raw.len() as u32;
-                e.sum = hash as u64;
+                e.sum = self.content.raw_sum(raw, hash);
             }
             _ => {
                 e.stored = self.scratch.len() as u32;
@@ -375,8 +433,9 @@ pub fn check_in_place(index: &RankIndex, e: &RegionEntry, path: &std::path::Path
         ));
     }
     let block = index.block_size.max(1) as usize;
+    let content = ContentHash::of(index)?;
     for (i, (raw, b)) in m.bytes().chunks(block).zip(&e.blocks).enumerate() {
-        if block_hash(raw) != b.hash {
+        if content.hash(raw) != b.hash {
             return Err(Error::new(
                 ErrorKind::Corrupt,
                 format!(
@@ -431,20 +490,30 @@ pub fn encode_part(
     encode_after(sink, meta, &[], regions, red)
 }
 
-/// The hash of every block of `bytes` (blocks of `block` bytes, the last maybe shorter), on
-/// up to `threads` threads when there are enough bytes: a process tree's images are one
-/// rank's regions, and hashing them on one thread left the other cores idle.
-fn block_hashes(bytes: &[u8], block: usize, threads: usize) -> Vec<u128> {
+/// The checksum and hash of every block of `bytes` stored raw (blocks of `block` bytes, the
+/// last maybe shorter), on up to `threads` threads when there are enough bytes: a process
+/// tree's images are one rank's regions, and hashing them on one thread left the other cores
+/// idle.
+fn block_hashes(
+    bytes: &[u8],
+    block: usize,
+    threads: usize,
+    content: &ContentHash,
+) -> Vec<(u64, u128)> {
     let threads = threads_for(bytes.len(), threads);
+    let both = |b: &[u8]| {
+        let h = content.hash(b);
+        (content.raw_sum(b, h), h)
+    };
     if threads == 1 {
-        return bytes.chunks(block).map(block_hash).collect();
+        return bytes.chunks(block).map(both).collect();
     }
     // Whole blocks per thread, so the blocks are the same as on one thread.
     let per = (bytes.len().div_ceil(threads) / block + 1) * block;
     std::thread::scope(|s| {
         let parts: Vec<_> = bytes
             .chunks(per)
-            .map(|part| s.spawn(move || part.chunks(block).map(block_hash).collect::<Vec<_>>()))
+            .map(|part| s.spawn(move || part.chunks(block).map(both).collect::<Vec<_>>()))
             .collect();
         parts
             .into_iter()
@@ -481,28 +550,31 @@ fn encode_after(
         block as u32,
     );
     index.base = red.base.map(|(v, _)| v);
+    let content = ContentHash::for_writing();
+    index.keyed = content.keyed();
     let mut out = Coalescing {
         w: sink,
         buf: Vec::with_capacity(COALESCE),
     };
-    let mut coder = BlockCoder::new(red.codecs);
+    let mut coder = BlockCoder::new(red.codecs, content.clone());
     let mut offset = 0;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for a in adopted {
         let r = &a.region;
         let nbytes = r.bytes.len() as u64;
         let mut entry = empty_entry(r, offset, block);
-        let hashes = match a.hashes {
-            Some(h) => h.to_vec(),
-            None => block_hashes(r.bytes, block, cores),
+        // Hashes the writer computed are XXH3-128: of no use to an authenticated part.
+        let hashes = match a.hashes.filter(|_| !content.keyed()) {
+            Some(h) => h.iter().map(|h| (*h as u64, *h)).collect(),
+            None => block_hashes(r.bytes, block, cores, &content),
         };
         // The last block's length, from the region's (a given hash reads nothing).
         let lens = (0..hashes.len()).map(|i| (nbytes - (i * block) as u64).min(block as u64));
-        for (len, hash) in lens.zip(hashes) {
+        for (len, (sum, hash)) in lens.zip(hashes) {
             entry.blocks.push(BlockEntry {
                 kind: block_kind::RAW,
                 stored: len as u32,
-                sum: hash as u64,
+                sum,
                 hash,
             });
         }
@@ -568,7 +640,8 @@ fn finish_part(
     offset: u64,
     headerless: bool,
 ) -> Result<()> {
-    let ib = index.encode();
+    let key = crate::auth::key().filter(|_| index.keyed);
+    let ib = index.encode_with(key.as_ref());
     let trailer = Trailer {
         index_offset: offset,
         index_len: ib.len() as u64,
@@ -647,7 +720,18 @@ pub fn read_index(r: &dyn ObjectReader) -> Result<RankIndex> {
     }
     let index = RankIndex::decode_format(&ib, format)?;
     index.check_extents_in(tr.data_start(), tr.index_offset)?;
-    Ok(index)
+    match (index.keyed, crate::auth::key()) {
+        (true, Some(k)) if !k.index_mac_ok(&ib) => Err(crate::auth::refused(
+            "its index",
+            "the index's MAC does not match",
+        )),
+        (true, None) => Err(not_authenticating()),
+        (false, Some(_)) => Err(crate::auth::refused(
+            "its index",
+            "the index carries no MAC",
+        )),
+        _ => Ok(index),
+    }
 }
 
 /// Check that a stored part has exactly the regions now protected, with the same types and
@@ -766,13 +850,16 @@ fn block_len(nbytes: u64, block: usize, i: usize) -> Option<usize> {
 /// Finds, for any block of the newest part of a chain, the part that stores it.
 struct Resolver<'c> {
     chain: &'c [Link],
+    /// The newest part's content hash: every block restored is checked against it when it
+    /// is keyed, encoded blocks always.
+    content: ContentHash,
     regions: Vec<HashMap<i32, Located<'c>>>,
     scratch: Vec<u8>,
     decoder: Decoder,
 }
 
 impl<'c> Resolver<'c> {
-    fn new(chain: &'c [Link]) -> Resolver<'c> {
+    fn new(chain: &'c [Link], content: ContentHash) -> Resolver<'c> {
         let regions = chain
             .iter()
             .map(|l| {
@@ -797,6 +884,7 @@ impl<'c> Resolver<'c> {
             .collect();
         Resolver {
             chain,
+            content,
             regions,
             scratch: Vec::new(),
             decoder: Decoder::new(),
@@ -824,16 +912,21 @@ impl<'c> Resolver<'c> {
         link.reader.read_exact_at(dest, loc.starts[i])?;
         for (j, got) in dest.chunks(block).enumerate() {
             let b = loc.entry.blocks[i + j];
-            if b.stored as usize != got.len() || link.index.block_sum(got) != b.sum {
-                return Err(Error::new(
-                    ErrorKind::Corrupt,
-                    format!(
-                        "block {} of region {id} fails its checksum (v{})",
-                        i + j,
-                        link.index.version
-                    ),
-                ));
-            }
+            let what = if b.stored as usize != got.len() || link.index.block_sum(got) != b.sum {
+                "fails its checksum"
+            } else if self.content.keyed() && self.content.hash(got) != b.hash {
+                "does not match its keyed hash"
+            } else {
+                continue;
+            };
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "block {} of region {id} {what} (v{})",
+                    i + j,
+                    link.index.version
+                ),
+            ));
         }
         Ok(())
     }
@@ -884,6 +977,9 @@ impl<'c> Resolver<'c> {
                     if link.index.block_sum(dest) != b.sum {
                         return Err(bad("fails its checksum".into()));
                     }
+                    if self.content.keyed() && self.content.hash(dest) != want.hash {
+                        return Err(bad("does not match its keyed hash".into()));
+                    }
                 }
                 code => {
                     let kind = BlockKind::from_code(code).expect("the index checks kinds");
@@ -895,7 +991,7 @@ impl<'c> Resolver<'c> {
                     self.decoder
                         .decode(kind, &self.scratch, dtype.size(), dest)
                         .map_err(|e| bad(format!("cannot be decoded: {e}")))?;
-                    if hashed && block_hash(dest) != want.hash {
+                    if hashed && self.content.hash(dest) != want.hash {
                         return Err(bad("does not match its hash after decoding".into()));
                     }
                 }
@@ -934,6 +1030,7 @@ fn threads_for(total: usize, threads: usize) -> usize {
 /// caller's memory.
 pub fn restore_with(chain: &[Link], regions: &mut [RegionMut<'_>], threads: usize) -> Result<()> {
     let block = chain[0].index.block_size.max(1) as usize;
+    let content = ContentHash::of(&chain[0].index)?;
     let total: usize = regions.iter().map(|r| r.bytes.len()).sum();
     let threads = threads_for(total, threads);
     // (region id, first block, bytes) of every run, in order.
@@ -951,7 +1048,7 @@ pub fn restore_with(chain: &[Link], regions: &mut [RegionMut<'_>], threads: usiz
         }
     }
     if threads == 1 {
-        let mut res = Resolver::new(chain);
+        let mut res = Resolver::new(chain, content);
         return runs
             .into_iter()
             .try_for_each(|(id, first, dest)| fill_blocks(&mut res, id, first, block, dest));
@@ -964,8 +1061,9 @@ pub fn restore_with(chain: &[Link], regions: &mut [RegionMut<'_>], threads: usiz
         let handles: Vec<_> = shares
             .into_iter()
             .map(|share| {
+                let content = content.clone();
                 s.spawn(move || {
-                    let mut res = Resolver::new(chain);
+                    let mut res = Resolver::new(chain, content);
                     share.into_iter().try_for_each(|(id, first, dest)| {
                         fill_blocks(&mut res, id, first, block, dest)
                     })
@@ -1027,12 +1125,14 @@ pub fn rewrite(
         newest.block_size,
     );
     index.write_ns = newest.write_ns;
+    let content = ContentHash::for_writing();
+    index.keyed = content.keyed();
     let mut out = Coalescing {
         w: sink,
         buf: Vec::with_capacity(COALESCE),
     };
-    let mut coder = BlockCoder::new(codecs);
-    let mut res = Resolver::new(chain);
+    let mut coder = BlockCoder::new(codecs, content);
+    let mut res = Resolver::new(chain, ContentHash::of(&chain[0].index)?);
     let mut raw = vec![0u8; block];
     out.write(&encode_header())?;
     let mut offset = HEADER_LEN;
@@ -1074,6 +1174,7 @@ pub fn rewrite(
 /// are checked with the base. Returns the number of raw bytes the part describes.
 pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
     let index = read_index(r)?;
+    let content = ContentHash::of(&index)?;
     let mut stored = Vec::new();
     let mut raw = vec![0u8; index.block_size as usize];
     let mut decoder = Decoder::new();
@@ -1092,6 +1193,9 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
             }
             let rec = e.blocks[b.index];
             if rec.kind == block_kind::RAW {
+                if content.keyed() && content.hash(&stored) != rec.hash {
+                    return Err(bad("does not match its keyed hash"));
+                }
                 continue;
             }
             let (s, t) = e.block_range(b.index, index.block_size);
@@ -1100,7 +1204,7 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
             decoder
                 .decode(kind, &stored, e.dtype.size(), out)
                 .map_err(|x| bad(&format!("cannot be decoded: {x}")))?;
-            if index.hashed() && block_hash(out) != rec.hash {
+            if index.hashed() && content.hash(out) != rec.hash {
                 return Err(bad("does not match its hash after decoding"));
             }
         }
@@ -1257,16 +1361,25 @@ mod tests {
         let bytes: Vec<u8> = (0..(40usize << 20) + 777)
             .map(|i| (i * 31 + (i >> 13)) as u8)
             .collect();
-        let one = block_hashes(&bytes, 1 << 16, 1);
-        assert_eq!(one.len(), bytes.len().div_ceil(1 << 16));
-        assert_eq!(one[3], block_hash(&bytes[3 << 16..4 << 16]));
-        for threads in [2, 3, 5] {
-            assert_eq!(
-                block_hashes(&bytes, 1 << 16, threads),
-                one,
-                "{threads} threads"
-            );
+        let third = &bytes[3 << 16..4 << 16];
+        let keyed = ContentHash::Keyed(AuthKey::new(&[9; 32]));
+        for content in [ContentHash::Plain, keyed] {
+            let one = block_hashes(&bytes, 1 << 16, 1, &content);
+            assert_eq!(one.len(), bytes.len().div_ceil(1 << 16));
+            assert_eq!(one[3].1, content.hash(third));
+            assert_eq!(one[3].0, block_sum(FORMAT_VERSION, third));
+            for threads in [2, 3, 5] {
+                assert_eq!(
+                    block_hashes(&bytes, 1 << 16, threads, &content),
+                    one,
+                    "{threads} threads"
+                );
+            }
         }
+        assert_eq!(
+            block_hashes(third, 1 << 16, 1, &ContentHash::Plain)[0].1,
+            block_hash(third)
+        );
     }
 
     #[test]

@@ -811,7 +811,10 @@ pub(crate) fn rebuild(ctx: &Ctx<'_>, name: &str, version: i64) -> Result<Option<
             ..template
         };
         ctx.tier
-            .put(&catalog::manifest_key(name, version), &m.encode())
+            .put(
+                &catalog::manifest_key(name, version),
+                &crate::auth::encode_manifest(&m),
+            )
             .map_err(Error::from)
     } else {
         Ok(())

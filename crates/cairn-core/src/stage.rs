@@ -524,7 +524,7 @@ impl Copier<'_> {
         if res.is_ok() {
             let publish = if first {
                 self.global
-                    .put(&key, &manifest.encode())
+                    .put(&key, &crate::auth::encode_manifest(manifest))
                     .map_err(|e| Error::from(e).context("publishing the global manifest"))
             } else {
                 Ok(())

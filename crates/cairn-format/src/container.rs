@@ -19,6 +19,7 @@
 //! against the file size before it is used, so a damaged file gives a [`FormatError`], never a
 //! huge allocation or a panic.
 
+use crate::auth::{AuthKey, AUTH_LEN, AUTH_MAGIC};
 use crate::{Dtype, FormatError, FORMAT_VERSION};
 
 /// First eight bytes of every rank file.
@@ -344,6 +345,10 @@ pub struct RankIndex {
     /// for a full checkpoint.
     pub base: Option<i64>,
     pub regions: Vec<RegionEntry>,
+    /// An authenticated index (`crate::auth`): its blocks' content hashes are keyed, and it
+    /// ends with an authentication record, which [`RankIndex::encode_with`] writes and
+    /// [`AuthKey::index_mac_ok`] checks.
+    pub keyed: bool,
 }
 
 struct Reader<'a> {
@@ -390,6 +395,7 @@ impl RankIndex {
             write_ns: 0,
             base: None,
             regions: Vec::new(),
+            keyed: false,
         }
     }
 
@@ -413,8 +419,25 @@ impl RankIndex {
         block_sum(self.format, stored)
     }
 
-    /// Encode in the current format (format-1 indexes are only read).
+    /// Encode in the current format (format-1 indexes are only read), without an
+    /// authentication record.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_with(None)
+    }
+
+    /// Encode, ending with the authentication record of `key` when there is one (the
+    /// index's content hashes must then be `key`'s, and `keyed` set).
+    pub fn encode_with(&self, key: Option<&AuthKey>) -> Vec<u8> {
+        let mut b = self.encode_body();
+        if let Some(k) = key {
+            b.extend_from_slice(AUTH_MAGIC);
+            let mac = k.index_mac(&b);
+            b.extend_from_slice(&mac);
+        }
+        b
+    }
+
+    fn encode_body(&self) -> Vec<u8> {
         let nblocks: usize = self.regions.iter().map(|r| r.blocks.len()).sum();
         let mut b = Vec::with_capacity(64 + self.regions.len() * 48 + nblocks * BlockEntry::LEN);
         b.extend_from_slice(INDEX_MAGIC);
@@ -548,10 +571,13 @@ impl RankIndex {
                 blocks,
             });
         }
-        if r.pos != buf.len() {
+        // What follows the regions: nothing, or (format 2) an authentication record.
+        let rest = &buf[r.pos..];
+        let keyed = format >= 2 && rest.len() == AUTH_LEN && &rest[..8] == AUTH_MAGIC;
+        if !rest.is_empty() && !keyed {
             return Err(invalid(
                 "index length",
-                format!("{} trailing bytes", buf.len() - r.pos),
+                format!("{} trailing bytes", rest.len()),
             ));
         }
         Ok(RankIndex {
@@ -564,6 +590,7 @@ impl RankIndex {
             write_ns,
             base: (base >= 0).then_some(base),
             regions,
+            keyed,
         })
     }
 
@@ -661,6 +688,29 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn an_authentication_record_ends_a_keyed_index_and_nothing_else_may() {
+        let key = AuthKey::new(&[5; 32]);
+        let plain = sample();
+        let b = plain.encode_with(Some(&key));
+        assert_eq!(b.len(), plain.encode().len() + AUTH_LEN);
+        let back = RankIndex::decode(&b).unwrap();
+        assert!(back.keyed && !RankIndex::decode(&plain.encode()).unwrap().keyed);
+        assert!(key.index_mac_ok(&b));
+        assert!(!AuthKey::new(&[6; 32]).index_mac_ok(&b));
+        // Any change to the index before the MAC breaks it.
+        let mut changed = b.clone();
+        changed[12] ^= 1;
+        assert!(!key.index_mac_ok(&changed));
+        // Trailing bytes that are not a whole record are still refused.
+        let mut short = plain.encode();
+        short.extend_from_slice(AUTH_MAGIC);
+        assert!(RankIndex::decode(&short).is_err());
+        let mut other = plain.encode();
+        other.extend_from_slice(&[0u8; AUTH_LEN]);
+        assert!(RankIndex::decode(&other).is_err());
+    }
 
     fn sample() -> RankIndex {
         let mut ix = RankIndex::new("heat", 40, 2, 4, 8);

@@ -20,11 +20,13 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod container;
 mod dtype;
 mod manifest;
 pub mod parity;
 
+pub use auth::{AuthKey, AUTH_LEN, AUTH_MAGIC};
 pub use container::{
     block_kind, block_sum, check_header, checksum, encode_header, BlockEntry, BlockSumStream,
     ChecksumStream, RankIndex, RegionEntry, StoredBlock, Trailer, HEADERLESS_MAGIC, HEADER_LEN,

@@ -1,6 +1,6 @@
 //! The checkpoint manifest: the small record whose presence makes a checkpoint eligible.
 
-use crate::FormatError;
+use crate::{AuthKey, FormatError};
 use serde::{Deserialize, Serialize};
 
 /// Version of the manifest schema this build writes. It also reads schemas 1 (before
@@ -67,14 +67,29 @@ fn manifest_sum(fields: &serde_json::Map<String, serde_json::Value>) -> String {
     format!("{:016x}", crate::checksum(&compact))
 }
 
+/// The compact JSON of a manifest's own fields, keys sorted: what its MAC covers.
+fn compact(m: &Manifest) -> (serde_json::Map<String, serde_json::Value>, Vec<u8>) {
+    let serde_json::Value::Object(fields) = serde_json::to_value(m).expect("manifest serializes")
+    else {
+        unreachable!("a struct serialises to an object")
+    };
+    let bytes = serde_json::to_vec(&fields).expect("a JSON map serialises");
+    (fields, bytes)
+}
+
 impl Manifest {
     /// The manifest as stored: pretty JSON of its fields plus `checksum` (format 3 and up).
     pub fn encode(&self) -> Vec<u8> {
-        let serde_json::Value::Object(mut fields) =
-            serde_json::to_value(self).expect("manifest serializes")
-        else {
-            unreachable!("a struct serialises to an object")
-        };
+        self.encode_with(None)
+    }
+
+    /// [`Manifest::encode`], with the `mac` field of `key` when there is one (an
+    /// authenticated checkpoint, `crate::auth`); the checksum covers it too.
+    pub fn encode_with(&self, key: Option<&AuthKey>) -> Vec<u8> {
+        let (mut fields, bytes) = compact(self);
+        if let Some(k) = key {
+            fields.insert("mac".into(), k.manifest_mac(&bytes).into());
+        }
         if self.format >= 3 {
             let sum = manifest_sum(&fields);
             fields.insert("checksum".into(), sum.into());
@@ -88,6 +103,12 @@ impl Manifest {
     /// returns. From format 3 its checksum must match: a manifest damaged into other valid
     /// JSON (a rank number, a base, a state) is refused rather than believed.
     pub fn decode(bytes: &[u8]) -> Result<Manifest, FormatError> {
+        Self::decode_auth(bytes).map(|(m, _)| m)
+    }
+
+    /// [`Manifest::decode`], also giving the manifest's `mac` field (an authenticated
+    /// checkpoint's), which [`Manifest::mac_ok`] checks.
+    pub fn decode_auth(bytes: &[u8]) -> Result<(Manifest, Option<String>), FormatError> {
         let bad = |e: serde_json::Error| FormatError::Manifest(e.to_string());
         let mut fields: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(bytes).map_err(bad)?;
@@ -107,6 +128,11 @@ impl Manifest {
             }
             (false, None) => {}
         }
+        let mac = match fields.remove("mac") {
+            None => None,
+            Some(serde_json::Value::String(m)) if format >= 3 => Some(m),
+            Some(_) => return Err(FormatError::Manifest("mac is not a string".into())),
+        };
         let m: Manifest = serde_json::from_value(serde_json::Value::Object(fields)).map_err(bad)?;
         if !(1..=MANIFEST_FORMAT).contains(&m.format) {
             return Err(FormatError::Manifest(format!(
@@ -134,7 +160,12 @@ impl Manifest {
                 m.ranks, m.world_size
             )));
         }
-        Ok(m)
+        Ok((m, mac))
+    }
+
+    /// Whether `mac` (a manifest's `mac` field) is `key`'s MAC of this manifest.
+    pub fn mac_ok(&self, key: &AuthKey, mac: &str) -> bool {
+        key.manifest_mac_ok(&compact(self).1, mac)
     }
 }
 
@@ -225,6 +256,27 @@ mod tests {
     fn round_trip() {
         let m = sample();
         assert_eq!(Manifest::decode(&m.encode()).unwrap(), m);
+    }
+
+    #[test]
+    fn a_mac_is_carried_checked_and_covered_by_the_checksum() {
+        let key = AuthKey::new(&[3; 32]);
+        let m = sample();
+        let bytes = m.encode_with(Some(&key));
+        let (back, mac) = Manifest::decode_auth(&bytes).unwrap();
+        let mac = mac.expect("a mac field");
+        assert_eq!(back, m);
+        assert!(back.mac_ok(&key, &mac));
+        assert!(!back.mac_ok(&AuthKey::new(&[4; 32]), &mac));
+        let mut other = m.clone();
+        other.version = 11;
+        assert!(!other.mac_ok(&key, &mac));
+        assert_eq!(Manifest::decode_auth(&m.encode()).unwrap().1, None);
+        // Changing the MAC without the checksum is damage.
+        let text = String::from_utf8(bytes)
+            .unwrap()
+            .replace(&mac, &"0".repeat(64));
+        assert!(Manifest::decode(text.as_bytes()).is_err());
     }
 
     #[test]
