@@ -3555,6 +3555,44 @@ static uint64_t count_runs(const uint8_t *bm, uint64_t pages)
 /* The longest page run: a group (image.h). */
 #define RUN_PIECE (CAIRN_IMG_RUN_GROUP * CAIRN_IMG_PAGE)
 
+/* Where the page runs being written go: the image's descriptor, the bounce buffer, the run
+ * checksums (nsums of them, nrun filled) and the image's length so far. */
+struct run_out {
+    int fd;
+    uint8_t *bounce;
+    uint64_t *sums;
+    uint64_t nsums, nrun, at;
+};
+
+/* Write the saved pages of the `pages` pages at `base` that bitmap `bm` marks, a page run at
+ * a time. Each run is copied into the bounce buffer, summed there and written from there: the
+ * sum is of exactly the bytes written, though the memory being saved is not still (this
+ * thread's stack and the library's variables change as it writes them, and a mapping shared
+ * with a process outside the job may change at any time). */
+static int put_runs(struct run_out *o, const uint8_t *base, const uint8_t *bm, uint64_t pages)
+{
+    for (uint64_t p = 0; p < pages;) {
+        if (!(bm[p / 8] & (1u << (p % 8)))) {
+            p++;
+            continue;
+        }
+        uint64_t q = p + 1;
+        while (q < pages && (bm[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
+            q++;
+        if (o->nrun >= o->nsums)
+            return -EIO;
+        size_t c = (size_t)(q - p) * CAIRN_IMG_PAGE; /* at most RUN_PIECE: a group */
+        memcpy(o->bounce, base + p * CAIRN_IMG_PAGE, c);
+        o->sums[o->nrun++] = HX.hash64(o->bounce, c);
+        int r = put_image_stable(o->fd, o->bounce, c);
+        if (r < 0)
+            return r;
+        o->at += c;
+        p = q;
+    }
+    return 0;
+}
+
 /* Write len bytes of the image at fd, hashing them on the way when hashes are wanted: a
  * piece at a time, copied, hashed and written (see BH). */
 static int put_image(int fd, const void *buf, size_t len)
@@ -3681,6 +3719,12 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         g->sums_off = data + nsums * sizeof(uint64_t);
         nsums += count_runs(bitmaps + (g->bitmap_off - bm_off), (g->end - g->start) / CAIRN_IMG_PAGE);
     }
+    for (int i = 0; i < nipcs; i++)
+        if (ipcs[i].kind == CAIRN_IPC_SHM) {
+            ipcs[i].sums_off = data + nsums * sizeof(uint64_t);
+            nsums += count_runs(bitmaps + (ipcs[i].bitmap_off - bm_off),
+                                (ipcs[i].size + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE);
+        }
     size_t sums_len = ((size_t)nsums * sizeof(uint64_t) + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE * CAIRN_IMG_PAGE;
     uint8_t *bounce = mmap(NULL, RUN_PIECE + sums_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (bounce == MAP_FAILED)
@@ -3794,7 +3838,8 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         }
     }
 #undef EMIT
-    uint64_t nrun = 0;
+    struct run_out out = {.fd = fd, .bounce = bounce, .sums = sums, .nsums = nsums};
+    uint64_t nrun;
     for (int i = 0; i < n; i++) {
         struct cairn_img_region *g = &regs[i];
         if (!(g->flags & CAIRN_REG_SAVED))
@@ -3802,34 +3847,12 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         int unreadable = !(g->prot & PROT_READ);
         if (unreadable)
             mprotect((void *)g->start, g->end - g->start, g->prot | PROT_READ);
-        const uint8_t *bm = bitmaps + (g->bitmap_off - bm_off);
-        uint64_t pages = (g->end - g->start) / CAIRN_IMG_PAGE;
-        /* Each page run is copied into the bounce buffer, summed there and written from
-         * there: the sum is of exactly the bytes written, though the memory
-         * being saved is not still (this thread's stack and the library's variables change
-         * as it writes them, and a mapping shared with a process outside the job may change
-         * at any time). */
-        for (uint64_t p = 0; p < pages;) {
-            if (!(bm[p / 8] & (1u << (p % 8)))) {
-                p++;
-                continue;
-            }
-            uint64_t q = p + 1;
-            while (q < pages && (bm[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
-                q++;
-            if (nrun >= nsums) {
-                r = -EIO;
-                goto fail;
-            }
-            size_t c = (size_t)(q - p) * CAIRN_IMG_PAGE; /* at most RUN_PIECE: a group */
-            memcpy(bounce, (const void *)(g->start + p * CAIRN_IMG_PAGE), c);
-            sums[nrun++] = HX.hash64(bounce, c);
-            r = put_image_stable(fd, bounce, c);
-            if (r < 0)
-                goto fail;
-            at += c;
-            p = q;
-        }
+        out.at = at;
+        r = put_runs(&out, (const uint8_t *)g->start, bitmaps + (g->bitmap_off - bm_off),
+                     (g->end - g->start) / CAIRN_IMG_PAGE);
+        at = out.at;
+        if (r < 0)
+            goto fail;
         if (unreadable)
             mprotect((void *)g->start, g->end - g->start, g->prot);
     }
@@ -3837,12 +3860,14 @@ static int64_t store_image(const char *path, struct cairn_img_region *regs, int 
         const struct cairn_img_ipc *c = &ipcs[i];
         if (c->kind != CAIRN_IPC_SHM)
             continue;
-        const uint8_t *bm = bitmaps + (c->bitmap_off - bm_off);
-        uint64_t pages = (c->size + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE;
-        for (uint64_t p = 0; p < pages; p++)
-            if (bm[p / 8] & (1u << (p % 8)))
-                PUT(ipc_maps[i] + p * CAIRN_IMG_PAGE, CAIRN_IMG_PAGE);
+        out.at = at;
+        r = put_runs(&out, ipc_maps[i], bitmaps + (c->bitmap_off - bm_off),
+                     (c->size + CAIRN_IMG_PAGE - 1) / CAIRN_IMG_PAGE);
+        at = out.at;
+        if (r < 0)
+            goto fail;
     }
+    nrun = out.nrun;
     if (nrun != nsums) {
         r = -EIO;
         goto fail;

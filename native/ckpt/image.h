@@ -9,15 +9,17 @@
 **     struct cairn_img_thread [n]  one per thread
 **     page bitmaps                 per saved region, one bit per page: saved or not
 **     page data                    per saved region, its saved pages in address order
-**     run checksums                one cairn_sum per page run (below), region by region
+**     run checksums                one per page run (below), region by region, then segment
+**                                  by segment
 **
-** Checksums (format version 3): XXH3-64 (xxhash.h, seed 0), which finds damage and does not
-** authenticate. The header's meta_sum covers [0, data_start) (the header with meta_sum zero,
-** every table and bitmap); each page run (the saved pages of a region that are consecutive
-** and within one aligned group of CAIRN_IMG_RUN_GROUP pages of it, so at most 256 KiB) has
-** its own, of exactly the bytes written. The restorer checks the first before it uses
-** anything and each run as it reads it, before any thread of the process runs: a damaged
-** image is refused (exit 4), never restored.
+** Checksums (format version 3 and up): XXH3-64 (xxhash.h, seed 0), which finds damage and
+** does not authenticate. The header's meta_sum covers [0, data_start) (the header with
+** meta_sum zero, every table and bitmap); each page run (the saved pages of a region, or from
+** format 4 of a System V segment, that are consecutive and within one aligned group of
+** CAIRN_IMG_RUN_GROUP pages of it, so at most 256 KiB) has its own, of exactly the bytes
+** written. The restorer checks the first before it uses anything and each run as it reads
+** it, before any thread of the process runs: a damaged image is refused (exit 4), never
+** restored.
 **
 ** The split of work is what makes the restorer small: it rebuilds the address space (every
 ** region at its address, saved pages filled in), moves the vdso/vvar back, and starts each
@@ -37,7 +39,7 @@
 #include <stdint.h>
 
 #define CAIRN_IMG_MAGIC "CAIRNIM1"
-#define CAIRN_IMG_VERSION 3u
+#define CAIRN_IMG_VERSION 4u
 #define CAIRN_IMG_PAGE 4096u
 #define CAIRN_IMG_PATH_MAX 512
 #define CAIRN_IMG_RUN_GROUP 64u /* pages: a page run never crosses a multiple of it */
@@ -186,6 +188,7 @@ struct cairn_img_ipc {
     uint64_t data_off;       /* a segment: its first saved page; a set: its values (uint16_t
                               * each), after the table */
     uint64_t saved_pages;
+    uint64_t sums_off;       /* a segment: byte offset of its first page run's checksum */
 };
 
 /* A pipe end, a connected Unix stream or TCP socket, a listening socket or a file of a process

@@ -2322,6 +2322,14 @@ static i64 ipc_make(const struct cairn_img_ipc *c, const char *next_id, int get)
     return id;
 }
 
+/* Whether page p of segment c (in member m's image) was saved. */
+static int ipc_page_saved(const struct member *m, const struct cairn_img_ipc *c, u64 p)
+{
+    uint8_t bits = 0;
+    sys4(SYS_pread64, m->fd, &bits, 1, c->bitmap_off + p / 8);
+    return (bits >> (p % 8)) & 1;
+}
+
 static void make_ipc(void)
 {
     const struct member *m = &M[0];
@@ -2339,16 +2347,32 @@ static void make_ipc(void)
             i64 addr = sys3(SYS_shmat, id, 0, 0);
             if (addr < 0 && addr > -4096)
                 ipc_failed(&c, "cannot be attached to fill it", addr);
-            u64 idx = 0;
-            for (u64 p = 0; p < pages && idx < c.saved_pages; p++) {
-                uint8_t bits = 0;
-                sys4(SYS_pread64, m->fd, &bits, 1, c.bitmap_off + p / 8);
-                if (!(bits & (1u << (p % 8))))
+            /* A page run at a time (image.h), each checked against its checksum once read. */
+            u64 idx = 0, k = 0;
+            for (u64 p = 0; p < pages;) {
+                if (!ipc_page_saved(m, &c, p)) {
+                    p++;
                     continue;
-                if (sys4(SYS_pread64, m->fd, addr + (i64)(p * CAIRN_IMG_PAGE), CAIRN_IMG_PAGE,
-                         c.data_off + idx * CAIRN_IMG_PAGE) != (i64)CAIRN_IMG_PAGE)
+                }
+                u64 q = p + 1;
+                while (q < pages && q % CAIRN_IMG_RUN_GROUP && ipc_page_saved(m, &c, q))
+                    q++;
+                u64 len = (q - p) * CAIRN_IMG_PAGE, sum = 0;
+                if (idx + (q - p) > c.saved_pages)
+                    fail(4, "cairn-restore: damaged image: a System V segment has more pages marked than saved");
+                if (sys4(SYS_pread64, m->fd, addr + (i64)(p * CAIRN_IMG_PAGE), len,
+                         c.data_off + idx * CAIRN_IMG_PAGE) != (i64)len ||
+                    c.sums_off + (k + 1) * 8 > m->size ||
+                    sys4(SYS_pread64, m->fd, &sum, 8, c.sums_off + k * 8) != 8)
                     fail(4, "cairn-restore: damaged image: a System V segment's page cannot be read");
-                idx++;
+                if (XXH3_64bits((const void *)(addr + (i64)(p * CAIRN_IMG_PAGE)), len) != sum) {
+                    put("cairn-restore: damaged image: System V shared memory segment ");
+                    put_num((u64)(uint32_t)c.id, 10);
+                    fail(4, ": its saved pages fail their checksum");
+                }
+                idx += q - p;
+                k++;
+                p = q;
             }
             sys1(SYS_shmdt, addr);
         } else if (c.kind == CAIRN_IPC_SEM) {

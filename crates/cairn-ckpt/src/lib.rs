@@ -16,7 +16,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const IMAGE_MAGIC: &[u8; 8] = b"CAIRNIM1";
-pub const IMAGE_VERSION: u32 = 3;
+pub const IMAGE_VERSION: u32 = 4;
 /// Where every checkpointed process keeps an area free for the restorer.
 pub const HOLE_START: u64 = 0x3f00_0000_0000;
 pub const HOLE_LEN: u64 = 64 << 20;
@@ -426,6 +426,54 @@ pub struct Xfd {
     pub data_len: u64,
     pub offset: i64,
     pub size: i64,
+}
+
+/// A System V segment or semaphore set of a tree (`struct cairn_img_ipc`), `header.nipc` of
+/// them at `header.ipc_off` in the image of the tree's root.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ipc {
+    pub kind: u32,
+    pub id: i32,
+    pub key: i32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub bitmap_off: u64,
+    pub data_off: u64,
+    pub saved_pages: u64,
+    pub sums_off: u64,
+}
+
+/// `Ipc::kind` of a shared memory segment.
+pub const IPC_SHM: u32 = 1;
+
+/// The System V objects an image records, read from its table (bounded by the file).
+pub fn read_ipcs(path: &Path) -> std::io::Result<Vec<Ipc>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let h = read_header(path)?;
+    let size = std::mem::size_of::<Ipc>() as u64;
+    let len = u64::from(h.nipc) * size;
+    if h.ipc_off
+        .checked_add(len)
+        .map_or(true, |end| end > h.file_size)
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: its System V table lies outside it", path.display()),
+        ));
+    }
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(h.ipc_off))?;
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact(&mut buf)?;
+    Ok(buf
+        .chunks_exact(size as usize)
+        // SAFETY: Ipc is plain old data (integers) of exactly this size, and read_unaligned
+        // copies it out of the buffer.
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const Ipc) })
+        .collect())
 }
 
 /// The shared descriptors an image records (`header.nxfds` of them at `header.xfds_off`),

@@ -181,6 +181,7 @@ int main(void) {
     unsigned char sample[100];
     for (int i = 0; i < 100; i++) sample[i] = (unsigned char)(i * 7 + 1);
     printf("%llx %llx ", (unsigned long long)XXH3_64bits(sample, 100), (unsigned long long)XXH3_64bits(sample, 64));
+    printf("%zu %zu %zu %u ", sizeof(struct cairn_img_ipc), offsetof(struct cairn_img_ipc, data_off), offsetof(struct cairn_img_ipc, sums_off), CAIRN_IPC_SHM);
     printf("%zu %d %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %s\n", offsetof(struct cairn_img_header, meta_sum), CAIRN_IMG_PATH_MAX, sizeof(struct cairn_img_header),
         offsetof(struct cairn_img_header, file_size), offsetof(struct cairn_img_header, kernel_release),
         offsetof(struct cairn_img_header, cpuid1_ecx), offsetof(struct cairn_img_header, xcr0),
@@ -210,9 +211,13 @@ int main(void) {
     use std::mem::{offset_of, size_of};
     let sample: Vec<u8> = (0..100u32).map(|i| (i * 7 + 1) as u8).collect();
     let rust = format!(
-        "{:x} {:x} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{:x} {:x} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         cairn_ckpt::image_sum(&sample),
         cairn_ckpt::image_sum(&sample[..64]),
+        size_of::<cairn_ckpt::Ipc>(),
+        offset_of!(cairn_ckpt::Ipc, data_off),
+        offset_of!(cairn_ckpt::Ipc, sums_off),
+        cairn_ckpt::IPC_SHM,
         offset_of!(H, meta_sum),
         cairn_ckpt::IMAGE_PATH_MAX,
         size_of::<H>(),

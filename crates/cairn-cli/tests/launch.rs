@@ -1765,6 +1765,77 @@ fn real_library_system_v_shared_memory_and_semaphores_come_back_with_their_ids()
     producer_and_consumer(t.path(), &config, "sysvpair", "sysv");
 }
 
+/// A byte of a System V segment's saved pages damaged in the image of the tree's root: the
+/// restorer refuses the image (exit 4, naming the segment) before any process of the tree
+/// runs, rather than give the segment back with wrong contents; the undamaged image is
+/// restored.
+#[test]
+fn real_library_a_damaged_system_v_segment_is_refused() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    let prog = build_test_program(t.path(), "sysvpair");
+    let args = [
+        prog.to_str().unwrap(),
+        t.path().to_str().unwrap(),
+        "1000000",
+    ];
+    let (job, pid) = launch_one(t.path(), &config, "sysvbad", &args);
+    let mut job = Running(job);
+    let out = t.path().join("out.consumer");
+    wait_for("the consumer to go on", 60, || {
+        (last_step(&out) > 100).then_some(())
+    });
+    checkpoint(t.path());
+    kill9_all(&[pid]);
+    ended_after_kill(&mut job);
+    // The root's image is the stored one that lists the tree's System V objects.
+    let stored = t.path().join("local/node0/sysvbad/v1");
+    let (root, seg) = std::fs::read_dir(&stored)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let ipcs = cairn_ckpt::read_ipcs(&p).ok()?;
+            let seg = ipcs
+                .into_iter()
+                .find(|c| c.kind == cairn_ckpt::IPC_SHM && c.saved_pages > 0)?;
+            Some((p, seg))
+        })
+        .next()
+        .unwrap_or_else(|| panic!("no image with a saved segment in {}", stored.display()));
+    let restorer = built("cairn-restore").unwrap();
+    let run = |img: &Path| {
+        Command::new("timeout")
+            .arg("10")
+            .arg(&restorer)
+            .arg("--init")
+            .arg(img)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let mut bytes = std::fs::read(&root).unwrap();
+    bytes[seg.data_off as usize + 100] ^= 0x20;
+    let bad = t.path().join("bad.img");
+    std::fs::write(&bad, &bytes).unwrap();
+    let o = run(&bad);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!("System V shared memory segment {}", seg.id))
+            && err.contains("fail their checksum"),
+        "{err}"
+    );
+    // The same image undamaged gets past the segments: it runs until the timeout ends it.
+    let o = run(&root);
+    assert_eq!(
+        o.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// A program whose heap keeps growing (native/ckpt/tests/heapgrow.c: blocks allocated every
 /// step, an older one freed every third) through three checkpoint/kill/restart cycles: after
 /// each restart the program break is where the restored heap ends, so malloc grows the heap
