@@ -1502,27 +1502,40 @@ impl Engine {
     /// (`<local>/node<k>/.files/rank<r>`), in `/dev/shm` beside the shared-memory store with
     /// the `mem` tier, or in the temporary directory without a node-local tier.
     pub fn files_dir(&self) -> std::path::PathBuf {
+        let (base, rel) = self.files_dir_parts();
+        base.join(rel)
+    }
+
+    /// [`Engine::files_dir`] as a place that is trusted but not this job's alone (the
+    /// node-local tier's node directory, `/dev/shm`, the temporary directory) and the path
+    /// below it that is the job's, whose directories must be this user's
+    /// (`cairn_tier::private_dirs`).
+    pub fn files_dir_parts(&self) -> (std::path::PathBuf, std::path::PathBuf) {
         let rank = format!("rank{}", self.topo.rank);
         match self.cfg.node_local() {
-            NodeLocal::Dir(local) => local
-                .join(format!("node{}", self.topo.node))
-                .join(".files")
-                .join(rank),
+            NodeLocal::Dir(local) => (
+                local.join(format!("node{}", self.topo.node)),
+                std::path::Path::new(".files").join(rank),
+            ),
             NodeLocal::Mem => {
                 let store =
                     memstore::store_config(&self.cfg, memstore::owner(&self.cfg, &self.topo));
-                std::path::Path::new("/dev/shm")
-                    .join(format!("{}.files", store.name.trim_start_matches('/')))
-                    .join(rank)
+                (
+                    "/dev/shm".into(),
+                    std::path::Path::new(&format!("{}.files", store.name.trim_start_matches('/')))
+                        .join(rank),
+                )
             }
-            NodeLocal::None => std::env::temp_dir()
-                .join(format!(
+            NodeLocal::None => (
+                std::env::temp_dir(),
+                std::path::Path::new(&format!(
                     "cairn-{}-{}.files",
                     // SAFETY: getuid cannot fail.
                     unsafe { libc::getuid() },
                     memstore::job_name()
                 ))
                 .join(rank),
+            ),
         }
     }
 

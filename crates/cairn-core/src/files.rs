@@ -119,6 +119,8 @@ pub struct Restored {
 #[derive(Debug)]
 pub struct Files {
     root: PathBuf,
+    /// `root` as a trusted place and the path below it that must be this user's alone.
+    parts: (PathBuf, PathBuf),
     state: State,
     /// Versions (per checkpoint name) some rank found invalid at `complete_restart`: never
     /// restarted from again in this run.
@@ -128,8 +130,10 @@ pub struct Files {
 impl Files {
     /// The file API over `engine`, staging under [`Engine::files_dir`].
     pub fn new(engine: &Engine) -> Files {
+        let parts = engine.files_dir_parts();
         Files {
-            root: engine.files_dir(),
+            root: parts.0.join(&parts.1),
+            parts,
             state: State::Idle,
             passed_over: BTreeMap::new(),
         }
@@ -163,9 +167,7 @@ impl Files {
             if version < 0 {
                 return Err(Error::invalid(format!("version {version} is negative")));
             }
-            let dir = self.root.join(format!("out-{name}-v{version}"));
-            fresh_dir(&dir)?;
-            Ok(dir)
+            fresh_dir(&self.parts, &format!("out-{name}-v{version}"))
         })();
         let dir = engine.agreed(res, "start the output")?;
         self.state = State::Output(Output {
@@ -317,11 +319,10 @@ impl Files {
         let Some(v) = engine.restart_test_below(name, below)? else {
             return Ok(None);
         };
-        let root = self.root.clone();
+        let parts = self.parts.clone();
         let mut dir = PathBuf::new();
         let mut sized = |version: i64, shapes: &[Shape]| -> Result<Vec<OwnedRegion>> {
-            dir = root.join(format!("restart-{name}-v{version}"));
-            fresh_dir(&dir)?;
+            dir = fresh_dir(&parts, &format!("restart-{name}-v{version}"))?;
             shapes.iter().map(|s| buffer(&dir, s)).collect()
         };
         let (version, bufs) = engine.restart_sized(name, v, memory, &mut sized)?;
@@ -445,18 +446,22 @@ fn staged_name(i: usize, file: &str) -> String {
     format!("f{i}-{safe}")
 }
 
-/// An empty private directory at `dir` (whatever was there removed).
-fn fresh_dir(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
+/// An empty private directory `leaf` in the staging directory `(base, rel)` (whatever was
+/// there removed; a symbolic link is removed, not followed), every directory on the way this
+/// user's: returns its path.
+fn fresh_dir((base, rel): &(PathBuf, PathBuf), leaf: &str) -> Result<PathBuf> {
+    let root = cairn_tier::private_dirs("staging", base, rel)?;
+    let dir = root.join(leaf);
+    match std::fs::remove_dir_all(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e, "remove", dir)),
+        Err(e) => return Err(io(e, "remove", &dir)),
     }
     std::fs::DirBuilder::new()
-        .recursive(true)
         .mode(0o700)
-        .create(dir)
-        .map_err(|e| io(e, "create", dir))
+        .create(&dir)
+        .map_err(|e| io(e, "create", &dir))?;
+    Ok(dir)
 }
 
 fn io(e: std::io::Error, what: &str, path: &Path) -> Error {

@@ -456,3 +456,54 @@ fn incremental_checkpoints_read_the_files_instead_of_keeping_them() {
         read_back(&mut Files::new(e), e, rank, 2)
     });
 }
+
+/// The staging directories are this user's alone: a `.files` directory planted in a node's
+/// directory as a symbolic link (to a place another user chose) is refused at
+/// `start_output` with a message naming it, on every rank, and nothing is written where it
+/// points; a staging directory others may write is made private again.
+#[test]
+fn a_planted_staging_directory_is_refused_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "single");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let (root, target) = (dir.path().to_path_buf(), elsewhere.clone());
+    let errors = job(RANKS, &cfg, move |rank, e| {
+        let node = root.join(format!("local/node{}", e.topology().node));
+        let files_dir = node.join(".files");
+        if rank == 0 {
+            let _ = std::fs::remove_dir_all(&files_dir);
+            std::os::unix::fs::symlink(&target, &files_dir).unwrap();
+        }
+        e.all_agree(true).unwrap();
+        let mut files = Files::new(e);
+        files
+            .start_output(e, "sim", 1, FLAG_CHECKPOINT, None)
+            .err()
+            .map(|err| (rank, err.msg))
+    });
+    for err in errors {
+        let (rank, msg) = err.expect("start_output refused");
+        if rank == 0 || rank == 1 {
+            // Ranks 0 and 1 share node 0, whose .files is the link.
+            assert!(
+                msg.contains(".files") && msg.contains("symbolic link"),
+                "rank {rank}: {msg}"
+            );
+        }
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // A staging directory others may write is made private.
+    let files_dir = dir.path().join("local/node0/.files");
+    std::fs::remove_file(&files_dir).unwrap();
+    std::fs::create_dir(&files_dir).unwrap();
+    std::fs::set_permissions(&files_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let modes = job(RANKS, &cfg, move |rank, e| {
+        let mut files = Files::new(e);
+        write_version(&mut files, e, rank, 1);
+        // Still there while this rank's Files lives (it removes it, empty, when dropped).
+        let staging = files.root().parent().unwrap().to_path_buf();
+        std::fs::metadata(staging).unwrap().permissions().mode() & 0o777
+    });
+    assert!(modes.iter().all(|m| *m == 0o700), "{modes:?}");
+}

@@ -78,6 +78,32 @@ pub(crate) fn make_private_dir(label: &str, dir: &Path) -> Result<()> {
     check_private_dir(label, dir, &md, 0o077)
 }
 
+/// `base/rel`, after walking the directories of `rel` below `base` (a place trusted but not
+/// owned whole: `/tmp`, `/dev/shm`, a tier's node directory): each that exists must be a
+/// directory, not a symbolic link, and this user's (one others may write is made 0700);
+/// missing ones are made, 0700. `rel` must be relative, without `..`.
+pub fn private_dirs(label: &str, base: &Path, rel: &Path) -> Result<PathBuf> {
+    let mut dir = base.to_path_buf();
+    for part in rel.components() {
+        let std::path::Component::Normal(part) = part else {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a plain relative path",
+            );
+            return Err(err(label, "refusing directory", &base.join(rel), e));
+        };
+        dir.push(part);
+        if let Err(e) = DirBuilder::new().mode(0o700).create(&dir) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(err(label, "cannot create directory", &dir, e));
+            }
+        }
+        let md = fs::symlink_metadata(&dir).map_err(|e| err(label, "cannot stat", &dir, e))?;
+        check_private_dir(label, &dir, &md, 0o077)?;
+    }
+    Ok(dir)
+}
+
 /// A directory (`md` from `symlink_metadata`) where checkpoints go, or that leads to them:
 /// not a symbolic link, a directory, and this user's; one with any of the mode bits
 /// `make_private` (group and other bits, or 0 to change nothing) is made 0700.

@@ -28,7 +28,7 @@ mod mem;
 
 pub use cairn_shm;
 pub use crash::{CrashMachine, CrashReport, CrashTier};
-pub use dir::DirTier;
+pub use dir::{private_dirs, DirTier};
 pub use mem::{MemTier, ENGINE_DIR};
 
 use std::fs::File;
