@@ -1,10 +1,12 @@
 //! Redundancy across simulated nodes, without MPI: every rank is a thread on the in-process
 //! [`Threads`] communicator, every simulated node a directory under the node-local tier.
 //!
-//! A [`Matrix`] runs one scenario over scheme x (ranks, nodes) x tier layout, the way ripgrep's
-//! `SearcherTester` runs one search over every searcher configuration: each combination is a
-//! [`Case`] with its own tiers, combinations the scheme cannot protect must be refused by
-//! `plan()` with a clear message, and all failures are reported together, each naming its case.
+//! A [`Matrix`] runs one scenario over scheme x (ranks, nodes) x flush (none, synchronous, in
+//! the background) x node-local tier (directories, or shared-memory stores for the loss
+//! scenario), the way ripgrep's `SearcherTester` runs one search over every searcher
+//! configuration: each combination is a [`Case`] with its own tiers, combinations the scheme
+//! cannot protect must be refused by `plan()` with a clear message, and all failures are
+//! reported together, each naming its case.
 //!
 //! A scenario writes versions 1..=5 of checkpoint `matrix` (regions of odd, rank-dependent
 //! sizes and every dtype, filled by a pure function of (version, rank, region, index)), drops
@@ -18,9 +20,11 @@
 //! `REDUNDANCY_LOG=warn` (or `info`, `debug`) shows the engine's messages.
 
 use cairn_comm::{Threads, Topology};
+use cairn_core::memstore;
 use cairn_core::{CkptState, Config, Dtype, Engine, ErrorKind, RegionMut, RegionRef};
 use cairn_format::{checksum, Manifest, ParityHeader, HEADER_LEN, TRAILER_LEN};
 use cairn_redundancy::{Plan, Scheme as Code, Settings};
+use cairn_tier::cairn_shm::StoreOwner;
 use cairn_tier::{CrashMachine, CrashReport, Scope as TierScope, Tier};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -202,16 +206,40 @@ fn topology(ranks: usize, nodes: usize) -> Topology {
     Topology::from_hosts(0, &hosts, nodes, false).expect("a valid simulated topology")
 }
 
+/// Whether and how a case flushes to the global tier (every second version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    Off,
+    /// Within the checkpoint call (`[flush] sync`).
+    Sync,
+    /// In the background; the write job waits for v4's flush before it dies.
+    Async,
+}
+
 struct Case {
     scheme: Scheme,
     ranks: usize,
     nodes: usize,
-    flush: bool,
+    flush: Flush,
+    /// The node-local tier is each node's shared-memory store (`[tiers] local = "mem"`)
+    /// rather than a directory.
+    mem: bool,
     /// `[redundancy] set_size` (0: as many nodes as there are).
     set_size: usize,
     topo: Topology,
     plan: Plan,
     dir: tempfile::TempDir,
+}
+
+impl Drop for Case {
+    /// A case's shared-memory stores go with it (its directories go with its `dir`).
+    fn drop(&mut self) {
+        if self.mem {
+            for n in 0..self.nodes {
+                let _ = std::fs::remove_file(self.store_file(n));
+            }
+        }
+    }
 }
 
 /// What a relaunched job found and restored (agreed by every rank), and what an explicit
@@ -244,7 +272,7 @@ fn log_level() -> String {
 
 impl Case {
     /// The case, or `plan()`'s reason for refusing the scheme on this layout.
-    fn new(scheme: Scheme, ranks: usize, nodes: usize, flush: bool) -> Result<Case, String> {
+    fn new(scheme: Scheme, ranks: usize, nodes: usize, flush: Flush) -> Result<Case, String> {
         Case::with_sets(scheme, ranks, nodes, flush, 0)
     }
 
@@ -252,7 +280,7 @@ impl Case {
         scheme: Scheme,
         ranks: usize,
         nodes: usize,
-        flush: bool,
+        flush: Flush,
         set_size: usize,
     ) -> Result<Case, String> {
         let topo = topology(ranks, nodes);
@@ -271,6 +299,7 @@ impl Case {
             ranks,
             nodes,
             flush,
+            mem: false,
             set_size,
             topo,
             plan,
@@ -280,14 +309,15 @@ impl Case {
 
     fn name(&self) -> String {
         format!(
-            "{} on {} ranks / {} nodes, {}",
+            "{} on {} ranks / {} nodes{}, {}",
             self.scheme.label(),
             self.ranks,
             self.nodes,
-            if self.flush {
-                "local + flush every 2"
-            } else {
-                "local only"
+            if self.mem { " (mem tier)" } else { "" },
+            match self.flush {
+                Flush::Off => "local only",
+                Flush::Sync => "local + flush every 2",
+                Flush::Async => "local + background flush every 2",
             }
         )
     }
@@ -300,21 +330,33 @@ impl Case {
             sim_nodes: self.nodes,
             keep: 2,
             block: 4096,
-            flush_every: if self.flush { 2 } else { 0 },
-            // The write job dies without another collective call: v4 must be durable when
-            // checkpoint returns.
-            flush_sync: true,
+            flush_every: if self.flush == Flush::Off { 0 } else { 2 },
+            // With a synchronous flush v4 is durable when its checkpoint returns; with a
+            // background one the write job waits for it before it dies.
+            flush_sync: self.flush != Flush::Async,
             log_level: log_level(),
             set_size: self.set_size,
             ..Config::default()
         };
+        if self.mem {
+            cfg.local = None;
+            cfg.local_mem = true;
+            cfg.mem.size = 40 << 20;
+            cfg.mem.chunk = 64 << 10;
+        }
         self.scheme.apply(&mut cfg);
         cfg
     }
 
+    /// Node `n`'s shared-memory store, as a file under `/dev/shm`.
+    fn store_file(&self, n: usize) -> PathBuf {
+        let name = memstore::store_config(&self.config(), StoreOwner::Node(n as u32)).name;
+        Path::new("/dev/shm").join(name.trim_start_matches('/'))
+    }
+
     /// What a loss beyond the scheme's tolerance leaves: the newest durable version, if any.
     fn durable(&self) -> Option<i64> {
-        self.flush.then_some(DURABLE)
+        (self.flush != Flush::Off).then_some(DURABLE)
     }
 
     fn node_dir(&self, node: usize) -> PathBuf {
@@ -345,17 +387,24 @@ impl Case {
 
     /// The first node a case loses, varied across layouts and tiers.
     fn first_victim(&self) -> usize {
-        (self.ranks / 2 + self.nodes - 1 + self.flush as usize) % self.nodes
+        (self.ranks / 2 + self.nodes - 1 + self.flush as usize % 2) % self.nodes
     }
 
     /// Job 1: checkpoint versions 1..=NEWEST, then die (drop the engines, no finalize).
     fn write(&self) -> Result<(), String> {
         let cfg = self.config();
+        let wait = self.flush == Flush::Async;
         let out = job(self.ranks, "write", move |comm| -> Result<(), String> {
             let rank = comm_rank(&comm);
             let mut engine = Engine::new(Box::new(comm), cfg.clone())
                 .map_err(|e| format!("rank {rank}: init: {e}"))?;
-            checkpoint_range(&mut engine, rank, 1..=NEWEST)
+            checkpoint_range(&mut engine, rank, 1..=NEWEST)?;
+            if wait {
+                engine
+                    .flush(NAME, DURABLE)
+                    .map_err(|e| format!("rank {rank}: waiting for v{DURABLE}'s flush: {e}"))?;
+            }
+            Ok(())
         })?;
         out.into_iter().collect()
     }
@@ -432,7 +481,15 @@ impl Case {
 
     fn lose(&self, nodes: &[usize]) -> Result<(), String> {
         for n in nodes {
-            let d = self.node_dir(*n);
+            let d = if self.mem {
+                self.store_file(*n)
+            } else {
+                self.node_dir(*n)
+            };
+            if self.mem {
+                std::fs::remove_file(&d).map_err(|e| format!("remove {}: {e}", d.display()))?;
+                continue;
+            }
             std::fs::remove_dir_all(&d).map_err(|e| format!("remove {}: {e}", d.display()))?;
         }
         Ok(())
@@ -441,6 +498,9 @@ impl Case {
     /// After job 1: every partner copy and parity object is where the plan puts it, and no
     /// set or pair has two members on one node.
     fn check_layout(&self) -> Result<(), String> {
+        if self.mem {
+            return Ok(()); // a store is not files
+        }
         for r in 0..self.ranks {
             let home = self.vdir(self.node_of(r), NEWEST);
             ensure(home.join(format!("rank{r}.ckpt")).is_file(), || {
@@ -501,6 +561,9 @@ impl Case {
     /// Every file of `version` on `nodes`, by path relative to the local tier.
     fn snapshot(&self, nodes: &[usize], version: i64) -> BTreeMap<PathBuf, Vec<u8>> {
         let mut out = BTreeMap::new();
+        if self.mem {
+            return out; // a store is not files
+        }
         let local = self.dir.path().join("local");
         for n in nodes {
             let mut todo = vec![self.vdir(*n, version)];
@@ -525,6 +588,9 @@ impl Case {
         nodes: &[usize],
         before: &BTreeMap<PathBuf, Vec<u8>>,
     ) -> Result<(), String> {
+        if self.mem {
+            return Ok(()); // a store is not files
+        }
         let after = self.snapshot(nodes, NEWEST);
         let names = |m: &BTreeMap<PathBuf, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
         ensure(names(before) == names(&after), || {
@@ -770,7 +836,8 @@ fn panic_text(p: Option<Box<dyn std::any::Any + Send>>) -> String {
 struct Matrix {
     schemes: Vec<Scheme>,
     layouts: Vec<(usize, usize)>,
-    flush: Vec<bool>,
+    flush: Vec<Flush>,
+    mem: bool,
 }
 
 impl Matrix {
@@ -778,8 +845,17 @@ impl Matrix {
         Matrix {
             schemes: SCHEMES.to_vec(),
             layouts: LAYOUTS.to_vec(),
-            flush: vec![false, true],
+            flush: vec![Flush::Off, Flush::Sync, Flush::Async],
+            mem: false,
         }
+    }
+
+    /// Every case with the node-local tier in shared memory instead (no synchronous flush:
+    /// the store changes nothing about it).
+    fn mem(mut self) -> Matrix {
+        self.mem = true;
+        self.flush = vec![Flush::Off, Flush::Async];
+        self
     }
 
     fn schemes(mut self, s: &[Scheme]) -> Matrix {
@@ -797,7 +873,10 @@ impl Matrix {
             for &(ranks, nodes) in &self.layouts {
                 for &flush in &self.flush {
                     let case = match Case::new(scheme, ranks, nodes, flush) {
-                        Ok(c) => c,
+                        Ok(mut c) => {
+                            c.mem = self.mem;
+                            c
+                        }
                         Err(why) => {
                             refused += 1;
                             if let Err(e) = check_refusal(scheme, ranks, nodes, &why) {
@@ -857,34 +936,52 @@ fn check_refusal(scheme: Scheme, ranks: usize, nodes: usize, why: &str) -> Resul
 /// checkpoints are protected as before. Single restores the durable version or nothing.
 #[test]
 fn losing_tolerated_nodes_restores_the_newest_version() {
-    Matrix::new().test("tolerated loss", |c| {
-        c.write()?;
-        c.check_layout()?;
-        let count = c.scheme.tolerates().max(1);
-        let lost = c.nodes_from(c.first_victim(), count);
-        let before = c.snapshot(&lost, NEWEST);
-        c.lose(&lost)?;
-        let got = c.relaunch(None)?;
-        if c.scheme == Scheme::Single {
-            return expect(&got, c.durable(), c.durable())
-                .map_err(|e| format!("nodes {lost:?} lost: {e}"));
-        }
-        expect(&got, Some(NEWEST), Some(NEWEST))
-            .map_err(|e| format!("nodes {lost:?} lost: {e}"))?;
-        c.check_rebuilt(&lost, &before)?;
-        // The rebuilt copies and parity protect v5 again: lose the next nodes. This run goes
-        // on to v7 from the restored state, protected as before: lose the next nodes again.
-        let again = c.nodes_from(c.first_victim() + count, count);
-        c.lose(&again)?;
-        let got = c.relaunch_then(None, Some(NEWEST + 2))?;
-        expect(&got, Some(NEWEST), Some(NEWEST))
-            .map_err(|e| format!("nodes {lost:?}, then {again:?} lost: {e}"))?;
-        let third = c.nodes_from(c.first_victim() + 2 * count, count);
-        c.lose(&third)?;
-        let got = c.relaunch(None)?;
-        expect(&got, Some(NEWEST + 2), Some(NEWEST + 2))
-            .map_err(|e| format!("nodes {lost:?}, {again:?}, then after v7 {third:?} lost: {e}"))
-    });
+    Matrix::new().test("tolerated loss", tolerated_loss);
+}
+
+/// The scenario of [`losing_tolerated_nodes_restores_the_newest_version`].
+fn tolerated_loss(c: &Case) -> Result<(), String> {
+    c.write()?;
+    c.check_layout()?;
+    let count = c.scheme.tolerates().max(1);
+    let lost = c.nodes_from(c.first_victim(), count);
+    let before = c.snapshot(&lost, NEWEST);
+    c.lose(&lost)?;
+    let got = c.relaunch(None)?;
+    if c.scheme == Scheme::Single {
+        return expect(&got, c.durable(), c.durable())
+            .map_err(|e| format!("nodes {lost:?} lost: {e}"));
+    }
+    expect(&got, Some(NEWEST), Some(NEWEST)).map_err(|e| format!("nodes {lost:?} lost: {e}"))?;
+    c.check_rebuilt(&lost, &before)?;
+    // The rebuilt copies and parity protect v5 again: lose the next nodes. This run goes
+    // on to v7 from the restored state, protected as before: lose the next nodes again.
+    let again = c.nodes_from(c.first_victim() + count, count);
+    c.lose(&again)?;
+    let got = c.relaunch_then(None, Some(NEWEST + 2))?;
+    expect(&got, Some(NEWEST), Some(NEWEST))
+        .map_err(|e| format!("nodes {lost:?}, then {again:?} lost: {e}"))?;
+    let third = c.nodes_from(c.first_victim() + 2 * count, count);
+    c.lose(&third)?;
+    let got = c.relaunch(None)?;
+    expect(&got, Some(NEWEST + 2), Some(NEWEST + 2))
+        .map_err(|e| format!("nodes {lost:?}, {again:?}, then after v7 {third:?} lost: {e}"))
+}
+
+/// The same losses with each node's checkpoints in its shared-memory store (`[tiers] local =
+/// "mem"`): losing a node is unlinking its store; the new job makes an empty one and rebuilds
+/// it from the other nodes' copies and parity, or, for scheme single, restarts from the
+/// global tier. (Where copies and parity lie and what the rebuilt bytes are is checked on the
+/// directory cases only: a store is not files; restart still compares every restored byte.)
+#[test]
+fn mem_tier_losing_tolerated_nodes_restores_the_newest_version() {
+    // Store names come from the job name: this process's own, so that no other run's stores
+    // are found, and the cases of this test, one at a time, remove theirs when done.
+    static JOB: std::sync::Once = std::sync::Once::new();
+    JOB.call_once(|| std::env::set_var("CAIRN_JOB", format!("redundancy-{}", std::process::id())));
+    Matrix::new()
+        .mem()
+        .test("mem tier: tolerated loss", tolerated_loss);
 }
 
 /// Lose one node more than the scheme tolerates (xor: 2 nodes of a set; partner: both nodes
@@ -1145,7 +1242,7 @@ fn a_missing_node_manifest_is_published_again() {
 /// every set at once, but not two nodes of one set.
 #[test]
 fn small_sets_survive_one_loss_per_set() {
-    let c = Case::with_sets(Scheme::Xor, 8, 4, false, 2).unwrap();
+    let c = Case::with_sets(Scheme::Xor, 8, 4, Flush::Off, 2).unwrap();
     assert_eq!(
         c.plan.sets,
         vec![vec![0, 2], vec![4, 6], vec![1, 3], vec![5, 7]]
@@ -1159,7 +1256,7 @@ fn small_sets_survive_one_loss_per_set() {
     expect(&got, Some(NEWEST), Some(NEWEST)).unwrap();
     c.check_rebuilt(&[0, 2], &before).unwrap();
     // Nodes 0 and 1 hold both members of {0, 2} and of {1, 3}.
-    let c = Case::with_sets(Scheme::Xor, 8, 4, true, 2).unwrap();
+    let c = Case::with_sets(Scheme::Xor, 8, 4, Flush::Async, 2).unwrap();
     c.write().unwrap();
     c.lose(&[0, 1]).unwrap();
     let got = c.relaunch(Some(NEWEST)).unwrap();
