@@ -507,6 +507,58 @@ fn images_from_another_kernel_or_cpu_or_truncated_are_refused() {
             "byte {at}"
         );
     }
+    // 250 random mutations (a flipped byte anywhere, a few bytes of garbage, a cut, bytes
+    // appended): every one refused as damaged, none restored, none crashing the restorer or
+    // hanging it (a restored counter would run until `timeout` ends it: 124).
+    let good = std::fs::read(&img).unwrap();
+    let bad = img.with_extension("mutated");
+    let mut rng = fastrand::Rng::with_seed(20261129);
+    let mut outcomes: std::collections::BTreeMap<i32, u32> = Default::default();
+    for trial in 0..250 {
+        let mut b = good.clone();
+        let what = match trial % 4 {
+            0 => {
+                let at = rng.usize(0..b.len());
+                b[at] ^= 1 << rng.u32(0..8);
+                format!("bit flipped at {at}")
+            }
+            1 => {
+                let at = rng.usize(0..b.len() - 8);
+                rng.fill(&mut b[at..at + 8]);
+                format!("garbage at {at}")
+            }
+            2 => {
+                let to = rng.usize(0..b.len());
+                b.truncate(to);
+                format!("cut to {to}")
+            }
+            _ => {
+                b.extend_from_slice(&[0u8; 4096]);
+                "4096 bytes appended".to_string()
+            }
+        };
+        if b == good {
+            continue; // the garbage happened to be the bytes that were there
+        }
+        std::fs::write(&bad, &b).unwrap();
+        let o = Command::new("timeout")
+            .arg("10")
+            .arg(restorer())
+            .arg(&bad)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let code = o.status.code().unwrap_or(-1);
+        *outcomes.entry(code).or_default() += 1;
+        assert_eq!(
+            code,
+            4,
+            "mutation {trial} ({what}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    eprintln!("image mutations: exit codes {outcomes:?}");
 }
 
 /// A thread slow between entering the handler and saving its resume point (here: a
