@@ -479,18 +479,19 @@ impl Case {
         Ok(())
     }
 
+    /// Lose `nodes`: their directories, or their shared-memory stores, removed.
     fn lose(&self, nodes: &[usize]) -> Result<(), String> {
         for n in nodes {
-            let d = if self.mem {
-                self.store_file(*n)
+            let (gone, res) = if self.mem {
+                let f = self.store_file(*n);
+                let r = std::fs::remove_file(&f);
+                (f, r)
             } else {
-                self.node_dir(*n)
+                let d = self.node_dir(*n);
+                let r = std::fs::remove_dir_all(&d);
+                (d, r)
             };
-            if self.mem {
-                std::fs::remove_file(&d).map_err(|e| format!("remove {}: {e}", d.display()))?;
-                continue;
-            }
-            std::fs::remove_dir_all(&d).map_err(|e| format!("remove {}: {e}", d.display()))?;
+            res.map_err(|e| format!("remove {}: {e}", gone.display()))?;
         }
         Ok(())
     }
