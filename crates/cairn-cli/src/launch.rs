@@ -371,6 +371,8 @@ fn engine_config(g: &GlobalOpts) -> Result<cairn_core::Config, String> {
     if let Some(msg) = cfg.ignored_env_report() {
         eprintln!("cairn: {msg}");
     }
+    // The job's manifests are written and read here, outside the engines.
+    cairn_core::auth::enable_creating(&cfg).map_err(|e| e.to_string())?;
     Ok(cfg)
 }
 

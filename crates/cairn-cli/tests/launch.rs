@@ -1765,6 +1765,56 @@ fn real_library_system_v_shared_memory_and_semaphores_come_back_with_their_ids()
     producer_and_consumer(t.path(), &config, "sysvpair", "sysv");
 }
 
+/// With `[security] authenticate`, a launched job's own manifests carry the key's MAC as
+/// its checkpoints do: it restarts from them, and one changed by hand (here the version's
+/// creation time) is refused, naming it.
+#[test]
+fn real_library_an_authenticated_job_restarts_and_refuses_a_changed_manifest() {
+    if !real_tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let key = t.path().join("key");
+    let config = write_config(
+        t.path(),
+        t.path().join("local").to_str().unwrap(),
+        &format!("[security]\nauthenticate = true\nkey_file = {key:?}\n"),
+    );
+    let (job, pids) = launch_counters(t.path(), &config, "auth", 2, 3000);
+    let mut job = Running(job);
+    wait_steps(t.path(), 2, 50);
+    checkpoint(t.path());
+    kill9_all(&pids);
+    ended_after_kill(&mut job);
+    assert!(key.is_file(), "the launch created no key");
+    let v1 = t.path().join("imgs/auth/v1");
+    assert!(v1.join("manifest.json.mac").is_file());
+    // Restarts, and checkpoints again.
+    let (again, pids) = restart_in_background(&config, t.path(), 2);
+    let mut job = Running(again);
+    wait_steps(t.path(), 2, 100);
+    checkpoint(t.path());
+    kill9_all(&pids);
+    ended_after_kill(&mut job);
+    // Version 2's manifest changed by hand: refused, and so is the restart from it.
+    let path = t.path().join("imgs/auth/v2/manifest.json");
+    let json = std::fs::read_to_string(&path).unwrap();
+    let changed = json.replacen("\"created\": ", "\"created\": 1", 1);
+    assert_ne!(changed, json);
+    std::fs::write(&path, changed).unwrap();
+    let o = configured(&config, &["restart", "--dir"])
+        .arg(t.path().join("imgs"))
+        .arg("2")
+        .output()
+        .unwrap();
+    let all = text(&o);
+    assert!(!o.status.success(), "{all}");
+    assert!(
+        all.contains("fails authentication") && all.contains("v2/manifest.json"),
+        "{all}"
+    );
+}
+
 /// A byte of a System V segment's saved pages damaged in the image of the tree's root: the
 /// restorer refuses the image (exit 4, naming the segment) before any process of the tree
 /// runs, rather than give the segment back with wrong contents; the undamaged image is

@@ -64,10 +64,7 @@ pub fn enable_for_tools(cfg: &crate::Config) -> Result<()> {
     if !cfg.authenticate {
         return Ok(());
     }
-    let path = match &cfg.key_file {
-        Some(p) => p.clone(),
-        None => default_key_file()?,
-    };
+    let path = key_path(cfg)?;
     let raw = read_key(&path).map_err(|e| match e.kind {
         ErrorKind::NotFound => key_error(
             &path,
@@ -76,6 +73,33 @@ pub fn enable_for_tools(cfg: &crate::Config) -> Result<()> {
         _ => e,
     })?;
     enable(&path, raw)
+}
+
+/// Turn authentication on as `cfg` says, for a process that writes checkpoints' records
+/// outside an engine (`cairn launch`, `cairn restart`): the key is created when missing, as
+/// a job's first rank does.
+pub fn enable_creating(cfg: &crate::Config) -> Result<()> {
+    if !cfg.authenticate {
+        return Ok(());
+    }
+    let path = key_path(cfg)?;
+    let raw = load_or_create(&path)?;
+    enable(&path, raw)
+}
+
+fn key_path(cfg: &crate::Config) -> Result<PathBuf> {
+    match &cfg.key_file {
+        Some(p) => Ok(p.clone()),
+        None => default_key_file(),
+    }
+}
+
+/// What a launch manifest's MAC covers: its exact bytes, after a tag of its own, so it can
+/// never pass for an engine manifest's.
+pub fn launch_manifest_mac_input(text: &[u8]) -> Vec<u8> {
+    let mut v = b"cairn launch manifest\n".to_vec();
+    v.extend_from_slice(text);
+    v
 }
 
 /// Where the key lives by default: `$XDG_CONFIG_HOME/cairn/key`, else

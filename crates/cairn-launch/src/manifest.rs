@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 /// The manifest's file name inside a version directory.
 pub const MANIFEST: &str = "manifest.json";
+/// With `[security] authenticate`: the keyed MAC of the manifest's bytes, in hex.
+pub const MANIFEST_MAC: &str = "manifest.json.mac";
 /// The manifest format this code writes and reads. Format 1 (images as files in the version
 /// directory) is no longer read.
 pub const FORMAT: u32 = 2;
@@ -354,6 +356,19 @@ impl Manifest {
         let dir = version_dir(job_dir, self.version);
         let mut text = serde_json::to_string_pretty(self).expect("a manifest serialises");
         text.push('\n');
+        // Authenticated checkpoints: the MAC of the manifest's exact bytes, beside it, written
+        // first so that a complete version always has it.
+        match cairn_core::auth::key() {
+            Some(k) => {
+                let mac = k.manifest_mac(&cairn_core::auth::launch_manifest_mac_input(
+                    text.as_bytes(),
+                ));
+                crate::jobdir::write_private(&dir, MANIFEST_MAC, format!("{mac}\n").as_bytes())?;
+            }
+            None => {
+                let _ = fs::remove_file(dir.join(MANIFEST_MAC));
+            }
+        }
         crate::jobdir::write_private(&dir, MANIFEST, text.as_bytes())?;
         fsync_dir(&dir)
     }
@@ -364,6 +379,22 @@ impl Manifest {
         let path = version_dir(job_dir, version).join(MANIFEST);
         let text = fs::read_to_string(&path)
             .map_err(|e| Error::io(format_args!("read {}", path.display()), e))?;
+        if let Some(k) = cairn_core::auth::key() {
+            let mac_path = version_dir(job_dir, version).join(MANIFEST_MAC);
+            let mac = fs::read(&mac_path).ok().filter(|m| m.len() <= 128);
+            let why = match mac {
+                None => Some("no MAC beside it"),
+                Some(m) => {
+                    let m = String::from_utf8_lossy(&m);
+                    let input = cairn_core::auth::launch_manifest_mac_input(text.as_bytes());
+                    (!k.manifest_mac_ok(&input, m.trim())).then_some("its MAC does not match")
+                }
+            };
+            if let Some(why) = why {
+                let e = cairn_core::auth::refused(format!("manifest {}", path.display()), why);
+                return Err(Error::new(ErrorKind::Protocol, e.msg));
+            }
+        }
         let m: Manifest = serde_json::from_str(&text).map_err(|e| {
             Error::new(
                 ErrorKind::Protocol,
