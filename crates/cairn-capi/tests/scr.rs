@@ -276,10 +276,11 @@ fn a_second_scr_job_on_the_same_prefix_is_refused_at_scr_init() {
     let _mpi = mpi_lock();
     reference();
     let scr = Scr::new(&[]);
-    // Slow enough to still run, in a release build too, once the second job has looked.
-    let mut slow = HEAT.to_vec();
-    slow.extend(["--sleep-ms", "20"]);
-    let mut first = spawn(scr.heat(&slow), "first SCR job");
+    // The first job waits after its first checkpoint until the second job has looked.
+    let go = scr.tiers.path().join("go");
+    let mut held = HEAT.to_vec();
+    held.extend(["--hold", go.to_str().unwrap()]);
+    let mut first = spawn(scr.heat(&held), "first SCR job");
     assert!(
         first
             .wait_line(Duration::from_secs(60), |l| checkpoint_line(l).is_some())
@@ -296,6 +297,7 @@ fn a_second_scr_job_on_the_same_prefix_is_refused_at_scr_init() {
         "{}",
         second.show()
     );
+    std::fs::write(&go, b"").unwrap();
     let first = first.finish(RUN_TIMEOUT);
     first.assert_ok();
     assert_eq!(checksum(&first), reference(), "{}", first.show());

@@ -14,8 +14,10 @@
  * "<dir>/output.<step>/field_<r>.dat". The last line is a checksum of the whole rod.
  *
  *   mpirun -n 4 ./heat [--n 4096] [--steps 600] [--every 100] [--output-every 0]
- *          [--dir .] [--sleep-ms 0] [--invalid-rank -1] [--config KEY=VALUE]...
+ *          [--dir .] [--sleep-ms 0] [--hold PATH] [--invalid-rank -1] [--config KEY=VALUE]...
  *
+ * --hold PATH: after the first checkpoint of the run, wait until PATH exists, then go on (a
+ * test's way to keep the job running while it looks at it).
  * --invalid-rank R makes rank R report its first restart invalid (SCR_Complete_restart(0)).
  * --config passes a string to SCR_Config before SCR_Init (repeatable). Output lines start with
  * "heat: ". Exit codes: 0 done, 2 bad arguments, 4 a check of SCR's behaviour failed
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -36,6 +39,7 @@
 
 static int rank, ranks;
 static long long n = 4096, steps = 600, every = 100, output_every = 0, sleep_ms = 0;
+static const char *hold;
 static int invalid_rank = -1;
 static const char *dir = ".";
 
@@ -220,6 +224,7 @@ int main(int argc, char **argv)
         else if (strcmp(opt, "--sleep-ms") == 0)     sleep_ms = option(opt, val, 0);
         else if (strcmp(opt, "--invalid-rank") == 0) invalid_rank = (int)option(opt, val, -1);
         else if (strcmp(opt, "--dir") == 0)          dir = val;
+        else if (strcmp(opt, "--hold") == 0)         hold = val;
         else if (strcmp(opt, "--config") == 0) {
             const char *set = SCR_Config(val);
             if (!set)
@@ -273,6 +278,10 @@ int main(int argc, char **argv)
             check(SCR_Need_checkpoint(&need), "SCR_Need_checkpoint");
             if (need)
                 write_dataset(SCR_FLAG_CHECKPOINT, step);
+            const struct timespec tick = {0, 10000000L};
+            while (hold && access(hold, F_OK) != 0)
+                nanosleep(&tick, NULL);
+            hold = NULL;
         }
         if (output_every > 0 && step % output_every == 0 && step != restored)
             write_dataset(SCR_FLAG_OUTPUT, step);
