@@ -90,6 +90,7 @@
  * hash_avx2.c is the same code built for AVX2, used where the CPU has it (image_hashes_pick). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+#include "hashes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -3377,18 +3378,8 @@ uint64_t cairn_avx2_hash64(const void *p, size_t len);
 XXH128_hash_t cairn_avx2_hash128(const void *p, size_t len);
 void cairn_avx2_update128(XXH3_state_t *st, const void *p, size_t len);
 
-static uint64_t base_hash64(const void *p, size_t len)
-{
-    return XXH3_64bits(p, len);
-}
-static XXH128_hash_t base_hash128(const void *p, size_t len)
-{
-    return XXH3_128bits(p, len);
-}
-static void base_update128(XXH3_state_t *st, const void *p, size_t len)
-{
-    (void)XXH3_128bits_update(st, p, len);
-}
+/* base_hash64, base_hash128, base_update128: the baseline build. */
+CAIRN_IMAGE_HASHES(base_, static)
 
 /* The hashes every image is written with: each page run's checksum (hash64) and the
  * engine's block hashes (hash128, update128). Both builds give the same bits; AVX2 halves

@@ -8,19 +8,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define HIDDEN __attribute__((visibility("hidden")))
+#include "hashes.h"
 
-HIDDEN uint64_t cairn_avx2_hash64(const void *p, size_t len)
-{
-    return XXH3_64bits(p, len);
-}
-
-HIDDEN XXH128_hash_t cairn_avx2_hash128(const void *p, size_t len)
-{
-    return XXH3_128bits(p, len);
-}
-
-HIDDEN void cairn_avx2_update128(XXH3_state_t *st, const void *p, size_t len)
-{
-    (void)XXH3_128bits_update(st, p, len);
-}
+/* cairn_avx2_hash64, cairn_avx2_hash128, cairn_avx2_update128 */
+CAIRN_IMAGE_HASHES(cairn_avx2_, __attribute__((visibility("hidden"))))
