@@ -1632,17 +1632,22 @@ fn crash_trial(
     Ok(())
 }
 
+/// The count in variable `name`, else `default`: how many seeds or trials a longer run asks for.
+fn env_count(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `CAIRN_CRASH_SEEDS=N` runs N seeds (1,000 by default; more in a longer run), from
 /// `CAIRN_CRASH_FIRST` (0).
 #[test]
 fn a_crash_at_any_sync_never_loses_a_durable_version_or_restores_wrong_data() {
-    let env = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (seeds, first) = (env("CAIRN_CRASH_SEEDS", 1000), env("CAIRN_CRASH_FIRST", 0));
+    let (seeds, first) = (
+        env_count("CAIRN_CRASH_SEEDS", 1000),
+        env_count("CAIRN_CRASH_FIRST", 0),
+    );
     let mut syncs = BTreeMap::new();
     for layout in CRASH_LAYOUTS {
         for every in 1..=2 {
@@ -1776,13 +1781,10 @@ struct TrialTally {
 /// `CAIRN_TRIALS=N` runs N trials (300 by default), from seed `CAIRN_TRIALS_FIRST` (0).
 #[test]
 fn one_damaged_file_is_detected_and_never_restored_wrong() {
-    let env = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (trials, first) = (env("CAIRN_TRIALS", 300), env("CAIRN_TRIALS_FIRST", 0));
+    let (trials, first) = (
+        env_count("CAIRN_TRIALS", 300),
+        env_count("CAIRN_TRIALS_FIRST", 0),
+    );
     let mut tally = TrialTally::default();
     let mut by_damage: BTreeMap<Damage, u64> = BTreeMap::new();
     let mut failures = Vec::new();
