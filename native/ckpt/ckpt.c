@@ -3536,10 +3536,14 @@ static int put_image_stable(int fd, const void *buf, size_t len)
 static uint64_t count_runs(const uint8_t *bm, uint64_t pages)
 {
     uint64_t runs = 0;
-    for (uint64_t p = 0; p < pages; p++)
-        if ((bm[p / 8] & (1u << (p % 8))) &&
-            (p == 0 || p % CAIRN_IMG_RUN_GROUP == 0 || !(bm[(p - 1) / 8] & (1u << ((p - 1) % 8)))))
+    for (uint64_t p = 0; p < pages;) {
+        if (bm[p / 8] & (1u << (p % 8))) {
             runs++;
+            p = cairn_img_run_end(bm, p, pages);
+        } else {
+            p++;
+        }
+    }
     return runs;
 }
 
@@ -3567,9 +3571,7 @@ static int put_runs(struct run_out *o, const uint8_t *base, const uint8_t *bm, u
             p++;
             continue;
         }
-        uint64_t q = p + 1;
-        while (q < pages && (bm[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
-            q++;
+        uint64_t q = cairn_img_run_end(bm, p, pages);
         if (o->nrun >= o->nsums)
             return -EIO;
         size_t c = (size_t)(q - p) * CAIRN_IMG_PAGE; /* at most RUN_PIECE: a group */

@@ -44,6 +44,17 @@
 #define CAIRN_IMG_PATH_MAX 512
 #define CAIRN_IMG_RUN_GROUP 64u /* pages: a page run never crosses a multiple of it */
 
+/* The end of the page run that starts at saved page p of a bitmap of `pages` pages (one bit
+ * per page, set: saved): the first page after p that is not saved, is past the end, or
+ * starts a group. Page numbers count from a multiple of CAIRN_IMG_RUN_GROUP. */
+static inline uint64_t cairn_img_run_end(const uint8_t *bm, uint64_t p, uint64_t pages)
+{
+    uint64_t q = p + 1;
+    while (q < pages && (bm[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
+        q++;
+    return q;
+}
+
 /* Where the restorer runs: a hole reserved (PROT_NONE) in every launched process at this
  * fixed address, so no region of an image ever lies there, and the restorer, linked at
  * this address, never collides with what it restores. */

@@ -760,9 +760,7 @@ static void fill_pages(struct cairn_img_region *r)
                 p++;
                 continue;
             }
-            u64 q = p + 1;
-            while (q < span && (bitmap[q / 8] & (1u << (q % 8))) && q % CAIRN_IMG_RUN_GROUP)
-                q++;
+            u64 q = cairn_img_run_end(bitmap, p, span);
             if (idx + (q - p) > r->saved_pages)
                 fail(4, "cairn-restore: damaged image: more pages marked than saved");
             queue_job(r->start + (base + p) * CAIRN_IMG_PAGE, (q - p) * CAIRN_IMG_PAGE,
