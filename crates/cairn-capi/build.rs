@@ -6,6 +6,7 @@ fn main() {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("cairn.h");
     println!("cargo:rerun-if-changed=src/lib.rs");
     println!("cargo:rerun-if-changed=src/files.rs");
+    println!("cargo:rerun-if-changed=src/loaded.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let config =
         cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).expect("cbindgen.toml");

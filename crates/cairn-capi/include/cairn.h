@@ -95,6 +95,13 @@
 #define CAIRN_FLAG_REGIONS 4
 
 /**
+ * `cairn_start_restart` flag, with `CAIRN_FLAG_REGIONS`: a stored region that is not
+ * protected when the restart begins is held in memory for `cairn_loaded_size` and
+ * `cairn_loaded_copy` (until `cairn_complete_restart`) instead of failing the restart.
+ */
+#define CAIRN_FLAG_HOLD 8
+
+/**
  * Element type of a protected region: one of the `CAIRN_BYTE` ... `CAIRN_UINT64` values.
  */
 typedef int cairn_dtype;
@@ -198,6 +205,16 @@ int cairn_unprotect(int id);
 int cairn_checkpoint(const char *name, int64_t version);
 
 /**
+ * `cairn_checkpoint` with the redundancy scheme (`redundant` 1) or without it (0), whatever
+ * `[redundancy] every` schedules: for libraries whose levels choose per checkpoint (FTI's
+ * level 1 versus 2 and 3). Every rank must pass the same. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_checkpoint_redundant(const char *name, int64_t version, int redundant);
+
+/**
  * Set `*version` to the newest version of `name` every rank can restore, or -1. Collective.
  *
  * # Safety
@@ -233,6 +250,25 @@ int cairn_delete(const char *name, int64_t version);
  * `name` must be a NUL-terminated string.
  */
 int cairn_restart(const char *name, int64_t version);
+
+/**
+ * Remove from the node-local tier every version of `name` that is durable on the global
+ * tier, after waiting for the flushes under way; a version stored nowhere else is kept.
+ * `*removed` (may be NULL) is set to the number of versions removed. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string; `removed` NULL or a valid pointer.
+ */
+int cairn_evict(const char *name, int *removed);
+
+/**
+ * Set `*busy` to 1 while this rank still copies a checkpoint to the global tier, else 0.
+ * Local: never blocks, never waits for another rank.
+ *
+ * # Safety
+ * `busy` must be a valid pointer.
+ */
+int cairn_flushing(int *busy);
 
 /**
  * Set `*version` to the version restored by the last restart in this run, or -1.
@@ -409,6 +445,23 @@ int cairn_start_restart_upto(const char *name, int64_t upto, int flags, int64_t 
 int cairn_restart_label(char *label, uintptr_t len);
 
 /**
+ * Set `*count` to the number of files of the restart under way (0 when none is). Local.
+ *
+ * # Safety
+ * `count` must be a valid pointer.
+ */
+int cairn_restart_file_count(int *count);
+
+/**
+ * Put into `name` (a buffer of `len` bytes) the name, as it was routed, of file `index`
+ * (0 to `cairn_restart_file_count` - 1, in name order) of the restart under way. Local.
+ *
+ * # Safety
+ * `name` must be valid for `len` bytes of writes.
+ */
+int cairn_restart_file_name(int index, char *name, uintptr_t len);
+
+/**
  * End the restart begun by `cairn_start_restart`. `valid` is this rank's verdict on the
  * files it read; if any rank says 0, every rank passes over that version, and the next
  * `cairn_have_restart` / `cairn_start_restart` offers the newest one older than it.
@@ -427,6 +480,51 @@ int cairn_complete_restart(int valid, int *all_valid);
  * `name` must be a NUL-terminated string.
  */
 int cairn_drop(const char *name, int64_t version);
+
+/**
+ * Read checkpoint `version` of `name` (on damage, the newest older one every rank can
+ * restore; `cairn_restart_version` tells which) into memory Cairn holds, restoring no
+ * protected region: its regions need not be protected. It is a restart in every other way
+ * (newer versions are passed over). Replaces what was loaded before. Collective.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string.
+ */
+int cairn_load(const char *name, int64_t version);
+
+/**
+ * Set `*bytes` to the stored size of region `id` in the checkpoint last loaded
+ * (`CAIRN_ERR_NOT_FOUND` if it holds no such region). Local.
+ *
+ * # Safety
+ * `bytes` must be a valid pointer.
+ */
+int cairn_loaded_size(int id, uint64_t *bytes);
+
+/**
+ * Copy region `id` of the checkpoint last loaded into `ptr`, a buffer of `len` bytes, at
+ * least the stored size (`cairn_loaded_size`); bytes past it are left alone. A region a
+ * restart restored in place already is an error. Local.
+ *
+ * # Safety
+ * `ptr` must be valid for `len` bytes of writes.
+ */
+int cairn_loaded_copy(int id, void *ptr, uint64_t len);
+
+/**
+ * Set `*bytes` to the stored size of region `id` in this rank's part of checkpoint
+ * `version` of `name`, read from the part's index without restoring anything
+ * (`CAIRN_ERR_NOT_FOUND` when the part or the region is not there). Local.
+ *
+ * # Safety
+ * `name` must be a NUL-terminated string and `bytes` a valid pointer.
+ */
+int cairn_stored_size(const char *name, int64_t version, int id, uint64_t *bytes);
+
+/**
+ * Release what was loaded. Local.
+ */
+int cairn_unload(void);
 
 #ifdef __cplusplus
 }  // extern "C"

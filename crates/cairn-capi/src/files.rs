@@ -34,6 +34,10 @@ pub const CAIRN_FLAG_OUTPUT: c_int = 2;
 /// `cairn_start_output` / `cairn_start_restart` flag: the protected regions are stored with
 /// the files (and restored with them).
 pub const CAIRN_FLAG_REGIONS: c_int = 4;
+/// `cairn_start_restart` flag, with `CAIRN_FLAG_REGIONS`: a stored region that is not
+/// protected when the restart begins is held in memory for `cairn_loaded_size` and
+/// `cairn_loaded_copy` (until `cairn_complete_restart`) instead of failing the restart.
+pub const CAIRN_FLAG_HOLD: c_int = 8;
 
 /// Write `*out = v` if `out` is not NULL.
 ///
@@ -227,21 +231,39 @@ unsafe fn start_restart(
     guard(what, || {
         // SAFETY: forwarded contract.
         let name = unsafe { c_str(name, "name") }?;
-        if flags & !CAIRN_FLAG_REGIONS != 0 {
+        if flags & !(CAIRN_FLAG_REGIONS | CAIRN_FLAG_HOLD) != 0 {
             return Err(invalid(format!(
-                "{what}: flags {flags:#x}: only CAIRN_FLAG_REGIONS (4) is known"
+                "{what}: flags {flags:#x}: only CAIRN_FLAG_REGIONS (4) and CAIRN_FLAG_HOLD (8) \
+                 are known"
+            )));
+        }
+        let hold = flags & CAIRN_FLAG_HOLD != 0;
+        if hold && flags & CAIRN_FLAG_REGIONS == 0 {
+            return Err(invalid(format!(
+                "{what}: CAIRN_FLAG_HOLD needs CAIRN_FLAG_REGIONS"
             )));
         }
         let got = with_state(|st| {
+            st.loaded.clear();
             let mut memory = if flags & CAIRN_FLAG_REGIONS != 0 {
                 muts(&mut st.regions)
             } else {
                 Vec::new()
             };
+            let in_place: Vec<(i32, u64)> = memory
+                .iter()
+                .map(|r| (r.id, r.bytes.len() as u64))
+                .collect();
             let got = st
                 .files
-                .start_restart_upto(&mut st.engine, name, upto, &mut memory)?;
+                .start_restart_upto(&mut st.engine, name, upto, &mut memory, hold)?;
             drop(memory);
+            let got = got.map(|mut r| {
+                if hold {
+                    crate::loaded::fill(st, std::mem::take(&mut r.held), &in_place);
+                }
+                r
+            });
             let label = got
                 .as_ref()
                 .and_then(|r| r.label.clone())
@@ -270,6 +292,52 @@ pub unsafe extern "C" fn cairn_restart_label(label: *mut c_char, len: usize) -> 
     })
 }
 
+/// Set `*count` to the number of files of the restart under way (0 when none is). Local.
+///
+/// # Safety
+/// `count` must be a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_restart_file_count(count: *mut c_int) -> c_int {
+    guard("cairn_restart_file_count", || {
+        if count.is_null() {
+            return Err(invalid(
+                "cairn_restart_file_count: count pointer is NULL".into(),
+            ));
+        }
+        let n = with_state(|st| Ok(st.files.restart_files().len()))?;
+        // SAFETY: non-NULL, valid per this function's contract.
+        unsafe { *count = n.min(c_int::MAX as usize) as c_int };
+        Ok(())
+    })
+}
+
+/// Put into `name` (a buffer of `len` bytes) the name, as it was routed, of file `index`
+/// (0 to `cairn_restart_file_count` - 1, in name order) of the restart under way. Local.
+///
+/// # Safety
+/// `name` must be valid for `len` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_restart_file_name(
+    index: c_int,
+    name: *mut c_char,
+    len: usize,
+) -> c_int {
+    guard("cairn_restart_file_name", || {
+        let files = with_state(|st| Ok(st.files.restart_files()))?;
+        let f = usize::try_from(index)
+            .ok()
+            .and_then(|i| files.get(i))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "cairn_restart_file_name: index {index}: the restart under way has {} file(s)",
+                    files.len()
+                ))
+            })?;
+        // SAFETY: forwarded contract.
+        unsafe { copy_out("cairn_restart_file_name", f.as_bytes(), name, len) }
+    })
+}
+
 /// End the restart begun by `cairn_start_restart`. `valid` is this rank's verdict on the
 /// files it read; if any rank says 0, every rank passes over that version, and the next
 /// `cairn_have_restart` / `cairn_start_restart` offers the newest one older than it.
@@ -282,6 +350,7 @@ pub unsafe extern "C" fn cairn_complete_restart(valid: c_int, all_valid: *mut c_
     guard("cairn_complete_restart", || {
         let all = with_state(|st| {
             st.restart_label = CString::default();
+            st.loaded.clear();
             st.files.complete_restart(&mut st.engine, valid != 0)
         })?;
         // SAFETY: forwarded contract.

@@ -25,7 +25,9 @@
 #![allow(non_camel_case_types)]
 
 mod files;
+mod loaded;
 pub use files::*;
+pub use loaded::*;
 
 use cairn_core::{Config, Dtype, Engine, Error, ErrorKind, Files, RegionMut, RegionRef};
 use std::cell::RefCell;
@@ -98,6 +100,8 @@ struct State {
     output_regions: bool,
     /// The dataset name of the checkpoint being restarted from through the file API.
     restart_label: CString,
+    /// The regions of the checkpoint last loaded (`loaded.rs`).
+    loaded: loaded::Store,
 }
 
 // SAFETY: the raw pointers are the application's buffers, which it promised (cairn_protect's
@@ -231,6 +235,7 @@ fn start(
         regions: BTreeMap::new(),
         output_regions: false,
         restart_label: CString::default(),
+        loaded: loaded::Store::new(),
     });
     Ok(())
 }
@@ -482,6 +487,30 @@ pub unsafe extern "C" fn cairn_checkpoint(name: *const c_char, version: i64) -> 
     })
 }
 
+/// `cairn_checkpoint` with the redundancy scheme (`redundant` 1) or without it (0), whatever
+/// `[redundancy] every` schedules: for libraries whose levels choose per checkpoint (FTI's
+/// level 1 versus 2 and 3). Every rank must pass the same. Collective.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_checkpoint_redundant(
+    name: *const c_char,
+    version: i64,
+    redundant: c_int,
+) -> c_int {
+    guard("cairn_checkpoint_redundant", || {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        with_state(|st| {
+            st.engine.set_next_redundancy(Some(redundant != 0));
+            let res = checkpoint(st, name, version);
+            st.engine.set_next_redundancy(None);
+            res
+        })
+    })
+}
+
 /// Set `*version` to the newest version of `name` every rank can restore, or -1. Collective.
 ///
 /// # Safety
@@ -556,6 +585,44 @@ pub unsafe extern "C" fn cairn_restart(name: *const c_char, version: i64) -> c_i
         // SAFETY: forwarded contract.
         let name = unsafe { c_str(name, "name") }?;
         with_state(|st| restart(st, name, version).map(|_| ()))
+    })
+}
+
+/// Remove from the node-local tier every version of `name` that is durable on the global
+/// tier, after waiting for the flushes under way; a version stored nowhere else is kept.
+/// `*removed` (may be NULL) is set to the number of versions removed. Collective.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string; `removed` NULL or a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_evict(name: *const c_char, removed: *mut c_int) -> c_int {
+    guard("cairn_evict", || {
+        // SAFETY: forwarded contract.
+        let name = unsafe { c_str(name, "name") }?;
+        let (gone, _) = with_state(|st| st.engine.evict_local(name))?;
+        if !removed.is_null() {
+            // SAFETY: non-NULL, valid per this function's contract.
+            unsafe { *removed = gone.len().min(c_int::MAX as usize) as c_int };
+        }
+        Ok(())
+    })
+}
+
+/// Set `*busy` to 1 while this rank still copies a checkpoint to the global tier, else 0.
+/// Local: never blocks, never waits for another rank.
+///
+/// # Safety
+/// `busy` must be a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_flushing(busy: *mut c_int) -> c_int {
+    guard("cairn_flushing", || {
+        if busy.is_null() {
+            return Err(invalid("cairn_flushing: busy pointer is NULL".into()));
+        }
+        let b = with_state(|st| Ok(st.engine.flushing()))?;
+        // SAFETY: non-NULL, valid per this function's contract.
+        unsafe { *busy = b as c_int };
+        Ok(())
     })
 }
 

@@ -4,6 +4,8 @@
 //! <tier root>/<name>/v<version>/manifest.json     written last, by one rank per node (node-local
 //!                                                tiers) or by rank 0 (global tier)
 //! <tier root>/<name>/v<version>/rank<r>.ckpt      rank r's part (cairn_format::container)
+//! <tier root>/<name>/v<version>/rank<r>.done      global tier: rank r's flush is committed
+//!                                                (a manifest listing rank r alone)
 //! ```
 //! A node-local tier's root is `<tiers.local>/node<i>/` for node `i`.
 
@@ -23,6 +25,11 @@ pub fn manifest_key(name: &str, version: i64) -> String {
 
 pub fn rank_key(name: &str, version: i64, rank: usize) -> String {
     format!("{name}/v{version}/rank{rank}.ckpt")
+}
+
+/// The commit record of rank `rank`'s flush of `name` v`version` to the global tier.
+pub fn commit_key(name: &str, version: i64, rank: usize) -> String {
+    format!("{name}/v{version}/rank{rank}.done")
 }
 
 /// Parse `rank<r>.ckpt`.
@@ -68,8 +75,40 @@ pub const MANIFEST_MAX: u64 = 64 << 20;
 /// Read and validate the manifest of one version; `Ok(None)` when there is none (the
 /// checkpoint was never completed on this tier, or is being deleted).
 pub fn read_manifest(tier: &dyn Tier, name: &str, version: i64) -> Result<Option<Manifest>> {
-    let key = manifest_key(name, version);
-    match tier.get_at_most(&key, MANIFEST_MAX, "manifest") {
+    read_manifest_at(tier, name, version, &manifest_key(name, version))
+}
+
+/// Read and validate rank `rank`'s commit record of `name` v`version` (a manifest that
+/// lists that rank alone); `Ok(None)` when there is none.
+pub fn read_commit(
+    tier: &dyn Tier,
+    name: &str,
+    version: i64,
+    rank: usize,
+) -> Result<Option<Manifest>> {
+    let m = read_manifest_at(tier, name, version, &commit_key(name, version, rank))?;
+    match m {
+        Some(m) if m.ranks != [rank as u32] => Err(crate::Error::new(
+            crate::ErrorKind::Corrupt,
+            format!(
+                "{} tier {}/{}: a commit record of rank {rank} lists ranks {:?}",
+                tier.label(),
+                tier.location(),
+                commit_key(name, version, rank),
+                m.ranks
+            ),
+        )),
+        m => Ok(m),
+    }
+}
+
+fn read_manifest_at(
+    tier: &dyn Tier,
+    name: &str,
+    version: i64,
+    key: &str,
+) -> Result<Option<Manifest>> {
+    match tier.get_at_most(key, MANIFEST_MAX, "manifest") {
         Ok(bytes) => {
             let at = || format!("{} tier {}/{key}", tier.label(), tier.location());
             let (m, mac) =

@@ -75,6 +75,8 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Root of the global tier, a directory every node shares (the parallel file system)." },
     KeySpec { section: "tiers", key: "fsync_global", ty: KeyType::Bool, default: "true",
         doc: "Sync files and directories on the global tier before a checkpoint is declared stored there." },
+    KeySpec { section: "tiers", key: "fetch", ty: KeyType::Bool, default: "true",
+        doc: "Restart may read a checkpoint from the global tier. false: only from node-local copies and their redundancy (SCR_FETCH=0); the global tier is still written." },
     KeySpec { section: "tiers", key: "lock_lease", ty: KeyType::Seconds, default: "60",
         doc: "How long a job lock (one job at a time per checkpoint name and tiers) held by a process on another host stays valid without its heartbeat, which comes every quarter of it; a lock left by a job that is gone is taken over after half to one lease (at once on its own host). At least 2 s." },
     KeySpec { section: "tiers.mem", key: "prefix", ty: KeyType::Text, default: "\"/cairn\"",
@@ -191,6 +193,8 @@ pub struct Config {
     pub mem: MemConfig,
     pub global: PathBuf,
     pub fsync_global: bool,
+    /// `[tiers] fetch`: restart may read from the global tier.
+    pub fetch: bool,
     /// `[tiers] lock_lease`, seconds.
     pub lock_lease: f64,
     /// `[security] authenticate`.
@@ -365,6 +369,7 @@ impl Default for Config {
             mem: MemConfig::default(),
             global: PathBuf::from("./cairn-ckpt"),
             fsync_global: true,
+            fetch: true,
             lock_lease: 60.0,
             authenticate: false,
             key_file: None,
@@ -638,6 +643,7 @@ impl Config {
                 self.global = PathBuf::from(s);
             }
             ("tiers", "fsync_global") => self.fsync_global = parse_bool(&raw).ok_or_else(bad)?,
+            ("tiers", "fetch") => self.fetch = parse_bool(&raw).ok_or_else(bad)?,
             ("tiers", "lock_lease") => {
                 let v = parse_seconds(&raw).ok_or_else(bad)?;
                 // Its heartbeat comes every quarter lease: below 2 s a loaded node's missed

@@ -34,10 +34,10 @@
 //! restart-eligible everywhere, so the versions the cache window drops are never the newest
 //! eligible one, whatever `[cache] keep` says.
 
-use crate::catalog::{self, manifest_key, rank_key, version_dir};
+use crate::catalog::{self, commit_key, manifest_key, rank_key, version_dir};
 use crate::config::{Config, NodeLocal};
 use crate::error::{Error, ErrorKind, Result};
-use crate::flush::{Flusher, JobState, Limits, Recode};
+use crate::flush::{CopyJob, Flusher, JobState, Limits, Recode};
 use crate::joblock::Locks;
 use crate::memstore;
 use crate::part::{
@@ -185,6 +185,35 @@ impl OwnedRegion {
             in_place: None,
         }
     }
+
+    /// A zeroed buffer in memory of the size of `shape`; an error, not an abort, when the
+    /// memory cannot be had.
+    pub fn zeroed(shape: &Shape) -> Result<OwnedRegion> {
+        let bytes = usize::try_from(shape.bytes()).map_err(|_| {
+            Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "region {} is {} bytes, too large here",
+                    shape.id,
+                    shape.bytes()
+                ),
+            )
+        })?;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(bytes).map_err(|_| {
+            Error::new(
+                ErrorKind::Io,
+                format!("region {}: no memory for its {bytes} bytes", shape.id),
+            )
+        })?;
+        buf.resize(bytes, 0);
+        Ok(OwnedRegion::new(shape.id, shape.dtype, Box::new(buf)))
+    }
+
+    /// The buffer's bytes.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        self.buf.as_mut().as_mut()
+    }
 }
 
 impl std::fmt::Debug for OwnedRegion {
@@ -286,6 +315,11 @@ pub struct Engine {
     flusher: Flusher,
     /// Flushes not yet settled, in the order they were started (the same on every rank).
     pending: VecDeque<(String, i64)>,
+    /// Whether the next checkpoint gets the redundancy scheme, whatever `[redundancy] every`
+    /// says (FTI's levels choose per checkpoint); `None`: the schedule decides.
+    next_redundancy: Option<bool>,
+    /// Versions written by another number of ranks already reported (once each).
+    warned_world: BTreeSet<(String, i64)>,
     policy: Policy,
     /// Longest checkpoint of this run, seconds (for the time needed before the deadline).
     max_ckpt: f64,
@@ -526,6 +560,8 @@ impl Engine {
                 direct: cfg.flush_direct,
             }),
             pending: VecDeque::new(),
+            next_redundancy: None,
+            warned_world: BTreeSet::new(),
             policy,
             max_ckpt: 0.0,
             exiting: false,
@@ -577,6 +613,13 @@ impl Engine {
         self.checkpoint_files(name, version, regions, &[])
     }
 
+    /// Make the next checkpoint (of any name) get the redundancy scheme (`Some(true)`) or
+    /// not (`Some(false)`), whatever `[redundancy] every` says; `None` restores the schedule.
+    /// Every rank must ask the same. With scheme "single" there is nothing to add.
+    pub fn set_next_redundancy(&mut self, redundant: Option<bool>) {
+        self.next_redundancy = redundant;
+    }
+
     /// [`Engine::checkpoint`] with files as regions too (the file API), after `regions`. On
     /// a directory tier on the files' file system the files become part of the checkpoint
     /// where they are, without a copy (see [`part::write_part_files`]); they are gone from
@@ -594,10 +637,11 @@ impl Engine {
         let lost = self.locks.check();
         self.settle(None)?;
         let flush_time_due = self.flush_time_due(name);
+        let forced = self.next_redundancy.take();
         let ns = self.names.entry(name.to_string()).or_default();
         let nth = ns.count + 1;
-        let redundant =
-            self.plan.scheme != Scheme::Single && nth % self.cfg.redundancy_every.max(1) == 0;
+        let redundant = self.plan.scheme != Scheme::Single
+            && forced.unwrap_or(nth % self.cfg.redundancy_every.max(1) == 0);
         // Incremental against the last checkpoint when its chain is short enough and it is
         // protected at least as well as this one will be (a chain is only as safe as its
         // weakest part). Every input is the same on every rank.
@@ -696,7 +740,8 @@ impl Engine {
             .ok()
             .and_then(|w| w.as_ref().map(|ix| ix.write_ns))
             .unwrap_or(0);
-        let fp = fingerprint(name, version);
+        // The redundancy asked for is part of what every rank must agree on.
+        let fp = fingerprint(name, version) ^ (redundant as i64) << 62;
         let mut v = [
             own_ok as i64,
             fp,
@@ -880,14 +925,32 @@ impl Engine {
         ns.pinned.insert(version);
         ns.failed.remove(&version);
         ns.last_flush = Some(Instant::now());
-        self.flusher.submit(
+        let scheme = if ns.protected.contains(&version) {
+            self.plan.describe()
+        } else {
+            "single".to_string()
+        };
+        let mut record = self.manifest(
             name,
             version,
-            self.topo.rank,
-            self.first.clone(),
-            global,
-            self.recode,
+            CkptState::Durable,
+            &scheme,
+            0,
+            None,
+            &*global,
         );
+        record.ranks = vec![self.topo.rank as u32];
+        // A record left by an earlier flush of this version must not outlive its copy.
+        let _ = global.remove(&commit_key(name, version, self.topo.rank));
+        self.flusher.submit(CopyJob {
+            name: name.to_string(),
+            version,
+            rank: self.topo.rank,
+            src: self.first.clone(),
+            dst: global,
+            recode: self.recode,
+            commit: Some(crate::auth::encode_manifest(&record)),
+        });
         self.pending.push_back((name.to_string(), version));
         Ok(())
     }
@@ -990,6 +1053,7 @@ impl Engine {
             } else {
                 self.stats.flush_failures += 1;
                 // Nothing was published: remove this rank's copy so no stray part remains.
+                let _ = global.remove(&commit_key(&name, v, rank));
                 let _ = global.remove(&rank_key(&name, v, rank));
             }
             self.pending.pop_front();
@@ -1323,15 +1387,19 @@ impl Engine {
     /// Versions of `name` this rank could restore: version -> tiers holding its part.
     /// An incremental version counts only where the chain of parts it is based on is
     /// complete on the same tier. Also returns the size of a newer checkpoint written by
-    /// another number of ranks, and the bases of the first tier's versions.
-    fn candidates(&self, name: &str) -> Result<Found> {
+    /// another number of ranks, and the bases of the first tier's versions. Besides, the
+    /// versions this rank holds on the global tier by its commit record alone (no global
+    /// manifest yet), each with that record.
+    fn candidates_and_commits(&self, name: &str) -> Result<(Found, BTreeMap<i64, Manifest>)> {
+        let mut commits = BTreeMap::new();
         let mut out: BTreeMap<i64, Vec<Arc<dyn Tier>>> = BTreeMap::new();
         let mut wrong_size: Option<(i64, u32)> = None;
         let mut first_bases = BTreeMap::new();
         let rank = self.topo.rank;
-        let tiers: Vec<Arc<dyn Tier>> = std::iter::once(self.first.clone())
-            .chain(self.global.clone())
-            .collect();
+        // `[tiers] fetch = false`: the global tier is never read at restart (unless it is the
+        // only tier).
+        let global = self.global.clone().filter(|_| self.cfg.fetch);
+        let tiers: Vec<Arc<dyn Tier>> = std::iter::once(self.first.clone()).chain(global).collect();
         for tier in tiers {
             let mut here: BTreeSet<i64> = BTreeSet::new();
             let mut versions = catalog::versions(&*tier, name)?;
@@ -1339,6 +1407,28 @@ impl Engine {
             for v in versions {
                 let m = match catalog::read_manifest(&*tier, name, v) {
                     Ok(Some(m)) => m,
+                    // A flush whose global manifest was never published (the job died before
+                    // its next collective call): this rank's commit record stands for it,
+                    // if every rank has one (agreed in `agreed_candidates`).
+                    Ok(None)
+                        if tier.scope() == Scope::Global && !Arc::ptr_eq(&tier, &self.first) =>
+                    {
+                        match catalog::read_commit(&*tier, name, v, rank) {
+                            Ok(Some(c)) if c.world_size as usize == self.topo.size => {
+                                commits.insert(v, c.clone());
+                                c
+                            }
+                            Ok(Some(c)) => c,
+                            Ok(None) => continue,
+                            Err(e) => {
+                                warn!(
+                                    "cairn: rank {rank}: skipping the flushed copy of {name} v{v}: {}",
+                                    e.msg
+                                );
+                                continue;
+                            }
+                        }
+                    }
                     Ok(None) => continue,
                     Err(e) => {
                         warn!(
@@ -1365,13 +1455,69 @@ impl Engine {
                 }
             }
         }
-        Ok((out, wrong_size, first_bases))
+        commits.retain(|v, _| {
+            out.get(v)
+                .is_some_and(|t| t.iter().any(|t| t.scope() == Scope::Global))
+        });
+        Ok(((out, wrong_size, first_bases), commits))
     }
 
-    /// Collective: this rank's candidates, once every rank could list its own.
+    /// Collective: this rank's candidates, once every rank could list its own. A version on
+    /// the global tier without its manifest counts there only if every rank has its commit
+    /// record; then rank 0 publishes the manifest the job that flushed it did not live to.
     fn agreed_candidates(&self, name: &str) -> Result<Found> {
-        let res = check_name(name).and_then(|()| self.candidates(name));
-        agree(&*self.comm, res, "look for checkpoints")
+        let res = check_name(name).and_then(|()| self.candidates_and_commits(name));
+        let ((mut cands, wrong, bases), mut commits) =
+            agree(&*self.comm, res, "look for checkpoints")?;
+        let Some(global) = self.global.clone() else {
+            return Ok((cands, wrong, bases));
+        };
+        // Newest first, one version at a time, until no rank has one left to settle.
+        let mut below = i64::MAX;
+        loop {
+            let mine = commits
+                .range(..below)
+                .next_back()
+                .map(|(v, _)| *v)
+                .unwrap_or(-1);
+            let mut x = [mine];
+            self.comm.allreduce_i64(&mut x, Op::Max)?;
+            let v = x[0];
+            if v < 0 {
+                break;
+            }
+            below = v;
+            let record = commits.remove(&v);
+            if !self.comm.all_agree(record.is_some())? {
+                if let Some(tiers) = cands.get_mut(&v) {
+                    tiers.retain(|t| !Arc::ptr_eq(t, &global));
+                    if tiers.is_empty() {
+                        cands.remove(&v);
+                    }
+                }
+                continue;
+            }
+            if self.topo.rank == 0 {
+                let c = record.expect("agreed");
+                let m = self.manifest(
+                    name,
+                    v,
+                    CkptState::Durable,
+                    &c.scheme,
+                    c.capture_ns,
+                    None,
+                    &*global,
+                );
+                match self.publish_one(&*global, &m, true) {
+                    Ok(()) => info!(
+                        "cairn: {name} v{v}: every rank's flush was committed; published its \
+                         global manifest"
+                    ),
+                    Err(e) => warn!("cairn: {name} v{v}: {}", e.msg),
+                }
+            }
+        }
+        Ok((cands, wrong, bases))
     }
 
     /// Collective: the newest version `<= upper` present in every rank's candidates.
@@ -1400,8 +1546,9 @@ impl Engine {
     pub fn restart_test_below(&mut self, name: &str, below: i64) -> Result<Option<i64>> {
         self.claim(name)?;
         self.rebuild_missing(name)?;
-        let (cands, _, _) = self.agreed_candidates(name)?;
-        self.agree_newest(&cands, below.saturating_sub(1))
+        let (cands, wrong_size, _) = self.agreed_candidates(name)?;
+        let found = self.agree_newest(&cands, below.saturating_sub(1))?;
+        self.judge_world_size(name, found, wrong_size.filter(|(v, _)| *v < below), false)
     }
 
     /// Collective: delete version `version` of checkpoint `name` from every tier (SCR_Delete).
@@ -1465,6 +1612,79 @@ impl Engine {
             info!("cairn: deleted {name} v{version}");
         }
         Ok(())
+    }
+
+    /// Local: the shapes of this rank's regions in `name` v`version` as stored (the index
+    /// of its part, from the first tier that holds it intact), without restoring anything.
+    /// FTI asks for a variable's stored size before it allocates it.
+    pub fn stored_shapes(&self, name: &str, version: i64) -> Result<Vec<Shape>> {
+        check_name(name)?;
+        let rank = self.topo.rank;
+        let mut last = not_stored(name, version);
+        for tier in std::iter::once(&self.first).chain(self.global.as_ref()) {
+            match part::open_chain(&**tier, name, version, rank, Some(self.topo.size)) {
+                Ok(chain) => {
+                    let index = &chain[0].index;
+                    return Ok(index
+                        .regions
+                        .iter()
+                        .map(|e| Shape {
+                            id: e.id,
+                            dtype: e.dtype,
+                            count: e.count,
+                            stored: None,
+                        })
+                        .collect());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Local: whether this rank still copies a checkpoint to the global tier (a flush it
+    /// started has not ended). Never blocks and never publishes.
+    pub fn flushing(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|(n, v)| self.flusher.state(n, *v).is_some_and(|s| !s.finished()))
+    }
+
+    /// Collective: wait for the flushes under way, then remove from the node-local tier every
+    /// version of `name` that is durable on the global tier (VeloC's `VELOC_Cleanup`). A
+    /// version stored nowhere else stays: its only copy is never removed. Returns the
+    /// versions removed and the versions kept for that reason.
+    pub fn evict_local(&mut self, name: &str) -> Result<(Vec<i64>, Vec<i64>)> {
+        check_name(name)?;
+        self.claim(name)?;
+        self.settle_all()?;
+        self.deleter.drain();
+        if self.global.is_none() {
+            let ns = self.names.entry(name.to_string()).or_default();
+            return Ok((Vec::new(), ns.first.iter().copied().collect()));
+        }
+        let ns = self.names.entry(name.to_string()).or_default();
+        // Incremental parts live only on the first tier: a durable version that a kept one is
+        // based on stays too.
+        let needed: BTreeSet<i64> = ns.bases.values().flatten().copied().collect();
+        let (doomed, kept): (Vec<i64>, Vec<i64>) = ns
+            .first
+            .iter()
+            .partition(|v| ns.global.contains(v) && !needed.contains(v));
+        for v in &doomed {
+            ns.first.remove(v);
+            ns.protected.remove(v);
+            ns.bases.remove(v);
+            if ns.hashes.as_ref().is_some_and(|(b, _)| b == v) {
+                ns.hashes = None;
+            }
+        }
+        let publisher = self.topo.is_node_leader();
+        for v in &doomed {
+            delete_version(&*self.first, name, *v, self.topo.rank, publisher);
+        }
+        self.comm.barrier()?;
+        Ok((doomed, kept))
     }
 
     /// Collective: true on every rank when `ok` is true on every rank.
@@ -1547,12 +1767,32 @@ impl Engine {
         self.rebuild_missing(name)?;
         let (cands, wrong_size, _) = self.agreed_candidates(name)?;
         let found = self.agree_newest(&cands, i64::MAX)?;
+        self.judge_world_size(name, found, wrong_size, true)
+    }
+
+    /// Collective: what `restart_test` answers, given the newest version `found` every rank
+    /// can restore and a newer one written by another number of ranks, if any. With
+    /// `strict`, finding only such a checkpoint is an error; otherwise (the file API, whose
+    /// libraries start afresh when nothing can be restored) rank 0 says so once.
+    fn judge_world_size(
+        &mut self,
+        name: &str,
+        found: Option<i64>,
+        wrong_size: Option<(i64, u32)>,
+        strict: bool,
+    ) -> Result<Option<i64>> {
         let mut ws = [
             wrong_size.map(|(v, _)| v).unwrap_or(-1),
             wrong_size.map(|(_, n)| n as i64).unwrap_or(-1),
         ];
         self.comm.allreduce_i64(&mut ws, Op::Max)?;
         match (found, ws[0]) {
+            (None, v) if v >= 0 && !strict => {
+                if self.topo.rank == 0 && self.warned_world.insert((name.to_string(), v)) {
+                    warn!("cairn: {name} v{v} was written by {} ranks but this job has {}; nothing to restart from (relaunch with {} ranks to restart from it)", ws[1], self.topo.size, ws[1]);
+                }
+                Ok(None)
+            }
             (None, v) if v >= 0 => Err(Error::new(
                 ErrorKind::Mismatch,
                 format!(
@@ -1561,7 +1801,9 @@ impl Engine {
                 ),
             )),
             (Some(f), v) if v > f && self.topo.rank == 0 => {
-                warn!("cairn: ignoring {name} v{v}, written by {} ranks (this job has {}); using v{f}", ws[1], self.topo.size);
+                if self.warned_world.insert((name.to_string(), v)) {
+                    warn!("cairn: ignoring {name} v{v}, written by {} ranks (this job has {}); using v{f}", ws[1], self.topo.size);
+                }
                 Ok(Some(f))
             }
             (f, _) => Ok(f),

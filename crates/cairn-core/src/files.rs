@@ -106,13 +106,16 @@ enum State {
 }
 
 /// What [`Files::start_restart`] restored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Restored {
     pub version: i64,
     /// The dataset name given to `start_output`, if any.
     pub label: Option<String>,
     /// The names of the restored files, as the application routed them.
     pub files: Vec<String>,
+    /// With `hold`: the stored memory regions that were not among the regions restored in
+    /// place, read into buffers of their stored size, by id.
+    pub held: BTreeMap<i32, OwnedRegion>,
 }
 
 /// The file API of one rank: its state and its staging directory. See the module docs.
@@ -204,17 +207,38 @@ impl Files {
                 o.routed.push((file.to_string(), p.clone()));
                 Ok(p)
             }
-            State::Restart(r) => r.files.get(file).cloned().ok_or_else(|| {
-                Error::new(
-                    ErrorKind::NotFound,
-                    format!(
-                        "route_file: {file:?} is not a file of checkpoint {} v{} (it has {})",
-                        r.name,
-                        r.version,
-                        list(r.files.keys())
-                    ),
-                )
-            }),
+            State::Restart(r) => {
+                if let Some(p) = r.files.get(file) {
+                    return Ok(p.clone());
+                }
+                // A bare name (SCR 1.x looks files up by name alone) finds the one stored
+                // file of that name in whatever directory it was routed from.
+                let bare = |n: &str| Path::new(n).file_name().map(|b| b.to_owned());
+                let mut same = r.files.iter().filter(|(n, _)| {
+                    !file.contains('/') && bare(n).is_some_and(|b| b.as_os_str() == file)
+                });
+                match (same.next(), same.next()) {
+                    (Some((_, p)), None) => Ok(p.clone()),
+                    _ => Err(Error::new(
+                        ErrorKind::NotFound,
+                        format!(
+                            "route_file: {file:?} is not a file of checkpoint {} v{} (it has {})",
+                            r.name,
+                            r.version,
+                            list(r.files.keys())
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The names of the files of the restart under way, as they were routed (sorted); empty
+    /// when no restart is under way.
+    pub fn restart_files(&self) -> Vec<String> {
+        match &self.state {
+            State::Restart(r) => r.files.keys().cloned().collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -302,17 +326,21 @@ impl Files {
         name: &str,
         memory: &mut [RegionMut<'_>],
     ) -> Result<Option<Restored>> {
-        self.start_restart_upto(engine, name, i64::MAX, memory)
+        self.start_restart_upto(engine, name, i64::MAX, memory, false)
     }
 
     /// Collective: [`Files::start_restart`] from the newest version no newer than `upto`
-    /// (VeloC restarts from a version the application names).
+    /// (VeloC restarts from a version the application names). With `hold`, a stored memory
+    /// region that is not in `memory` is read into a buffer of its own, returned in
+    /// [`Restored::held`], instead of failing the restart (VeloC registers regions after
+    /// asking for their stored size).
     pub fn start_restart_upto(
         &mut self,
         engine: &mut Engine,
         name: &str,
         upto: i64,
         memory: &mut [RegionMut<'_>],
+        hold: bool,
     ) -> Result<Option<Restored>> {
         engine.agreed(self.idle("start_restart"), "start the restart")?;
         let below = self.below(name).min(upto.saturating_add(1));
@@ -323,9 +351,10 @@ impl Files {
         let mut dir = PathBuf::new();
         let mut sized = |version: i64, shapes: &[Shape]| -> Result<Vec<OwnedRegion>> {
             dir = fresh_dir(&parts, &format!("restart-{name}-v{version}"))?;
-            shapes.iter().map(|s| buffer(&dir, s)).collect()
+            shapes.iter().map(|s| buffer(&dir, s, hold)).collect()
         };
         let (version, bufs) = engine.restart_sized(name, v, memory, &mut sized)?;
+        let (held, bufs): (Vec<_>, Vec<_>) = bufs.into_iter().partition(|b| b.id >= 0);
         let res = restored_files(&dir, name, version, bufs);
         let (meta, files) = match engine.agreed(res, "read the restored files") {
             Ok(x) => x,
@@ -345,6 +374,7 @@ impl Files {
             version,
             label: meta.label,
             files: names,
+            held: held.into_iter().map(|b| (b.id, b)).collect(),
         }))
     }
 
@@ -553,8 +583,12 @@ fn copy_out(staged: &Path, dest: &Path) -> Result<()> {
 }
 
 /// A buffer for one stored region: the description in memory, a file as a writable mapping
-/// of a new file of its size (so restored bytes go straight into the file).
-fn buffer(dir: &Path, s: &Shape) -> Result<OwnedRegion> {
+/// of a new file of its size (so restored bytes go straight into the file), a memory region
+/// not restored in place in memory if `hold`.
+fn buffer(dir: &Path, s: &Shape, hold: bool) -> Result<OwnedRegion> {
+    if s.id >= 0 && hold {
+        return OwnedRegion::zeroed(s);
+    }
     if s.id >= 0 {
         return Err(Error::new(
             ErrorKind::Mismatch,

@@ -2,12 +2,15 @@
 //! global tier, in the background, with bounded memory, verifying every block on the way,
 //! merging incremental chains into full parts and re-encoding for the global tier's codec.
 //!
-//! The [`Flusher`] owns one I/O thread per process and a queue of copy jobs. It only moves
-//! bytes and records how each job ended; it never publishes anything. Publication of the
-//! global manifest is collective and happens in the engine (`Engine::settle`), at the next
-//! collective call after every rank's copy has finished, so a version is DURABLE only once
-//! every part is committed on the global tier. A crash at any point before that leaves the
-//! version without a global manifest, which restart ignores.
+//! The [`Flusher`] owns one I/O thread per process and a queue of copy jobs. It moves bytes,
+//! and after each copy it writes the rank's commit record (`rank<r>.done`, a manifest that
+//! lists that rank alone) next to the copy, without waiting for any other rank: so a copy
+//! that finished is known to be complete even if the job dies before its next collective
+//! call. The global manifest is published collectively by the engine (`Engine::settle`),
+//! at the next collective call after every rank's copy has finished; a restart that finds
+//! no global manifest but every rank's commit record agrees the version is complete and
+//! publishes the manifest then. A crash before some rank's commit record is written leaves
+//! a version restart does not take from the global tier.
 
 use crate::catalog::rank_key;
 use crate::error::{Error, ErrorKind, Result};
@@ -77,13 +80,16 @@ fn lock(m: &Mutex<Book>) -> MutexGuard<'_, Book> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-struct Job {
-    name: String,
-    version: i64,
-    rank: usize,
-    src: Arc<dyn Tier>,
-    dst: Arc<dyn Tier>,
-    recode: Recode,
+/// One copy for the flush thread: rank `rank`'s part of `name` v`version` from `src` to
+/// `dst`, then `commit` (the rank's commit record, see the module docs) beside it.
+pub struct CopyJob {
+    pub name: String,
+    pub version: i64,
+    pub rank: usize,
+    pub src: Arc<dyn Tier>,
+    pub dst: Arc<dyn Tier>,
+    pub recode: Recode,
+    pub commit: Option<Vec<u8>>,
 }
 
 /// How the global copy of a part is encoded.
@@ -99,7 +105,7 @@ pub struct Recode {
 /// One background I/O thread copying parts to the global tier.
 pub struct Flusher {
     shared: Arc<Shared>,
-    tx: Option<mpsc::Sender<Job>>,
+    tx: Option<mpsc::Sender<CopyJob>>,
     handle: Option<JoinHandle<()>>,
     limits: Limits,
 }
@@ -111,7 +117,7 @@ impl Flusher {
             changed: Condvar::new(),
             cancel: AtomicBool::new(false),
         });
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<CopyJob>();
         let worker = shared.clone();
         let handle = std::thread::Builder::new()
             .name("cairn-flush".into())
@@ -133,25 +139,9 @@ impl Flusher {
     }
 
     /// Queue the copy of rank `rank`'s part of `name` v`version` from `src` to `dst`.
-    pub fn submit(
-        &self,
-        name: &str,
-        version: i64,
-        rank: usize,
-        src: Arc<dyn Tier>,
-        dst: Arc<dyn Tier>,
-        recode: Recode,
-    ) {
-        let id = (name.to_string(), version);
+    pub fn submit(&self, job: CopyJob) {
+        let id = (job.name.clone(), job.version);
         lock(&self.shared.book).jobs.insert(id, JobState::Queued);
-        let job = Job {
-            name: name.to_string(),
-            version,
-            rank,
-            src,
-            dst,
-            recode,
-        };
         match (&self.tx, &self.handle) {
             (Some(tx), Some(_)) => {
                 if let Err(mpsc::SendError(job)) = tx.send(job) {
@@ -224,14 +214,14 @@ pub fn lower_priority() {
     }
 }
 
-fn set_state(shared: &Shared, job: &Job, state: JobState) {
+fn set_state(shared: &Shared, job: &CopyJob, state: JobState) {
     lock(&shared.book)
         .jobs
         .insert((job.name.clone(), job.version), state);
     shared.changed.notify_all();
 }
 
-fn run_job(shared: &Shared, job: Job, limits: Limits) {
+fn run_job(shared: &Shared, job: CopyJob, limits: Limits) {
     let t0 = Instant::now();
     let progress = |done: u64, total: u64| -> bool {
         lock(&shared.book).jobs.insert(
@@ -251,6 +241,15 @@ fn run_job(shared: &Shared, job: Job, limits: Limits) {
             job.recode,
             &progress,
         )
+        .and_then(|bytes| {
+            if let Some(record) = &job.commit {
+                let key = crate::catalog::commit_key(&job.name, job.version, job.rank);
+                job.dst.put(&key, record).map_err(|e| {
+                    Error::from(e).context(format!("writing the commit record {key}"))
+                })?;
+            }
+            Ok(bytes)
+        })
     };
     let state = match res {
         Ok(bytes) => JobState::Done {

@@ -567,6 +567,29 @@ struct Found {
     problems: Vec<String>,
 }
 
+/// The manifest a restart publishes for a flushed version whose job died before it could:
+/// present when every rank's commit record is on the global tier (see `catalog`).
+fn committed_manifest(tier: &dyn Tier, name: &str, v: i64) -> Option<Manifest> {
+    let first = catalog::read_commit(tier, name, v, 0).ok().flatten()?;
+    let world = first.world_size;
+    if world == 0 || world as usize > MAX_LISTED_RANKS {
+        return None;
+    }
+    for r in 1..world as usize {
+        let c = catalog::read_commit(tier, name, v, r).ok().flatten()?;
+        if c.world_size != world {
+            return None;
+        }
+    }
+    Some(Manifest {
+        ranks: (0..world).collect(),
+        ..first
+    })
+}
+
+/// Commit records read for one version at most (one file each).
+const MAX_LISTED_RANKS: usize = 1 << 20;
+
 /// Check a name given by the user.
 fn valid_name(name: &str) -> Result<()> {
     check_name(name).map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))
@@ -1220,6 +1243,7 @@ impl Inventory {
     fn scan_version(&self, place: Place, tier: &Opened, name: &str, v: i64) -> Result<Found> {
         let dir = tier.root().join(version_dir(name, v));
         let (manifest, manifest_error) = match catalog::read_manifest(&**tier, name, v) {
+            Ok(None) if place == Place::Global => (committed_manifest(&**tier, name, v), None),
             Ok(m) => (m, None),
             Err(e) => (None, Some(e.msg)),
         };

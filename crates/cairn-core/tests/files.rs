@@ -193,15 +193,35 @@ fn a_named_older_version_restarts_and_the_run_goes_on_from_it() {
         let mut step = [0i64];
         // A version the application names (VeloC restarts version N): the newest up to 2.
         let got = files
-            .start_restart_upto(e, "sim", 2, &mut [RegionMut::new(0, &mut step)])
+            .start_restart_upto(e, "sim", 2, &mut [RegionMut::new(0, &mut step)], false)
             .unwrap()
             .unwrap();
         assert_eq!((got.version, step[0]), (2, 20));
+        assert!(got.held.is_empty());
         let p = files.route_file(&names(rank)[0]).unwrap();
-        assert!(std::fs::read(p).unwrap() == content(rank, 0, 2));
+        assert!(std::fs::read(&p).unwrap() == content(rank, 0, 2));
+        // SCR 1.x looks a file up by its bare name, wherever it was routed from.
+        assert_eq!(files.route_file(&format!("field.{rank}.h5")).unwrap(), p);
+        let err = files.route_file("field.h5").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
+        assert_eq!(files.restart_files().len(), 2);
         assert!(files.complete_restart(e, true).unwrap());
         // As with any restart, the run continues from v2: v3 is not its future.
         assert_eq!(files.have_restart(e, "sim").unwrap(), Some(2));
+        // With hold, a region not protected now is read into a buffer of its own.
+        let mut got = files
+            .start_restart_upto(e, "sim", 2, &mut [], true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.version, 2);
+        let held = got.held.get_mut(&0).expect("region 0 is held");
+        assert_eq!(held.bytes(), &20i64.to_ne_bytes()[..]);
+        assert!(files.complete_restart(e, true).unwrap());
+        // Without, it fails the restart as before.
+        let err = files
+            .start_restart_upto(e, "sim", 2, &mut [], false)
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Mismatch, "{err}");
     });
 }
 
@@ -506,4 +526,28 @@ fn a_planted_staging_directory_is_refused_not_followed() {
         std::fs::metadata(staging).unwrap().permissions().mode() & 0o777
     });
     assert!(modes.iter().all(|m| *m == 0o700), "{modes:?}");
+}
+
+#[test]
+fn a_checkpoint_of_another_rank_count_is_not_offered() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "single");
+    write_job(&cfg, 2);
+    // Half the ranks: nothing can be restored; the file API offers nothing (rank 0 logs
+    // why), and the engine's own restart test names the checkpoint.
+    let got = job(RANKS / 2, &cfg, |_, e| {
+        let mut files = Files::new(e);
+        (
+            files.have_restart(e, "sim").unwrap(),
+            e.restart_test("sim").unwrap_err(),
+        )
+    });
+    for (offered, err) in got {
+        assert_eq!(offered, None);
+        assert_eq!(err.kind, ErrorKind::Mismatch, "{err}");
+        assert!(
+            err.msg.contains(&format!("written by {RANKS} ranks")),
+            "{err}"
+        );
+    }
 }

@@ -256,3 +256,73 @@ fn wait_flushes_waits_for_what_the_schedule_started_and_starts_nothing() {
         e.wait_flushes().unwrap();
     });
 }
+
+/// Every rank's flush of v2 commits after `checkpoint` returned, and the job ends before any
+/// later call could publish the global manifest (its engines are dropped, not finalized).
+/// With every node-local directory gone, the commit records are what a restart agrees on:
+/// it restores v2 and publishes its manifest. A version one rank never committed is not
+/// taken from the global tier.
+#[test]
+fn flushed_parts_with_every_commit_record_restart_after_the_job_died_unpublished() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        flush_every: 1,
+        ..config(dir.path())
+    };
+    let ranks = 3;
+    let handles: Vec<_> = cairn_comm::Threads::world(ranks)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, comm)| {
+            let (cfg, root) = (cfg.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || {
+                let mut e = Engine::new(Box::new(comm), cfg).expect("engine");
+                checkpoint(&mut e, rank, 1);
+                checkpoint(&mut e, rank, 2);
+                let done = root.join(format!("global/{NAME}/v2/rank{rank}.done"));
+                let t0 = std::time::Instant::now();
+                while !done.exists() {
+                    assert!(t0.elapsed().as_secs() < 60, "rank {rank}: no commit record");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                drop(e);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(
+        manifest(dir.path(), "global", 2).is_none(),
+        "v2 was published"
+    );
+    std::fs::remove_dir_all(dir.path().join("local")).unwrap();
+
+    // A third version whose copy only rank 0 committed: never a candidate.
+    let v3 = dir.path().join(format!("global/{NAME}/v3"));
+    std::fs::create_dir_all(&v3).unwrap();
+    let v2 = dir.path().join(format!("global/{NAME}/v2"));
+    std::fs::copy(v2.join("rank0.ckpt"), v3.join("rank0.ckpt")).unwrap();
+    let mut record = Manifest::decode(&std::fs::read(v2.join("rank0.done")).unwrap()).unwrap();
+    record.version = 3;
+    std::fs::write(v3.join("rank0.done"), record.encode()).unwrap();
+
+    let got = job(ranks, &cfg, |rank, e| {
+        let v = e.restart_test(NAME).unwrap();
+        let mut buf = vec![0u64; 3000];
+        let restored = e.restart(NAME, 2, &mut [RegionMut::new(0, &mut buf)]);
+        (
+            v,
+            restored
+                .map(|v| (v, buf == data(rank, 2, 3000)))
+                .map_err(|e| e.msg),
+        )
+    });
+    for (rank, (v, restored)) in got.iter().enumerate() {
+        assert_eq!(*v, Some(2), "rank {rank}");
+        assert_eq!(restored, &Ok((2, true)), "rank {rank}");
+    }
+    let m = manifest(dir.path(), "global", 2).expect("the restart publishes v2's manifest");
+    assert_eq!(m.ranks, (0..ranks as u32).collect::<Vec<_>>());
+    assert_eq!(m.state, CkptState::Durable);
+}

@@ -19,7 +19,7 @@
  * verify; the checkpoint loop in main.
  *
  * Usage: stress [--name NAME] [--versions V] [--mib M] [--regions R] [--config PATH]
- *               [--changing P] [--verify-only] [--solo] [--until-exit MS]
+ *               [--changing P] [--verify-only] [--solo] [--until-exit MS] [--then-hang]
  *   Under mpirun every rank takes part; with --solo the program makes no MPI call at all
  *   (cairn_init_solo) and runs as a plain process. Checkpoints are versions restored+1 .. V,
  *   starting at 1 when nothing is stored. --verify-only restores, verifies and exits.
@@ -28,6 +28,9 @@
  *   --until-exit MS: each step "computes" for MS milliseconds and asks cairn_should_exit; a
  *   step checkpoints when cairn_need_checkpoint says so, and when cairn_should_exit says
  *   stop, the program takes a last checkpoint and finalizes (which makes it durable).
+ *   --then-hang: the last checkpoint (V) is followed by no Cairn call at all, not even
+ *   cairn_test: the program prints "hanging" and waits to be killed, as a job that dies right
+ *   after a checkpoint call returned.
  *
  * Output (stdout, flushed after every line):
  *   stress: rank <r> restored v<v> ok
@@ -36,6 +39,7 @@
  *   stress: rank <r> durable v<v>
  *   stress: rank <r> exiting after v<v>         (--until-exit, when cairn_should_exit said so)
  *   stress: none                              (--verify-only, nothing stored; rank 0 only)
+ *   stress: rank <r> hanging after v<v>       (--then-hang)
  * On a Cairn error, stderr gets "stress: rank <r> <call> failed (<code>): <last error>".
  *
  * Exit codes: 0 success, 2 bad arguments or out of memory, 4 verification mismatch (all ranks
@@ -254,12 +258,17 @@ static int64_t restore_and_verify(const char *name, struct region *regs, int nre
 /* Versions below this one were seen durable (or are too old to ask about). */
 static int64_t durable_floor = 1;
 
-static void take_checkpoint(const char *name, struct region *regs, int nregs, int64_t v)
+static void take_checkpoint(const char *name, struct region *regs, int nregs, int64_t v,
+                            int ask)
 {
     for (int i = 0; i < nregs; i++)
         fill_region(&regs[i], i, v, rank);
     check(cairn_checkpoint(name, v), "cairn_checkpoint");
     printf("stress: rank %d checkpoint v%" PRId64 " done\n", rank, v);
+    if (!ask) {
+        fflush(stdout);
+        return;
+    }
     /* cairn_test is collective: every rank asks about the same versions. */
     if (durable_floor < v - 3)
         durable_floor = v - 3;
@@ -288,13 +297,14 @@ int main(int argc, char **argv)
 {
     const char *name = "stress", *config = NULL;
     long long versions = 1000, mib = 4, nregs = 3;
-    int verify_only = 0, solo = 0;
+    int verify_only = 0, solo = 0, then_hang = 0;
     long long until_exit = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
         if (strcmp(opt, "--verify-only") == 0) { verify_only = 1; continue; }
         if (strcmp(opt, "--solo") == 0)        { solo = 1; continue; }
+        if (strcmp(opt, "--then-hang") == 0)   { then_hang = 1; continue; }
         if (i + 1 >= argc)
             usage("missing value or unknown option");
         const char *val = argv[++i];
@@ -362,18 +372,24 @@ int main(int argc, char **argv)
             int stop = 0, due = 0;
             check(cairn_should_exit(&stop), "cairn_should_exit");
             if (stop) {
-                take_checkpoint(name, regs, (int)nregs, v);
+                take_checkpoint(name, regs, (int)nregs, v, 1);
                 printf("stress: rank %d exiting after v%" PRId64 "\n", rank, v);
                 fflush(stdout);
                 break;
             }
             check(cairn_need_checkpoint(&due), "cairn_need_checkpoint");
             if (due)
-                take_checkpoint(name, regs, (int)nregs, v);
+                take_checkpoint(name, regs, (int)nregs, v, 1);
         }
     } else {
         for (int64_t v = restored < 0 ? 1 : restored + 1; v <= versions; v++)
-            take_checkpoint(name, regs, (int)nregs, v);
+            take_checkpoint(name, regs, (int)nregs, v, !(then_hang && v == versions));
+        if (then_hang) {
+            printf("stress: rank %d hanging after v%lld\n", rank, versions);
+            fflush(stdout);
+            for (;;)
+                sleep_ms(1000);
+        }
     }
 
     check(cairn_finalize(), "cairn_finalize");

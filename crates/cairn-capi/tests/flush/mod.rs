@@ -255,3 +255,96 @@ fn should_exit_leaves_a_durable_last_checkpoint() {
         signal(pid, libc::SIGUSR1);
     });
 }
+
+/// Kill every process of a running job at once (ranks first, then mpirun) with SIGKILL.
+fn kill_job(job: Running) -> Outcome {
+    let pid = job.pid();
+    for p in descendants(pid) {
+        kill9(p);
+    }
+    kill9(pid);
+    job.finish(Duration::from_secs(30))
+}
+
+/// Run `stress --versions 3 --then-hang` until every rank hangs after v3, having made no
+/// Cairn call since v3's cairn_checkpoint returned.
+fn hang_after_v3(tiers: &Tiers, mib: &str, ctx: &str) -> Running {
+    let args = ["--mib", mib, "--versions", "3", "--then-hang"];
+    let mut job = spawn(stress_cmd(Some(RANKS), &args, tiers), ctx);
+    let mut hanging = 0;
+    job.wait_line(Duration::from_secs(120), |l| {
+        hanging += l.contains(" hanging after v3") as usize;
+        hanging == RANKS
+    })
+    .unwrap_or_else(|| panic!("{ctx}: not every rank reached v3; saw {:?}", job.seen));
+    job
+}
+
+#[test]
+fn a_checkpoint_is_not_lost_when_the_job_dies_right_after_the_call_returns() {
+    let _mpi = mpi_lock();
+
+    // 1. The background flush of v3 finishes after cairn_checkpoint returned; the job makes
+    //    no further call (which is where the global manifest would be published) and is
+    //    killed; then every node-local directory is wiped. Each rank's commit record on the
+    //    global tier says its copy is complete; the restart agrees on them and restores v3.
+    let ctx = "killed after v3's flush, node-local tiers wiped";
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_FLUSH_EVERY", "1");
+    let job = hang_after_v3(&tiers, "4", ctx);
+    let vdir = tiers.global().join("stress/v3");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(0..RANKS).all(|r| vdir.join(format!("rank{r}.done")).exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{ctx}: the flush of v3 did not commit on every rank within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !vdir.join("manifest.json").exists(),
+        "{ctx}: the job published v3's global manifest after its last call; the test proves \
+         nothing"
+    );
+    let killed = kill_job(job);
+    assert!(!killed.status.success(), "{ctx}: {}", killed.show());
+    std::fs::remove_dir_all(tiers.local()).expect("wipe the node-local tiers");
+    let o = verify_only(&tiers, "4", ctx);
+    assert_eq!(restored_ok(&o, RANKS, ctx), Some(3), "{ctx}\n{}", o.show());
+    assert!(
+        vdir.join("manifest.json").exists(),
+        "{ctx}: the restart should have published v3's global manifest"
+    );
+    assert!(
+        verify_global(&tiers, "stress", ctx).contains(&3),
+        "{ctx}: v3 should be durable and verify"
+    );
+
+    // 2. The job is killed as soon as cairn_checkpoint returned, while v3's flush is held
+    //    back (1 MiB/s for over 1 MiB per rank): the node-local copy, complete when the call
+    //    returned, is what the restart takes; it carries the flush on.
+    let ctx = "killed during v3's flush, node-local tiers kept";
+    let mut tiers = Tiers::new(2);
+    tiers.set("CAIRN_FLUSH_EVERY", "1");
+    tiers.set("CAIRN_FLUSH_BANDWIDTH", "1M");
+    let job = hang_after_v3(&tiers, "1", ctx);
+    let killed = kill_job(job);
+    assert!(!killed.status.success(), "{ctx}: {}", killed.show());
+    let vdir = tiers.global().join("stress/v3");
+    assert!(
+        !vdir.join("manifest.json").exists(),
+        "{ctx}: v3 was durable already; the test proves nothing"
+    );
+    tiers.extra.retain(|(k, _)| k != "CAIRN_FLUSH_BANDWIDTH");
+    let o = verify_only(&tiers, "1", ctx);
+    assert_eq!(restored_ok(&o, RANKS, ctx), Some(3), "{ctx}\n{}", o.show());
+    assert!(
+        verify_global(&tiers, "stress", ctx).contains(&3),
+        "{ctx}: the restart should have carried v3's flush on to the global tier"
+    );
+    assert!(
+        temporaries(&tiers.global()).is_empty(),
+        "{ctx}: {:?}",
+        temporaries(&tiers.global())
+    );
+}
