@@ -5,8 +5,11 @@
 #   PREFIX/include/<lib>.h      the header of the original API (scr.h, fti.h, veloc.h)
 #   PREFIX/lib/lib<lib>.so      its functions, implemented over libcairn (link with -l<lib>)
 #
-# Each library is native/compat/<lib>/*.c (with the shared headers of native/compat/common/),
-# compiled with mpicc against PREFIX/include/cairn.h
+#   PREFIX/include/<lib>.hpp, PREFIX/include/<lib>/   its C++ API and headers, if it has them
+#   PREFIX/include/<lib>f.h     its Fortran include file, if it has one (scrf.h)
+#
+# Each library is native/compat/<lib>/*.c and *.cpp (with the shared headers of
+# native/compat/common/), compiled with mpicc (and mpicxx) against PREFIX/include/cairn.h
 # and cairn_mpi.h and linked to PREFIX/lib/libcairn.so, which must already be installed
 # (./run build does both). CC and CFLAGS may be overridden.
 set -eu
@@ -32,17 +35,45 @@ if [ $# -eq 0 ]; then
     done
 fi
 mkdir -p "$prefix/include" "$prefix/lib"
+CXX=${CXX:-mpicxx}
+CXXFLAGS=${CXXFLAGS:--O2}
 for lib in "$@"; do
     src="$here/$lib"
     if [ ! -f "$src/$lib.h" ]; then
         echo "$0: no compatibility library $lib (expected $src/$lib.h)" >&2
         exit 1
     fi
+    obj=$(mktemp -d "$prefix/lib/.lib$lib.XXXXXX")
+    inc="-I $src -I $here/common -I $prefix/include"
+    link=$CC
+    for f in "$src"/*.c; do
+        # shellcheck disable=SC2086
+        $CC $CFLAGS -std=c11 -Wall -Wextra -fPIC -fvisibility=hidden $inc -c "$f" \
+            -o "$obj/$(basename "$f").o"
+    done
+    # A C++ API (veloc.hpp) is compiled with the C++ compiler and links the library with it.
+    for f in "$src"/*.cpp; do
+        [ -e "$f" ] || continue
+        # shellcheck disable=SC2086
+        $CXX $CXXFLAGS -std=c++17 -Wall -Wextra -fPIC -fvisibility=hidden \
+            -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $inc -c "$f" -o "$obj/$(basename "$f").o"
+        link=$CXX
+    done
     tmp="$prefix/lib/.lib$lib.so.tmp.$$"
-    # shellcheck disable=SC2086
-    $CC $CFLAGS -std=c11 -Wall -Wextra -fPIC -shared -fvisibility=hidden -o "$tmp" \
-        "$src"/*.c -I "$src" -I "$here/common" -I "$prefix/include" -L "$prefix/lib" -lcairn \
-        -Wl,-rpath,"$prefix/lib"
+    $link -shared -o "$tmp" "$obj"/*.o -L "$prefix/lib" -lcairn -Wl,-rpath,"$prefix/lib"
+    rm -rf "$obj"
     mv "$tmp" "$prefix/lib/lib$lib.so"
     install -m 0644 "$src/$lib.h" "$prefix/include/$lib.h"
+    # A Fortran include file (scrf.h).
+    if [ -f "$src/${lib}f.h" ]; then
+        install -m 0644 "$src/${lib}f.h" "$prefix/include/${lib}f.h"
+    fi
+    if [ -f "$src/$lib.hpp" ]; then
+        install -m 0644 "$src/$lib.hpp" "$prefix/include/$lib.hpp"
+    fi
+    # Headers of the API's own directory (<veloc/defs.h>, ...).
+    if [ -d "$src/$lib" ]; then
+        mkdir -p "$prefix/include/$lib"
+        install -m 0644 "$src/$lib"/*.h* "$prefix/include/$lib/"
+    fi
 done

@@ -30,6 +30,7 @@ const HEAT: [&str; 6] = ["--n", "128", "--iters", "400", "--every", "50"];
 struct Programs {
     heatdis: PathBuf,
     types: PathBuf,
+    vars: PathBuf,
 }
 
 fn compile(
@@ -69,7 +70,7 @@ fn build() -> Result<Programs, String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fti");
     let bin = prefix.join("bin");
     std::fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
-    for name in ["heatdis", "types"] {
+    for name in ["heatdis", "types", "vars"] {
         // Built under a temporary name, so a concurrent build never runs half a file.
         let tmp = bin.join(format!("{name}.tmp.{}", std::process::id()));
         compile(
@@ -92,6 +93,7 @@ fn build() -> Result<Programs, String> {
     Ok(Programs {
         heatdis: bin.join("heatdis"),
         types: bin.join("types"),
+        vars: bin.join("vars"),
     })
 }
 
@@ -285,14 +287,22 @@ fn level_4_recovers_from_the_global_tier_when_every_node_is_lost() {
 }
 
 #[test]
-fn level_2_without_redundancy_is_made_durable_and_survives_a_lost_node() {
+fn level_2_without_a_schedule_gets_partner_copies() {
     let _mpi = mpi_lock();
-    let tiers = Tiers::new(NODES);
-    // Ckpt_L2 and Ckpt_L3 are 0: Cairn's scheme is single, so level 2 goes to the global tier.
+    // Ckpt_L2 and Ckpt_L3 are 0: FTI_Checkpoint(id, 2) still stores partner copies, and a
+    // lost node is rebuilt from them, with nothing on the global tier.
+    rebuilds_from_redundancy("2", "Ckpt_L2 = 0\nCkpt_L3 = 0\n", 3);
+}
+
+#[test]
+fn level_2_on_one_failure_domain_is_made_durable_and_survives_losing_it() {
+    let _mpi = mpi_lock();
+    // One node: no partner to copy to, so level 2 goes to the global tier.
+    let tiers = Tiers::new(1);
     let cfg = config(&tiers, "Ckpt_L2 = 0\nCkpt_L3 = 0\n");
     let args = at_level("2");
     let reference = run(
-        heatdis(&cfg, &args, &Tiers::new(NODES)),
+        heatdis(&cfg, &args, &Tiers::new(1)),
         "level 2 promoted, uninterrupted",
     );
     reference.assert_ok();
@@ -306,7 +316,7 @@ fn level_2_without_redundancy_is_made_durable_and_survives_a_lost_node() {
         "the promotion should be reported once\n{}",
         reference.show()
     );
-    kill_and_recover("level 2 promoted", &tiers, &cfg, &args, 2, &[1]);
+    kill_and_recover("level 2 promoted", &tiers, &cfg, &args, 2, &[0]);
 }
 
 #[test]
@@ -520,11 +530,10 @@ Lustre_striping_unit = 4194304
 Bogus_key           = 7
 ";
 
-const UNSUPPORTED: [&str; 17] = [
+const UNSUPPORTED: [&str; 16] = [
     "Meta_dir",
     "Dcp_mode",
     "Dcp_stack_size",
-    "Failure",
     "Exec_ID",
     "[injection] Rank",
     "[injection] Number",
@@ -588,6 +597,7 @@ fn configuration_settings_reach_cairn_and_the_rest_is_reported_once() {
         "Dcp_block",
         "Transfer_size",
         "Local_test",
+        "Failure",
     ] {
         assert!(
             !o.stderr
@@ -735,5 +745,86 @@ fn a_bad_configuration_file_fails_fti_init_with_a_message() {
         &cfg,
         &["scheme partner", "failure domains"],
         "partner on one node",
+    );
+}
+
+// ---- Variables by name and size, iCP, staging, [restart] Failure ------------------------------
+
+/// `[restart] failure` as the file says now.
+fn failure_in(path: &str) -> Option<i64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut section = String::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            section = l.trim_matches(|c| c == '[' || c == ']').to_lowercase();
+        } else if let Some((k, v)) = l.split_once('=') {
+            if section == "restart" && k.trim().eq_ignore_ascii_case("failure") {
+                return v.trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn variables_by_name_size_and_one_by_one_icp_staging_and_the_failure_field() {
+    let _mpi = mpi_lock();
+    let prog = &programs().vars;
+    let tiers = Tiers::new(NODES);
+    // FTI's own test template's values: every one is taken or reported, none fails FTI_Init.
+    let cfg = config(
+        &tiers,
+        "Ckpt_dir = local\nGlbl_dir = global\nckpt_l1 = 0\nmax_sync_intv = 0\n\
+         enable_dcp = 0\ndcp_block_size = -1\nDcp_L4 = 0\nh5_single_file_dir =\n\
+         h5_single_file_enable = 0\n[restart]\nfailure = 0\nexec_id = NULL\n\
+         [advanced]\nfast_forward = 1\nlustre_striping_factor = -1\n",
+    );
+    let run_vars = |mode: &str| {
+        let mut c = command(prog, Some(RANKS), &[&cfg, mode], &tiers);
+        c.env_remove("CAIRN_TIERS_LOCAL")
+            .env_remove("CAIRN_TIERS_GLOBAL");
+        run(c, &format!("vars {mode}"))
+    };
+    let first = run_vars("first");
+    first.assert_ok();
+    for step in ["icp", "staging"] {
+        assert!(
+            first.stdout.contains(&format!("vars: {step} ok")),
+            "{}",
+            first.show()
+        );
+    }
+    assert_eq!(
+        failure_in(&cfg),
+        Some(1),
+        "a checkpoint exists: failure = 1"
+    );
+    for r in 0..RANKS {
+        let staged = std::fs::read_to_string(tiers.path().join(format!("staged.{r}"))).unwrap();
+        assert_eq!(staged, format!("rank {r}\n"));
+    }
+
+    let second = run_vars("second");
+    second.assert_ok();
+    assert!(
+        second.stdout.contains("vars: recovered ok"),
+        "{}",
+        second.show()
+    );
+    assert_eq!(failure_in(&cfg), Some(0), "a finished run: failure = 0");
+
+    // The file says a restart is expected, and nothing is stored: FTI_NREC, not a fresh start.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("failure = 0", "failure = 1");
+    std::fs::write(&cfg, text).unwrap();
+    let none = run_vars("none");
+    none.assert_ok();
+    assert!(none.stdout.contains("vars: nrec ok"), "{}", none.show());
+    assert!(
+        none.stderr.contains("says a restart is expected"),
+        "{}",
+        none.show()
     );
 }

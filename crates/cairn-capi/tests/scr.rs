@@ -32,6 +32,7 @@ struct Programs {
     heat: PathBuf,
     api: PathBuf,
     cxx: PathBuf,
+    fortran: PathBuf,
 }
 
 /// Compile `tests/scr/<src>` into `<prefix>/bin/<name>` against the installed scr.h and libscr.
@@ -81,6 +82,14 @@ fn build() -> Result<Programs, String> {
         heat: compile(&prefix, "mpicc", &c, "heat.c", "heat")?,
         api: compile(&prefix, "mpicc", &c, "api.c", "api")?,
         cxx: compile(&prefix, "mpicxx", &cxx, "cxx.cpp", "cxx")?,
+        // scrf.h declares every constant; a program uses some.
+        fortran: compile(
+            &prefix,
+            "mpif90",
+            &["-Wno-unused-parameter"],
+            "ckpt.f90",
+            "ckpt",
+        )?,
     })
 }
 
@@ -118,15 +127,16 @@ impl Scr {
         self.tiers.path().join("pfs")
     }
 
-    /// Node `n`'s node-local directory: `<cache>/cairn-<user>/node<n>`.
+    /// Node `n`'s node-local directory: `<cache>/<user>/scr.defjobid/node<n>`, where SCR
+    /// keeps its cache.
     fn node_dir(&self, n: usize) -> PathBuf {
         let cache = self.tiers.path().join("cache");
         let user = std::fs::read_dir(&cache)
             .expect("read the cache base")
             .flatten()
-            .find(|e| e.file_name().to_string_lossy().starts_with("cairn-"))
-            .unwrap_or_else(|| panic!("no cairn-<user> directory in {}", cache.display()));
-        user.path().join(format!("node{n}"))
+            .find(|e| e.path().join("scr.defjobid").is_dir())
+            .unwrap_or_else(|| panic!("no <user>/scr.defjobid directory in {}", cache.display()));
+        user.path().join(format!("scr.defjobid/node{n}"))
     }
 
     fn cmd(&self, program: &Path, args: &[&str]) -> Command {
@@ -414,7 +424,7 @@ fn output_datasets_land_at_their_paths_under_the_prefix() {
     // Checkpoint-only datasets stay in Cairn's tiers, not at their paths.
     assert!(!scr.prefix().join("ckpt.100").exists());
     assert!(
-        scr.prefix().join(".cairn/scr").is_dir(),
+        scr.prefix().join(".scr/cairn/scr").is_dir(),
         "the global tier is under SCR_PREFIX"
     );
 }
@@ -545,4 +555,69 @@ fn scr_h_compiles_as_cxx_and_restarts() {
         o.assert_ok();
         assert!(o.stdout.contains(expect), "{}", o.show());
     }
+}
+
+#[test]
+fn the_fortran_interface_checkpoints_restarts_and_takes_scr_current_before_have_restart() {
+    let _mpi = mpi_lock();
+    let mut scr = Scr::new(&[("SCR_CACHE_SIZE", "8")]);
+    let first = run(scr.cmd(&programs().fortran, &[]), "ckpt.f90, fresh");
+    first.assert_ok();
+    assert!(
+        first.stdout.contains("ckpt: fresh") && first.stdout.contains("ckpt: wrote ok"),
+        "{}",
+        first.show()
+    );
+    // The newest (ckpt.3), its file found by its bare name.
+    let second = run(scr.cmd(&programs().fortran, &[]), "ckpt.f90, restart");
+    second.assert_ok();
+    assert!(
+        second.stdout.contains("ckpt: restarted ckpt.3 ok"),
+        "{}",
+        second.show()
+    );
+    // SCR_CURRENT called before SCR_HAVE_RESTART picks an older checkpoint.
+    scr.tiers.set("CKPT_CURRENT", "ckpt.4");
+    let third = run(scr.cmd(&programs().fortran, &[]), "ckpt.f90, SCR_Current");
+    third.assert_ok();
+    assert!(
+        third.stdout.contains("ckpt: restarted ckpt.4 ok"),
+        "{}",
+        third.show()
+    );
+}
+
+#[test]
+fn scr_fetch_0_restarts_from_the_cache_but_never_from_the_prefix() {
+    let _mpi = mpi_lock();
+    let mut scr = Scr::new(&[("SCR_CACHE_SIZE", "8"), ("SCR_FLUSH", "1")]);
+    run(scr.cmd(&programs().fortran, &[]), "ckpt.f90, fresh").assert_ok();
+    scr.tiers.set("SCR_FETCH", "0");
+    let cached = run(scr.cmd(&programs().fortran, &[]), "SCR_FETCH=0, cache kept");
+    cached.assert_ok();
+    assert!(
+        cached.stdout.contains("ckpt: restarted ckpt.3 ok"),
+        "{}",
+        cached.show()
+    );
+    // Every cached copy gone: the flushed ones are on the prefix, and SCR_FETCH=0 leaves
+    // them there.
+    for n in 0..NODES {
+        std::fs::remove_dir_all(scr.node_dir(n)).unwrap();
+    }
+    let fresh = run(scr.cmd(&programs().fortran, &[]), "SCR_FETCH=0, cache lost");
+    fresh.assert_ok();
+    assert!(fresh.stdout.contains("ckpt: fresh"), "{}", fresh.show());
+    // With fetching, the newest flushed checkpoint comes back from the prefix.
+    for n in 0..NODES {
+        std::fs::remove_dir_all(scr.node_dir(n)).unwrap();
+    }
+    scr.tiers.set("SCR_FETCH", "1");
+    let fetched = run(scr.cmd(&programs().fortran, &[]), "SCR_FETCH=1");
+    fetched.assert_ok();
+    assert!(
+        fetched.stdout.contains("ckpt: restarted ckpt.3 ok"),
+        "{}",
+        fetched.show()
+    );
 }

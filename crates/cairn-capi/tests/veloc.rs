@@ -24,6 +24,8 @@ struct Progs {
     heatdis_mem: PathBuf,
     heatdis_mixed: PathBuf,
     single: PathBuf,
+    groups: PathBuf,
+    client: PathBuf,
 }
 
 fn build() -> Result<Progs, String> {
@@ -33,13 +35,27 @@ fn build() -> Result<Progs, String> {
     std::fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
     let lib = prefix.join("lib");
     let mut out = Vec::new();
-    for name in ["heatdis_mem", "heatdis_mixed", "single"] {
+    for name in ["heatdis_mem", "heatdis_mixed", "single", "groups", "client"] {
         let tmp = bin.join(format!("{name}.tmp.{}", std::process::id()));
-        // As an application would build: VeloC's header and -lveloc, nothing of Cairn's.
-        let o = Command::new("mpicc")
-            .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        // As an application would build: VeloC's header and -lveloc, nothing of Cairn's (the
+        // C++ client with Open MPI's C bindings only, as heat2d's C++ sibling).
+        let (cc, std, file) = if name == "client" {
+            ("mpicxx", "-std=c++17", format!("{name}.cpp"))
+        } else {
+            ("mpicc", "-std=c11", format!("{name}.c"))
+        };
+        let o = Command::new(cc)
+            .args([
+                "-O2",
+                std,
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-DOMPI_SKIP_MPICXX",
+                "-o",
+            ])
             .arg(&tmp)
-            .arg(src.join(format!("{name}.c")))
+            .arg(src.join(file))
             .arg("-I")
             .arg(prefix.join("include"))
             .arg("-L")
@@ -64,6 +80,8 @@ fn build() -> Result<Progs, String> {
         heatdis_mem: out.next().unwrap(),
         heatdis_mixed: out.next().unwrap(),
         single: out.next().unwrap(),
+        groups: out.next().unwrap(),
+        client: out.next().unwrap(),
     })
 }
 
@@ -647,5 +665,84 @@ fn single_processes_checkpoint_and_restart_on_their_own() {
         fresh.stdout.contains("single: id 7 fresh\n"),
         "{}",
         fresh.show()
+    );
+}
+
+// ---- The API of VeloC's later releases --------------------------------------------------------
+
+#[test]
+fn region_groups_selections_sizes_cleanup_and_one_file_routing() {
+    let _mpi = mpi_lock();
+    let prog = &progs().groups;
+    let tiers = Tiers::new(NODES);
+    let cfg = config(&tiers, "mode = async\n");
+    let w = run(
+        veloc(prog, Some(RANKS), &cfg, &["write"], &tiers),
+        "groups write",
+    );
+    w.assert_ok();
+    for step in ["groups", "selective", "file", "cleanup", "all"] {
+        assert!(
+            w.stdout.contains(&format!("groups: {step} ok")),
+            "write: {step}\n{}",
+            w.show()
+        );
+    }
+    assert_eq!(
+        count(&w.stderr, "VELOC_Checkpoint_selective: "),
+        RANKS,
+        "{}",
+        w.show()
+    );
+    // VELOC_Cleanup removed gamma's node-local copies (it is durable) and nothing else.
+    let local_gamma: Vec<_> = (0..NODES)
+        .map(|n| tiers.local().join(format!("node{n}/gamma/v1")))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(local_gamma.is_empty(), "{local_gamma:?}\n{}", w.show());
+    assert!(tiers.global().join("gamma/v1/manifest.json").exists());
+    assert!(tiers.local().join("node0/alpha/v2/manifest.json").exists());
+
+    let r = run(
+        veloc(prog, Some(RANKS), &cfg, &["read"], &tiers),
+        "groups read",
+    );
+    r.assert_ok();
+    for step in ["recover_size", "partial", "default", "file", "all"] {
+        assert!(
+            r.stdout.contains(&format!("groups: {step} ok")),
+            "read: {step}\n{}",
+            r.show()
+        );
+    }
+    assert_eq!(
+        count(&r.stderr, "its one file"),
+        RANKS,
+        "the one-file routing is noted once per process\n{}",
+        r.show()
+    );
+}
+
+#[test]
+fn the_cpp_client_restores_raw_and_serialized_regions() {
+    let prog = &progs().client;
+    let tiers = Tiers::new(0);
+    let cfg = config(&tiers, "mode = async\n");
+    let w = run(veloc(prog, None, &cfg, &["write"], &tiers), "client write");
+    w.assert_ok();
+    for v in 1..=3 {
+        assert!(
+            w.stdout.contains(&format!("client: observed state v{v}")),
+            "{}",
+            w.show()
+        );
+    }
+    let r = run(veloc(prog, None, &cfg, &["read"], &tiers), "client read");
+    r.assert_ok();
+    assert!(r.stdout.contains("client: ok"), "{}", r.show());
+    assert!(
+        r.stderr.contains("target_rank 3"),
+        "another rank's restart is refused by name\n{}",
+        r.show()
     );
 }

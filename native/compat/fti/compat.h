@@ -31,7 +31,9 @@ struct fti_config {
     int keep_l4;               /* Keep_L4_ckpt: every level-4 checkpoint stays */
     int max_sync;              /* Max_sync_intv: most FTI_Snapshot calls between agreements */
     int node_size, local_test; /* Node_size (0: unset), Local_test */
-    const char *scheme;        /* Cairn's redundancy scheme for levels 1..3 */
+    int failure;               /* [restart] Failure: 0 none, 1 or 2 a restart is expected */
+    const char *scheme;        /* Cairn's redundancy scheme for levels 2 and 3 */
+    int scheme_default;        /* ... chosen without Ckpt_L2 / Ckpt_L3: may fall back */
     struct fti_assign *sets;   /* Cairn keys to set, in order */
     size_t nsets;
     char **notes;              /* settings without a Cairn equivalent, one line each */
@@ -60,5 +62,13 @@ int fti_config_apply(struct fti_config *cfg, MPI_Comm comm, int rank, char *err,
 const char *fti_config_scheme(const struct fti_config *cfg, const char **why);
 
 void fti_config_free(struct fti_config *cfg);
+
+/*
+ * Set [restart] Failure to `value` in the file at `path`, as FTI does (its value tells the
+ * next run whether to expect a restart): only that line changes, or one is added to the
+ * [restart] section (created if missing). The file is replaced by rename, keeping its mode.
+ * Returns 0, or -1 with a message in err.
+ */
+int fti_config_set_failure(const char *path, int value, char *err, size_t errlen);
 
 #endif /* FTI_COMPAT_H */

@@ -22,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "text.h"
 #include <strings.h>
@@ -225,7 +228,9 @@ static int k_number(struct reading *r, const struct key *k, const char *value)
     else if (strcmp(k->arg, "dcp") == 0)
         r->dcp = (int)v;
     else if (strcmp(k->arg, "dcp_block") == 0)
-        r->dcp_block = v;
+        r->dcp_block = v > 0 ? v : 0; /* -1 (FTI's test template), 0: the default */
+    else if (strcmp(k->arg, "failure") == 0)
+        r->cfg->failure = (int)v;
     else if (strcmp(k->arg, "max_sync") == 0)
         r->cfg->max_sync = v == 0 ? 512 : (int)v; /* 0: FTI's default */
     else if (strcmp(k->arg, "node_size") == 0)
@@ -251,6 +256,7 @@ static int k_transfer(struct reading *r, const struct key *k, const char *value)
 #define OWN_COMM "Cairn sends its messages on its own duplicate of the communicator"
 #define NO_INJECT "FTI's fault injection is not provided"
 #define NO_LUSTRE "Cairn does not set Lustre striping; set it on Glbl_dir with lfs setstripe"
+#define NO_HDF5 "Cairn writes its own checkpoint files; FTI's HDF5 output is not provided"
 
 static const struct key keys[] = {
     {"basic", "Head", k_plain, NO_HEADS, 0, 1, 0},
@@ -278,12 +284,18 @@ static const struct key keys[] = {
     {"basic", "Enable_staging", k_plain, "the staging API is not provided", 0, 1, 0},
     {"basic", "Enable_dcp", k_number, "dcp", 0, 1, 0},
     {"basic", "Dcp_mode", k_note, "Cairn finds changed blocks with xxh3-128 hashes", 0, 0, 0},
-    {"basic", "Dcp_block_size", k_number, "dcp_block", 1, INT_MAX, 0},
+    {"basic", "Dcp_block_size", k_number, "dcp_block", -1, INT_MAX, 0},
+    {"basic", "Dcp_L4", k_plain, "Cairn's incremental checkpoints (Enable_dcp) apply to every "
+                                 "level; there is no separate differential level-4 schedule",
+     0, INT_MAX, 0},
+    {"basic", "H5_single_file_dir", k_note, NO_HDF5, 0, 0, 0},
+    {"basic", "H5_single_file_prefix", k_note, NO_HDF5, 0, 0, 0},
+    {"basic", "H5_single_file_keep", k_plain, NO_HDF5, 0, 1, 0},
+    {"basic", "H5_single_file_enable", k_plain, NO_HDF5, 0, 1, 0},
+    {"basic", "H5_single_file_inline", k_plain, NO_HDF5, 0, 1, 1},
     {"basic", "Dcp_stack_size", k_note, "Cairn keeps one chain of incremental checkpoints, "
                                         "[reduction] full_every long", 0, 0, 0},
-    {"restart", "Failure", k_note, "Cairn finds the checkpoint to restart from on its tiers "
-                                   "and never rewrites this file; FTI_Status reports what it "
-                                   "found", 0, 0, 0},
+    {"restart", "Failure", k_number, "failure", 0, 3, 0},
     {"restart", "Exec_ID", k_note, "Cairn names FTI's checkpoints \"" FTI_CKPT_NAME "\" on its "
                                    "tiers, not by execution id", 0, 0, 0},
     {"injection", "Rank", k_note, NO_INJECT, 0, 0, 0},
@@ -299,6 +311,7 @@ static const struct key keys[] = {
     {"advanced", "Stage_tag", k_note, OWN_COMM, 0, 0, 0},
     {"advanced", "Final_tag", k_note, OWN_COMM, 0, 0, 0},
     {"advanced", "Local_test", k_number, "local_test", 0, 1, 0},
+    {"advanced", "Fast_forward", k_note, NO_INJECT, 0, 0, 0},
     {"advanced", "Lustre_striping_unit", k_note, NO_LUSTRE, 0, 0, 0},
     {"advanced", "Lustre_striping_factor", k_note, NO_LUSTRE, 0, 0, 0},
     {"advanced", "Lustre_striping_offset", k_note, NO_LUSTRE, 0, 0, 0},
@@ -318,8 +331,12 @@ static int derive(struct reading *r)
         cfg->scheme = "partner";
         snprintf(origin, sizeof origin, "%s (level 2: partner copies)", r->level_origin[2]);
     } else {
-        cfg->scheme = "single";
-        snprintf(origin, sizeof origin, "[basic] Ckpt_L2 and Ckpt_L3 are 0 or not given");
+        /* FTI_Checkpoint(id, 2) may ask for partner copies at any time; levels 1 and 4 are
+         * stored without them (FTI_Checkpoint chooses per checkpoint). */
+        cfg->scheme = "partner";
+        cfg->scheme_default = 1;
+        snprintf(origin, sizeof origin, "[basic] Ckpt_L2 and Ckpt_L3 are 0 or not given "
+                                        "(partner copies for FTI_Checkpoint level 2)");
     }
     if (assign(cfg, "redundancy.scheme", cfg->scheme, origin) != 0 ||
         assign(cfg, "redundancy.every", "1", "levels 1 to 3 all get the scheme") != 0)
@@ -587,4 +604,99 @@ void fti_config_free(struct fti_config *cfg)
     free(cfg->notes);
     free(cfg->path);
     memset(cfg, 0, sizeof *cfg);
+}
+
+/* ---- Rewriting [restart] Failure --------------------------------------------------------- */
+
+/* Whether line `s` (a copy may be changed) is the section header of `want`. */
+static int is_section(const char *line, const char *want)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", line);
+    char *s = compat_trim(buf);
+    if (*s != '[')
+        return 0;
+    char *close = strchr(s, ']');
+    if (!close)
+        return 0;
+    *close = '\0';
+    return strcasecmp(compat_trim(s + 1), want) == 0;
+}
+
+/* Whether `line` is "<key> = ..." for `key`; sets *eq to its '='. */
+static int is_key(const char *line, const char *key, const char **eq)
+{
+    const char *e = strchr(line, '=');
+    if (!e)
+        return 0;
+    char buf[256];
+    size_t n = (size_t)(e - line);
+    if (n >= sizeof buf)
+        return 0;
+    memcpy(buf, line, n);
+    buf[n] = '\0';
+    *eq = e;
+    return strcasecmp(compat_trim(buf), key) == 0;
+}
+
+int fti_config_set_failure(const char *path, int value, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s to update [restart] failure: %s", path,
+                 strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20)) {
+        snprintf(err, errlen, "%s is not a regular file of at most 1 MiB; [restart] failure "
+                              "not updated", path);
+        fclose(f);
+        return -1;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, sb.st_mode & 07777);
+    FILE *out = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!out) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fclose(f);
+        return -1;
+    }
+    char line[4096];
+    int in_restart = 0, done = 0, saw_restart = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *eq;
+        if (is_section(line, "restart")) {
+            in_restart = saw_restart = 1;
+        } else if (line[strspn(line, " \t")] == '[') {
+            /* Leaving [restart] without the key: add it at the end of that section. */
+            if (in_restart && !done) {
+                fprintf(out, "failure = %d\n", value);
+                done = 1;
+            }
+            in_restart = 0;
+        } else if (in_restart && !done && is_key(line, "failure", &eq)) {
+            fprintf(out, "%.*s= %d\n", (int)(eq - line), line, value);
+            done = 1;
+            continue;
+        }
+        fputs(line, out);
+    }
+    if (!done) {
+        if (!saw_restart)
+            fputs("\n[restart]\n", out);
+        fprintf(out, "failure = %d\n", value);
+    }
+    int bad = ferror(f) || fflush(out) != 0 || fsync(fileno(out)) != 0;
+    fclose(f);
+    bad |= fclose(out) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }

@@ -20,7 +20,10 @@
 #ifndef FTI_H
 #define FTI_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <mpi.h>
 
 #ifdef __cplusplus
@@ -30,8 +33,56 @@ extern "C" {
 /* Return codes. Compare with the names; the values are FTI's. */
 #define FTI_SCES 0    /* success */
 #define FTI_NSCS (-1) /* failure (the reason is printed on stderr) */
-#define FTI_NREC (-2) /* kept for FTI compatibility: no call returns it */
+#define FTI_NREC (-2) /* FTI_Init / FTI_Recover: a restart is expected, nothing can be recovered */
 #define FTI_DONE 1    /* FTI_Checkpoint / FTI_Snapshot: a checkpoint was written */
+#define FTI_HEAD 2    /* FTI_Init on a head process: never returned (Cairn runs no heads) */
+
+/* Sizes FTI's headers define, which applications use for their own buffers. */
+#define FTI_BUFS 256
+#define FTI_WORD 16
+/* The value FTI's own test programs write into the end of their data. */
+#define FTI_ENDW 995
+
+/* Status of a staging request (FTI_GetStageStatus). */
+#define FTI_SI_FAIL 0x4
+#define FTI_SI_SCES 0x3
+#define FTI_SI_ACTV 0x2
+#define FTI_SI_PEND 0x1
+#define FTI_SI_NINI 0x0
+
+/* Checkpoint levels: FTI_Checkpoint takes 1..4 (the differential and HDF5 levels are FTI's
+ * file formats, which Cairn does not write; FTI_L4_DCP is taken as level 4). */
+typedef enum {
+    FTI_L1 = 1,
+    FTI_L2,
+    FTI_L3,
+    FTI_L4,
+    FTI_L1_DCP,
+    FTI_L2_DCP,
+    FTI_L3_DCP,
+    FTI_L4_DCP,
+    FTI_L4_H5_SINGLE,
+    FTI_MIN_LEVEL_ID = FTI_L1,
+    FTI_MAX_LEVEL_ID = FTI_L4_H5_SINGLE
+} FTIT_level;
+
+/* Dimension lengths of FTI's dataset calls. */
+typedef int64_t FTIT_hsize_t;
+
+/* An HDF5 group of FTI's dataset layout. Cairn does not write HDF5: a group only names
+ * itself (FTI_InitGroup); the calls that use it are accepted where they do not change what
+ * is stored. */
+typedef struct FTIT_H5Group {
+    int id;
+    char name[FTI_BUFS];
+    int childrenNo;
+    int parentId;
+} FTIT_H5Group;
+
+/* FTI's allocation helper, which its headers define for applications. */
+#ifndef talloc
+#define talloc(type, num) (type *)malloc(sizeof(type) * ((size_t)(num)))
+#endif
 
 /* A data type handle: one of the basic types below or a handle from FTI_InitType. */
 typedef int fti_id_t;
@@ -134,6 +185,79 @@ int FTI_Snapshot(void);
  * Call it before MPI_Finalize. Returns FTI_SCES or FTI_NSCS.
  */
 int FTI_Finalize(void);
+
+/* ---- Variables one by one, by name, by size ---------------------------------------------- */
+
+/*
+ * The stored size in bytes of variable id in the checkpoint a restart will recover (0 when
+ * no restart is pending, or the checkpoint holds no such variable). Local.
+ */
+int64_t FTI_GetStoredSize(int id);
+
+/*
+ * During a pending restart: reallocate ptr (protected as variable id) to the stored size of
+ * id, protect it again with that size, and return the new pointer (NULL if the memory cannot
+ * be had; ptr is then still valid and protected). Otherwise ptr, unchanged. Local.
+ */
+void *FTI_Realloc(int id, void *ptr);
+
+/* Read the checkpoint to recover into memory, for FTI_RecoverVar. Collective. */
+int FTI_RecoverVarInit(void);
+
+/* Restore protected variable id from what FTI_RecoverVarInit read. Local. */
+int FTI_RecoverVar(int id);
+
+/* End the recovery of variables one by one: the restart is done (FTI_Status() is 0).
+ * Collective. */
+int FTI_RecoverVarFinalize(void);
+
+/* The id of variable `name`, given a new one (0, 1, ...) when name is new. The names are
+ * stored with the checkpoints, so a restart finds the same ids. Local. */
+int FTI_setIDFromString(const char *name);
+
+/* The id of variable `name`, or -1. Local. */
+int FTI_getIDFromString(const char *name);
+
+/* ---- Incremental checkpoints (variables added as they are ready) ------------------------ */
+
+/*
+ * Begin checkpoint id at level; with activate false the checkpoint is not taken and the next
+ * FTI_AddVarICP / FTI_FinalizeICP calls do nothing. Collective.
+ */
+int FTI_InitICP(int id, int level, bool activate);
+
+/* Add protected variable varID to the checkpoint begun, as it is now (its bytes are copied:
+ * it may change before FTI_FinalizeICP). Local. */
+int FTI_AddVarICP(int varID);
+
+/* Write the checkpoint begun; every protected variable must have been added, on every rank.
+ * Collective. */
+int FTI_FinalizeICP(void);
+
+/* ---- Composite types ---------------------------------------------------------------------- */
+
+/* A type of `size` bytes named `name` (h5g: its HDF5 group, may be NULL). Its fields (below)
+ * describe it for HDF5 output, which Cairn does not write; they are checked and kept. */
+fti_id_t FTI_InitCompositeType(const char *name, size_t size, FTIT_H5Group *h5g);
+int FTI_AddScalarField(fti_id_t id, const char *name, fti_id_t fid, int64_t offset);
+int FTI_AddVectorField(fti_id_t id, const char *name, fti_id_t tid, int64_t offset, int ndims,
+                       int64_t *dim_sizes);
+
+/* An HDF5 group, for the calls above. */
+int FTI_InitGroup(FTIT_H5Group *h5group, const char *name, FTIT_H5Group *parent);
+int FTI_RenameGroup(FTIT_H5Group *h5group, const char *name);
+
+/* ---- Staging: files copied to the global directory --------------------------------------- */
+
+/* This rank's staging directory (created, private to the user), into stageDir. Local. */
+int FTI_GetStageDir(char *stageDir, int maxLen);
+
+/* Copy the file lpath to rpath (synced, then renamed into place); returns a request id >= 0
+ * for FTI_GetStageStatus, or FTI_NSCS. Local. */
+int FTI_SendFile(const char *lpath, const char *rpath);
+
+/* FTI_SI_SCES or FTI_SI_FAIL for a request of FTI_SendFile, FTI_SI_NINI for an unknown id. */
+int FTI_GetStageStatus(int ID);
 
 #ifdef __cplusplus
 }

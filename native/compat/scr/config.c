@@ -440,7 +440,42 @@ struct ctx {
     const char *user;
     char error[2 * SCR_PATH_MAX]; /* the first failure, printed by the lowest failing rank */
     char copy_type[32];
+    int cache_set; /* SCR_CACHE_BASE was given */
 };
+
+/* The job id SCR names its cache directory after: SCR_JOB_ID, else the resource manager's,
+ * else "defjobid", as SCR does without one. */
+static const char *job_id(void)
+{
+    static const char *const vars[] = {"SCR_JOB_ID", "SLURM_JOBID", "SLURM_JOB_ID",
+                                       "LSB_JOBID",  "PBS_JOBID",   "COBALT_JOBID",
+                                       "FLUX_JOB_ID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v && !strchr(v, '/') && strcmp(v, ".") != 0 && strcmp(v, "..") != 0)
+            return v;
+    }
+    return "defjobid";
+}
+
+/* The node-local directory under cache base `base`: <base>/<user>/scr.<jobid>, where SCR
+ * keeps its cache, so that the scripts that clean SCR's cache (rm -rf
+ * <base>/$USER/scr.*) clean Cairn's too. */
+static void cache_dir(const struct ctx *c, const char *base, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%s/scr.%s", base, c->user, job_id());
+}
+
+/* Create <base>/<user> (mode 0700) if it is missing, as SCR creates its cache directory;
+ * Cairn creates the scr.<jobid> below it and checks the whole path is the user's. */
+static void make_user_dir(struct ctx *c, const char *base)
+{
+    char dir[SCR_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", base, c->user);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST && !c->error[0])
+        snprintf(c->error, sizeof c->error, "cannot create the cache directory %s: %s", dir,
+                 strerror(errno));
+}
 
 /* Report one setting on rank 0 (the line is the same on every rank). */
 static void note(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -486,11 +521,15 @@ static void apply_param(struct ctx *c, const char *k, const char *v, const char 
     if (strcmp(k, "SCR_PREFIX") == 0 || strcmp(k, "SCR_CONF_FILE") == 0) {
         /* Resolved before the others (see scr_settings_apply). */
     } else if (strcmp(k, "SCR_CACHE_BASE") == 0) {
-        snprintf(buf, sizeof buf, "%s/cairn-%s", v, c->user);
+        cache_dir(c, v, buf, sizeof buf);
         set_cairn(c, "tiers.local", buf, what);
+        make_user_dir(c, v);
+        c->cache_set = 1;
     } else if (strcmp(k, "SCR_CACHE_BYPASS") == 0) {
-        if (strcmp(v, "0") != 0)
+        if (strcmp(v, "0") != 0) {
             set_cairn(c, "tiers.local", "none", what);
+            c->cache_set = 1;
+        }
     } else if (strcmp(k, "SCR_CACHE_SIZE") == 0) {
         if (strcmp(v, "0") == 0)
             note(c, "%s has no effect: Cairn keeps at least one checkpoint on node-local "
@@ -519,7 +558,10 @@ static void apply_param(struct ctx *c, const char *k, const char *v, const char 
     } else if (strcmp(k, "SCR_CURRENT") == 0) {
         snprintf(c->out->current, sizeof c->out->current, "%s", v);
     } else if (strcmp(k, "SCR_FETCH") == 0) {
+        /* As SCR: 0 stops fetching from the parallel file system; a checkpoint still in the
+         * cache restarts all the same. */
         c->out->fetch = strcmp(v, "0") != 0;
+        set_cairn(c, "tiers.fetch", c->out->fetch ? "true" : "false", what);
     } else {
         for (size_t i = 0; i < COUNT(unsupported); i++) {
             if (strcmp(k, unsupported[i].name) != 0)
@@ -707,13 +749,19 @@ int scr_settings_apply(MPI_Comm comm, int rank, struct scr_settings *out)
                  prefix ? prefix : ".");
     /* SCR writes into the prefix directory; like SCR, create it (rank 0, before the
      * agreement below, so it exists when Cairn looks for its global tier there). */
-    if (rank == 0 && !c.error[0] && mkdirs(out->prefix) != 0)
+    char scrdir[SCR_PATH_MAX + 16];
+    snprintf(scrdir, sizeof scrdir, "%s/.scr", out->prefix);
+    if (rank == 0 && !c.error[0] && (mkdirs(out->prefix) != 0 || mkdirs(scrdir) != 0))
         snprintf(c.error, sizeof c.error, "cannot create the prefix directory %s: %s",
-                 out->prefix, strerror(errno));
-    if (prefix && !c.error[0]) {
+                 scrdir, strerror(errno));
+    if (!c.error[0]) {
+        /* Cairn's global tier lives in the prefix's .scr directory, beside SCR's own
+         * metadata, so that what removes a prefix's SCR state (SCR's test scripts remove
+         * .scr) removes its checkpoints too. */
         char global[SCR_PATH_MAX + 64], what[SCR_PATH_MAX + 64];
-        snprintf(global, sizeof global, "%s/.cairn", out->prefix);
-        snprintf(what, sizeof what, "SCR_PREFIX=%s (%s)", prefix, origin);
+        snprintf(global, sizeof global, "%s/.scr/cairn", out->prefix);
+        snprintf(what, sizeof what, "SCR_PREFIX=%s (%s)", prefix ? prefix : ".",
+                 prefix ? origin : "SCR's default, the current directory");
         set_cairn(&c, "tiers.global", global, what);
     }
 
@@ -731,6 +779,15 @@ int scr_settings_apply(MPI_Comm comm, int rank, struct scr_settings *out)
             if (!is_descriptor(k) && !known(k) && !(li == 1 && layer_find(&file, k, NULL)))
                 resolve_one(&c, k, &file);
         }
+    if (!c.cache_set && !getenv("CAIRN_TIERS_LOCAL")) {
+        /* SCR's default cache base. */
+        char dir[SCR_PATH_MAX];
+        cache_dir(&c, "/dev/shm", dir, sizeof dir);
+        make_user_dir(&c, "/dev/shm");
+        if (cairn_config_set("tiers.local", dir) != CAIRN_OK && !c.error[0])
+            snprintf(c.error, sizeof c.error, "the cache directory %s: %s", dir,
+                     cairn_last_error());
+    }
     apply_descriptors(&c, &file);
     layer_free(&file);
 

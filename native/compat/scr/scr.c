@@ -60,6 +60,7 @@ static struct {
     struct scr_settings set;
     struct scr_index ix;
     int current_done; /* SCR_CURRENT was acted on */
+    int loaded_once;  /* a checkpoint was loaded in this run (SCR_Current no longer picks) */
     /* OUTPUT: the dataset being written, and (for output) the files routed into it. */
     int64_t out_id;
     int out_flags;
@@ -309,6 +310,9 @@ SCR_API int SCR_Route_file(const char *name, char *file)
         return SCR_FAILURE;
     }
     int rc = cairn_route_file(path, file, SCR_MAX_FILENAME);
+    /* SCR 1.x looked a file up at restart by its bare name, wherever it was written. */
+    if (rc == CAIRN_ERR_NOT_FOUND && S.phase == RESTART && !strchr(name, '/'))
+        rc = cairn_route_file(name, file, SCR_MAX_FILENAME);
     if (rc == CAIRN_ERR_NOT_FOUND) {
         /* Applications probe for optional files this way: quiet unless debugging. */
         if (S.set.debug)
@@ -493,8 +497,6 @@ static int pick_current(const char *fn)
  */
 static int load(const char *fn)
 {
-    if (!S.set.fetch)
-        return 0;
     if (S.set.current[0] && !S.current_done) {
         S.current_done = 1;
         if (pick_current(fn) != 0)
@@ -524,6 +526,7 @@ static int load(const char *fn)
             snprintf(S.loaded_name, sizeof S.loaded_name, "dataset.%" PRId64, v);
         S.loaded_id = v;
         S.phase = LOADED;
+        S.loaded_once = 1;
         /* Cairn's restart removed every version newer than v from its tiers: those datasets
          * are no checkpoints any more (their output files stay where they are). */
         int changed = 0;
@@ -627,11 +630,27 @@ static struct scr_entry *named(const char *fn, const char *name)
     return e;
 }
 
+/* A dataset dropped or deleted is no longer the one to restart from. */
+static void forget_current(const char *name)
+{
+    if (!S.current_done && strcmp(S.set.current, name) == 0)
+        S.set.current[0] = '\0';
+}
+
 SCR_API int SCR_Current(const char *name)
 {
-    /* Dataset ids only grow, so datasets written from here on are ordered after it already;
-     * what is left is to check that the application names a dataset SCR knows. */
-    return named("SCR_Current", name) ? SCR_SUCCESS : SCR_FAILURE;
+    /* Before the run's first restart, as SCR: the restart loads this checkpoint (the newer
+     * ones are passed over), as SCR_CURRENT does. Afterwards dataset ids only grow, so
+     * datasets written from here on are ordered after it already; what is left is to check
+     * that the application names a dataset SCR knows. */
+    struct scr_entry *e = named("SCR_Current", name);
+    if (!e)
+        return SCR_FAILURE;
+    if (!S.loaded_once) {
+        snprintf(S.set.current, sizeof S.set.current, "%s", name);
+        S.current_done = 0;
+    }
+    return SCR_SUCCESS;
 }
 
 SCR_API int SCR_Drop(const char *name)
@@ -639,6 +658,7 @@ SCR_API int SCR_Drop(const char *name)
     struct scr_entry *e = named("SCR_Drop", name);
     if (!e)
         return SCR_FAILURE;
+    forget_current(name);
     e->state = SCR_DS_DROPPED;
     scr_index_save(&S.ix, S.rank);
     return SCR_SUCCESS;
@@ -729,6 +749,7 @@ SCR_API int SCR_Delete(const char *name)
     struct scr_entry *e = named(fn, name);
     if (!e)
         return SCR_FAILURE;
+    forget_current(name);
     int64_t id = e->id;
     int flags = e->flags;
     if (flags & SCR_FLAG_CHECKPOINT) {

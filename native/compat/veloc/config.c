@@ -105,6 +105,15 @@ static const struct {
     {"watchdog_interval", "Cairn runs no watchdog: a failed process ends the job, and the "
                           "relaunched job restarts from the newest checkpoint"},
     {"meta", "Cairn keeps every block's checksum inside the checkpoint itself"},
+    {"max_parallelism", "each process flushes its own checkpoint on one background thread; "
+                        "[flush] bandwidth limits how fast"},
+    {"threaded", "Cairn's flush always runs on a thread of each process, with no backend "
+                 "process to start"},
+    {"aggregated", "Cairn stores one object per process on persistent storage, never one "
+                   "file for all"},
+    {"log_prefix", "Cairn logs to standard error; CAIRN_LOG sets the level"},
+    {"daos_pool", "Cairn has no DAOS back end; persistent storage is a directory"},
+    {"daos_cont", "Cairn has no DAOS back end; persistent storage is a directory"},
 };
 
 /* One `key = value` line. Returns 0, 1 for a bad value (message in err), -1 out of memory. */

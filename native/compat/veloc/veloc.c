@@ -8,11 +8,14 @@
  * which restores both, and cairn_complete_restart. One format for every checkpoint means any
  * restart can read any checkpoint, whether it holds memory, files or both.
  *
- * Memory regions are registered with Cairn as they are with VeloC, as bytes (CAIRN_BYTE,
- * count * base_size). This file keeps its own table of them too, because Cairn stores the
- * regions it protects when the checkpoint ends, while VeloC stores those registered when
- * VELOC_Checkpoint_mem is called (none if it is not): VELOC_Checkpoint_end makes Cairn's
- * table the one of VELOC_Checkpoint_mem for the time of cairn_complete_output.
+ * Memory regions live in this file's table, each in a group: the default one
+ * (VELOC_Mem_protect) or a named one (VELOC_Region_protect). A checkpoint saves the regions
+ * of the group named as it is, or the default group if that one is empty, as VeloC does.
+ * Cairn stores the regions it protects when the checkpoint ends, while VeloC stores those
+ * selected when VELOC_Checkpoint_mem / _selective is called (none if it is not): so Cairn's
+ * region table is set to that selection (as bytes, CAIRN_BYTE) just before
+ * cairn_complete_output, and to the group being restored just before a restart. `cairn`
+ * mirrors Cairn's table, so that only what differs is protected or unprotected again.
  *
  *            VELOC_Checkpoint_begin                   VELOC_Checkpoint_end
  *   IDLE ----------------------------> CHECKPOINT ---------------------------> IDLE
@@ -57,6 +60,7 @@ struct region {
     int id;
     void *ptr;
     size_t bytes;
+    char group[NAME_LEN]; /* VeloC's checkpoint name, or "" for the default group */
 };
 
 struct table {
@@ -69,16 +73,18 @@ enum phase { IDLE, CHECKPOINT, RESTART };
 static struct {
     int up;              /* 0: not initialised; 1: VELOC_Init; 2: VELOC_Init_single */
     int rank;            /* rank in the communicator, or the VELOC_Init_single id */
+    MPI_Comm comm;       /* VELOC_Init: a duplicate of its communicator, for agreements */
     struct veloc_plan plan;
     enum phase phase;
     char name[NAME_LEN]; /* the checkpoint of the phase (Cairn's name) */
+    char group[NAME_LEN]; /* ... and VeloC's, which names its region group */
     int version;
-    struct table regions;      /* registered; Cairn protects the same, outside _end */
-    struct table saved;        /* the regions at VELOC_Checkpoint_mem */
+    struct table regions;      /* registered, in every group */
+    struct table cairn;        /* what Cairn's region table holds */
+    struct table saved;        /* the regions at VELOC_Checkpoint_mem / _selective */
     int mem_saved;             /* VELOC_Checkpoint_mem was called in this checkpoint */
-    unsigned long changes;     /* registrations so far */
-    unsigned long saved_at;    /* ... when VELOC_Checkpoint_mem was called */
-    struct table restored;     /* the regions restored at VELOC_Restart_begin */
+    struct table restored;     /* the regions restored in place at VELOC_Restart_begin */
+    int single_noted;          /* the note of VELOC_Route_file's one-file rule was printed */
     char last[NAME_LEN];       /* the last checkpoint kept ("" if none), for _wait */
     int last_version;
 } V;
@@ -148,17 +154,23 @@ static int begin(const char *fn, const char *name, int version, char *cname)
 
 /* ---- The region table ------------------------------------------------------------------ */
 
-static struct region *find(const struct table *t, int id)
+static struct region *find_in(const struct table *t, int id, const char *group)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (t->v[i].id == id)
+        if (t->v[i].id == id && (group == NULL || strcmp(t->v[i].group, group) == 0))
             return &t->v[i];
     return NULL;
 }
 
+/* Region id of a table that holds one group (a selection, or Cairn's table). */
+static struct region *find(const struct table *t, int id)
+{
+    return find_in(t, id, NULL);
+}
+
 static int put(struct table *t, struct region r)
 {
-    struct region *old = find(t, r.id);
+    struct region *old = find_in(t, r.id, r.group);
     if (old != NULL) {
         *old = r;
         return 0;
@@ -175,18 +187,24 @@ static int put(struct table *t, struct region r)
     return 0;
 }
 
-static void drop(struct table *t, int id)
+static void drop(struct table *t, int id, const char *group)
 {
-    struct region *r = find(t, id);
+    struct region *r = find_in(t, id, group);
     if (r != NULL)
         *r = t->v[--t->n];
 }
 
-static int copy(struct table *to, const struct table *from)
+/* The regions a checkpoint or restart of VeloC name `group` uses: its group's, or the
+ * default group's if it has none. Returns 0, or -1 out of memory. */
+static int selection(const char *group, struct table *out)
 {
-    to->n = 0;
-    for (size_t i = 0; i < from->n; i++)
-        if (put(to, from->v[i]) != 0)
+    out->n = 0;
+    int named = 0;
+    for (size_t i = 0; i < V.regions.n; i++)
+        named |= strcmp(V.regions.v[i].group, group) == 0;
+    const char *g = named ? group : "";
+    for (size_t i = 0; i < V.regions.n; i++)
+        if (strcmp(V.regions.v[i].group, g) == 0 && put(out, V.regions.v[i]) != 0)
             return -1;
     return 0;
 }
@@ -197,17 +215,29 @@ static void release(struct table *t)
     memset(t, 0, sizeof *t);
 }
 
-/* Make Cairn protect the regions of `to` instead of those of `from`. Returns CAIRN_OK or the
- * first error. */
-static int protect_instead(const struct table *from, const struct table *to)
+/* Make Cairn's region table hold exactly the regions of `want`, touching only those that
+ * differ. Returns CAIRN_OK or the first error (Cairn's table is then what V.cairn says). */
+static int protect_as(const struct table *want)
 {
-    for (size_t i = 0; i < from->n; i++)
-        if (find(to, from->v[i].id) == NULL)
-            (void)cairn_unprotect(from->v[i].id);
-    for (size_t i = 0; i < to->n; i++) {
-        int rc = cairn_protect(to->v[i].id, to->v[i].ptr, to->v[i].bytes, CAIRN_BYTE);
+    for (size_t i = 0; i < V.cairn.n;) {
+        struct region *w = find(want, V.cairn.v[i].id);
+        if (w == NULL || w->ptr != V.cairn.v[i].ptr || w->bytes != V.cairn.v[i].bytes) {
+            (void)cairn_unprotect(V.cairn.v[i].id);
+            V.cairn.v[i] = V.cairn.v[--V.cairn.n];
+        } else {
+            i++;
+        }
+    }
+    for (size_t i = 0; i < want->n; i++) {
+        if (find(&V.cairn, want->v[i].id) != NULL)
+            continue;
+        int rc = cairn_protect(want->v[i].id, want->v[i].ptr, want->v[i].bytes, CAIRN_BYTE);
         if (rc != CAIRN_OK)
             return rc;
+        if (put(&V.cairn, want->v[i]) != 0) {
+            (void)cairn_unprotect(want->v[i].id);
+            return CAIRN_ERR_IO;
+        }
     }
     return CAIRN_OK;
 }
@@ -289,6 +319,11 @@ int VELOC_Init(MPI_Comm comm, const char *cfg_file)
     }
     veloc_cfg_free(&cfg);
     V.up = rc == VELOC_SUCCESS;
+    if (V.up && MPI_Comm_dup(comm, &V.comm) != MPI_SUCCESS) {
+        (void)cairn_finalize();
+        V.up = 0;
+        rc = fail(fn, "MPI_Comm_dup failed");
+    }
     return rc;
 }
 
@@ -343,7 +378,10 @@ int VELOC_Finalize(int drain)
     (void)drain;
     int rc = cairn_finalize();
     int ret = rc == CAIRN_OK ? VELOC_SUCCESS : cairn_fail(fn, rc);
+    if (V.up == 1)
+        MPI_Comm_free(&V.comm);
     release(&V.regions);
+    release(&V.cairn);
     release(&V.saved);
     release(&V.restored);
     memset(&V, 0, sizeof V);
@@ -352,21 +390,22 @@ int VELOC_Finalize(int drain)
 
 /* ---- Memory registration --------------------------------------------------------------- */
 
-int VELOC_Mem_protect(int id, void *ptr, size_t count, size_t base_size)
+/* Register a region in group `group` ("" for the default one). */
+static int protect_in(const char *fn, int id, void *ptr, size_t count, size_t base_size,
+                      const char *group)
 {
-    const char *fn = "VELOC_Mem_protect";
     if (!V.up)
         return not_up(fn);
+    if (group == NULL)
+        return fail(fn, "name is NULL");
+    if (strlen(group) >= NAME_LEN)
+        return fail(fn, "region group name \"%.40s...\" is too long", group);
     if (id < 0)
         return fail(fn, "region id %d is negative (Cairn keeps negative ids for checkpoint "
                         "files; use ids >= 0)", id);
     if (count == 0) {
         /* VeloC: a count of 0 unregisters the region. */
-        if (find(&V.regions, id) != NULL) {
-            (void)cairn_unprotect(id);
-            drop(&V.regions, id);
-            V.changes++;
-        }
+        drop(&V.regions, id, group);
         return VELOC_SUCCESS;
     }
     if (base_size == 0 || count > SIZE_MAX / base_size)
@@ -374,29 +413,68 @@ int VELOC_Mem_protect(int id, void *ptr, size_t count, size_t base_size)
                     base_size);
     if (ptr == NULL)
         return fail(fn, "region %d: ptr is NULL", id);
-    struct region r = {id, ptr, count * base_size};
-    int rc = cairn_protect(id, ptr, r.bytes, CAIRN_BYTE);
-    if (rc != CAIRN_OK)
-        return cairn_fail(fn, rc);
-    if (put(&V.regions, r) != 0) {
-        (void)cairn_unprotect(id);
+    struct region r = {id, ptr, count * base_size, ""};
+    memcpy(r.group, group, strlen(group) + 1);
+    if (put(&V.regions, r) != 0)
         return fail(fn, "out of memory");
-    }
-    V.changes++;
+    return VELOC_SUCCESS;
+}
+
+int VELOC_Mem_protect(int id, void *ptr, size_t count, size_t base_size)
+{
+    return protect_in("VELOC_Mem_protect", id, ptr, count, base_size, "");
+}
+
+int VELOC_Region_protect(int id, void *ptr, size_t count, size_t base_size, const char *name)
+{
+    return protect_in("VELOC_Region_protect", id, ptr, count, base_size, name);
+}
+
+static int unprotect_in(const char *fn, int id, const char *group)
+{
+    if (!V.up)
+        return not_up(fn);
+    if (group == NULL)
+        return fail(fn, "name is NULL");
+    if (find_in(&V.regions, id, group) == NULL)
+        return group[0] ? fail(fn, "region %d is not registered in group %s", id, group)
+                        : fail(fn, "region %d is not registered", id);
+    drop(&V.regions, id, group);
     return VELOC_SUCCESS;
 }
 
 int VELOC_Mem_unprotect(int id)
 {
-    const char *fn = "VELOC_Mem_unprotect";
+    return unprotect_in("VELOC_Mem_unprotect", id, "");
+}
+
+int VELOC_Region_unprotect(int id, const char *name)
+{
+    return unprotect_in("VELOC_Region_unprotect", id, name);
+}
+
+static int clear_in(const char *fn, const char *group)
+{
     if (!V.up)
         return not_up(fn);
-    if (find(&V.regions, id) == NULL)
-        return fail(fn, "region %d is not registered", id);
-    (void)cairn_unprotect(id);
-    drop(&V.regions, id);
-    V.changes++;
+    if (group == NULL)
+        return fail(fn, "name is NULL");
+    for (size_t i = 0; i < V.regions.n;)
+        if (strcmp(V.regions.v[i].group, group) == 0)
+            V.regions.v[i] = V.regions.v[--V.regions.n];
+        else
+            i++;
     return VELOC_SUCCESS;
+}
+
+int VELOC_Mem_clear(void)
+{
+    return clear_in("VELOC_Mem_clear", "");
+}
+
+int VELOC_Region_clear(const char *name)
+{
+    return clear_in("VELOC_Region_clear", name);
 }
 
 /* ---- Files ----------------------------------------------------------------------------- */
@@ -412,6 +490,22 @@ int VELOC_Route_file(const char *original, char *routed)
     if (original == NULL || routed == NULL)
         return fail(fn, "%s is NULL", original == NULL ? "original" : "routed");
     int rc = cairn_route_file(original, routed, VELOC_MAX_NAME);
+    if (rc == CAIRN_ERR_NOT_FOUND && V.phase == RESTART) {
+        /* VeloC keeps one file per checkpoint and process, whatever it was called: a name the
+         * checkpoint does not know is that file, if there is exactly one. */
+        int n = 0;
+        char only[VELOC_MAX_NAME];
+        if (cairn_restart_file_count(&n) == CAIRN_OK && n == 1 &&
+            cairn_restart_file_name(0, only, sizeof only) == CAIRN_OK &&
+            cairn_route_file(only, routed, VELOC_MAX_NAME) == CAIRN_OK) {
+            if (!V.single_noted++)
+                fprintf(stderr, "veloc: %s v%d has no file \"%s\"; its one file \"%s\" is "
+                                "routed instead (one file per checkpoint and process, as in "
+                                "VeloC)\n", V.name, V.version, original, only);
+            return VELOC_SUCCESS;
+        }
+        rc = CAIRN_ERR_NOT_FOUND;
+    }
     return rc == CAIRN_OK ? VELOC_SUCCESS : cairn_fail(fn, rc);
 }
 
@@ -428,21 +522,46 @@ int VELOC_Checkpoint_begin(const char *name, int version)
         return cairn_fail(fn, rc);
     V.phase = CHECKPOINT;
     memcpy(V.name, cname, NAME_LEN);
+    snprintf(V.group, sizeof V.group, "%s", name);
     V.version = version;
     V.mem_saved = 0;
     return VELOC_SUCCESS;
 }
 
-int VELOC_Checkpoint_mem(void)
+static int listed(const int *ids, int length, int id)
 {
-    const char *fn = "VELOC_Checkpoint_mem";
+    for (int i = 0; i < length; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+int VELOC_Checkpoint_selective(int mode, int *ids, int id_count)
+{
+    const char *fn = "VELOC_Checkpoint_selective";
     if (in_phase(fn, CHECKPOINT) != VELOC_SUCCESS)
         return VELOC_FAILURE;
-    if (copy(&V.saved, &V.regions) != 0)
+    if (mode != VELOC_CKPT_ALL && mode != VELOC_CKPT_SOME && mode != VELOC_CKPT_REST)
+        return fail(fn, "unknown mode %d (VELOC_CKPT_ALL, _SOME or _REST)", mode);
+    if (mode != VELOC_CKPT_ALL && (id_count < 0 || (id_count > 0 && ids == NULL)))
+        return fail(fn, "%d ids at %p", id_count, (void *)ids);
+    if (selection(V.group, &V.saved) != 0)
         return fail(fn, "out of memory");
+    for (size_t i = 0; mode != VELOC_CKPT_ALL && i < V.saved.n;)
+        if (listed(ids, id_count, V.saved.v[i].id) != (mode == VELOC_CKPT_SOME))
+            V.saved.v[i] = V.saved.v[--V.saved.n];
+        else
+            i++;
+    if (V.saved.n == 0)
+        return fail(fn, "%s v%d: no registered region is selected (register regions with "
+                        "VELOC_Mem_protect or VELOC_Region_protect)", V.group, V.version);
     V.mem_saved = 1;
-    V.saved_at = V.changes;
     return VELOC_SUCCESS;
+}
+
+int VELOC_Checkpoint_mem(void)
+{
+    return VELOC_Checkpoint_selective(VELOC_CKPT_ALL, NULL, 0);
 }
 
 int VELOC_Checkpoint_end(int success)
@@ -454,8 +573,7 @@ int VELOC_Checkpoint_end(int success)
      * VELOC_Checkpoint_mem, or none without it. */
     static const struct table none;
     const struct table *store = V.mem_saved ? &V.saved : &none;
-    int swap = V.mem_saved ? V.saved_at != V.changes : V.regions.n > 0;
-    int local = swap ? protect_instead(&V.regions, store) : CAIRN_OK;
+    int local = protect_as(store);
     char why[1024] = "";
     if (local != CAIRN_OK)
         snprintf(why, sizeof why, "%s", cairn_last_error());
@@ -464,14 +582,11 @@ int VELOC_Checkpoint_end(int success)
     char err[1024] = "";
     if (rc != CAIRN_OK)
         snprintf(err, sizeof err, "%s (%s)", cairn_last_error(), cairn_strerror(rc));
-    int back = swap ? protect_instead(store, &V.regions) : CAIRN_OK;
     V.phase = IDLE;
     if (rc != CAIRN_OK)
         return fail(fn, "%s", err);
     if (local != CAIRN_OK)
         return fail(fn, "%s v%d: %s", V.name, V.version, why);
-    if (back != CAIRN_OK)
-        return cairn_fail(fn, back);
     if (!kept)
         return fail(fn, "%s v%d was not kept: %s", V.name, V.version,
                     success ? "another process reported a failure"
@@ -492,6 +607,28 @@ int VELOC_Checkpoint_wait(void)
      * for it. Otherwise wait for the flushes the schedule started, if any: cairn_wait would
      * start a flush the schedule did not ask for. */
     int rc = V.plan.flush_each ? cairn_wait(V.last, V.last_version) : cairn_wait_flushes();
+    return rc == CAIRN_OK ? VELOC_SUCCESS : cairn_fail(fn, rc);
+}
+
+int VELOC_Checkpoint_finished(void)
+{
+    const char *fn = "VELOC_Checkpoint_finished";
+    if (in_phase(fn, IDLE) != VELOC_SUCCESS)
+        return VELOC_FAILURE;
+    int busy = 0;
+    int rc = cairn_flushing(&busy);
+    if (rc != CAIRN_OK)
+        return cairn_fail(fn, rc);
+    return busy ? VELOC_FAILURE : VELOC_SUCCESS;
+}
+
+int VELOC_Cleanup(const char *name)
+{
+    const char *fn = "VELOC_Cleanup";
+    char cname[NAME_LEN];
+    if (in_phase(fn, IDLE) != VELOC_SUCCESS || cairn_name(fn, name, cname) != VELOC_SUCCESS)
+        return VELOC_FAILURE;
+    int rc = cairn_evict(cname, NULL);
     return rc == CAIRN_OK ? VELOC_SUCCESS : cairn_fail(fn, rc);
 }
 
@@ -535,12 +672,33 @@ int VELOC_Restart_begin(const char *name, int version)
     char cname[NAME_LEN];
     if (begin(fn, name, version, cname) != VELOC_SUCCESS)
         return VELOC_FAILURE;
-    if (copy(&V.restored, &V.regions) != 0)
+    if (selection(name, &V.restored) != 0)
         return fail(fn, "out of memory");
+    int rc = protect_as(&V.restored);
+    if (rc != CAIRN_OK)
+        return cairn_fail(fn, rc);
     /* The newest version no newer than the one asked for (the application found it with
-     * VELOC_Restart_test); a damaged one falls back to an older one. */
+     * VELOC_Restart_test); a damaged one falls back to an older one. The regions registered
+     * now are restored in place when they are exactly the checkpoint's (the usual case, with
+     * no copy); stored regions that are not registered are held for VELOC_Recover_size and a
+     * later registration. */
     int64_t got = -1;
-    int rc = cairn_start_restart_upto(cname, version, CAIRN_FLAG_REGIONS, &got);
+    const int flags = CAIRN_FLAG_REGIONS | CAIRN_FLAG_HOLD;
+    rc = cairn_start_restart_upto(cname, version, flags, &got);
+    /* A registered region the checkpoint does not hold, or holds at another size: VeloC
+     * restores what is stored into what is registered. Every region is then held, and
+     * VELOC_Recover_mem copies. Every process takes the same way (Cairn fails everywhere
+     * alike, with MISMATCH where the cause is and PEER elsewhere). */
+    int again = rc == CAIRN_ERR_MISMATCH || rc == CAIRN_ERR_PEER, any = again;
+    if (V.up == 1)
+        MPI_Allreduce(&again, &any, 1, MPI_INT, MPI_MIN, V.comm);
+    if (any) {
+        static const struct table none;
+        V.restored.n = 0;
+        rc = protect_as(&none);
+        if (rc == CAIRN_OK)
+            rc = cairn_start_restart_upto(cname, version, flags, &got);
+    }
     if (rc != CAIRN_OK)
         return cairn_fail(fn, rc);
     if (got < 0)
@@ -550,16 +708,54 @@ int VELOC_Restart_begin(const char *name, int version)
                 cname, version, (long long)got);
     V.phase = RESTART;
     memcpy(V.name, cname, NAME_LEN);
+    snprintf(V.group, sizeof V.group, "%s", name);
     V.version = (int)got;
     return VELOC_SUCCESS;
 }
 
-static int listed(const int *ids, int length, int id)
+int VELOC_Recover_size(int id)
 {
-    for (int i = 0; i < length; i++)
-        if (ids[i] == id)
-            return 1;
-    return 0;
+    const char *fn = "VELOC_Recover_size";
+    if (in_phase(fn, RESTART) != VELOC_SUCCESS)
+        return VELOC_FAILURE;
+    uint64_t n = 0;
+    int rc = cairn_loaded_size(id, &n);
+    if (rc == CAIRN_ERR_NOT_FOUND)
+        return VELOC_FAILURE; /* an answer, not an error: nothing is printed */
+    if (rc != CAIRN_OK)
+        return cairn_fail(fn, rc);
+    if (n > INT_MAX)
+        return fail(fn, "region %d is %llu bytes, more than an int can say", id,
+                    (unsigned long long)n);
+    return (int)n;
+}
+
+/* Fill the selected regions of the group that were registered after VELOC_Restart_begin
+ * from the regions Cairn held for them; a region the checkpoint does not hold is left as it
+ * is, as in VeloC. */
+static int recover_late(const char *fn, int mode, const int *ids, int length)
+{
+    struct table now = {0};
+    if (selection(V.group, &now) != 0)
+        return fail(fn, "out of memory");
+    int ret = VELOC_SUCCESS;
+    for (size_t i = 0; i < now.n && ret == VELOC_SUCCESS; i++) {
+        const struct region *r = &now.v[i];
+        if (find(&V.restored, r->id) != NULL ||
+            (mode != VELOC_RECOVER_ALL && listed(ids, length, r->id) != (mode == VELOC_RECOVER_SOME)))
+            continue;
+        uint64_t n = 0;
+        int rc = cairn_loaded_size(r->id, &n);
+        if (rc == CAIRN_ERR_NOT_FOUND)
+            continue;
+        if (rc == CAIRN_OK && n > r->bytes)
+            ret = fail(fn, "region %d is %zu bytes, too small for the %llu stored", r->id,
+                       r->bytes, (unsigned long long)n);
+        else if (rc != CAIRN_OK || (rc = cairn_loaded_copy(r->id, r->ptr, r->bytes)) != CAIRN_OK)
+            ret = cairn_fail(fn, rc);
+    }
+    release(&now);
+    return ret;
 }
 
 int VELOC_Recover_selective(int mode, int *ids, int length)
@@ -568,7 +764,7 @@ int VELOC_Recover_selective(int mode, int *ids, int length)
     if (in_phase(fn, RESTART) != VELOC_SUCCESS)
         return VELOC_FAILURE;
     if (mode == VELOC_RECOVER_ALL)
-        return VELOC_SUCCESS;
+        return recover_late(fn, mode, ids, length);
     if (mode != VELOC_RECOVER_SOME && mode != VELOC_RECOVER_REST)
         return fail(fn, "unknown mode %d (VELOC_RECOVER_ALL, _SOME or _REST)", mode);
     if (length < 0 || (length > 0 && ids == NULL))
@@ -582,10 +778,7 @@ int VELOC_Recover_selective(int mode, int *ids, int length)
                             "registered then; Cairn cannot leave one out (see "
                             "docs/migrate-veloc.md)", id);
     }
-    for (int i = 0; mode == VELOC_RECOVER_SOME && i < length; i++)
-        if (find(&V.restored, ids[i]) == NULL)
-            return fail(fn, "region %d was not registered at VELOC_Restart_begin", ids[i]);
-    return VELOC_SUCCESS;
+    return recover_late(fn, mode, ids, length);
 }
 
 int VELOC_Recover_mem(void)

@@ -11,8 +11,9 @@
  * every process of the communicator given to VELOC_Init, in the same order; the others are
  * local. Call the library from one thread at a time.
  *
- * The header is divided into: return codes and limits; initialising and finalising; memory
- * registration; files; checkpoints; restarts.
+ * The header is divided into: initialising and finalising; memory registration; files;
+ * checkpoints; restarts. It declares the functions of VeloC 1.6 and of its later releases
+ * (named region groups, selective checkpoints, VELOC_Cleanup, VELOC_Recover_size).
  */
 #ifndef VELOC_H
 #define VELOC_H
@@ -21,18 +22,8 @@
 
 #include <mpi.h>
 
-/* ---- Return codes and limits ----------------------------------------------------------- */
-
-#define VELOC_SUCCESS (0)
-#define VELOC_FAILURE (-1)
-
-/* Size of the buffer VELOC_Route_file writes the routed path into (a path always fits). */
-#define VELOC_MAX_NAME 4096
-
-/* Modes of VELOC_Recover_selective. */
-#define VELOC_RECOVER_ALL 0  /* every region of the checkpoint (ids is ignored) */
-#define VELOC_RECOVER_SOME 1 /* the regions named in ids */
-#define VELOC_RECOVER_REST 2 /* every region except those named in ids */
+/* Return codes, limits and modes: veloc/defs.h, shared with the C++ API (veloc.hpp). */
+#include "veloc/defs.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,8 +71,24 @@ int VELOC_Finalize(int drain);
  */
 int VELOC_Mem_protect(int id, void *ptr, size_t count, size_t base_size);
 
-/* Unregister region id. Local. */
+/*
+ * VELOC_Mem_protect into the region group name: a checkpoint whose name has a group of its
+ * own saves that group's regions, any other checkpoint the regions registered with
+ * VELOC_Mem_protect (the default group). Local.
+ */
+int VELOC_Region_protect(int id, void *ptr, size_t count, size_t base_size, const char *name);
+
+/* Unregister region id (of the default group). Local. */
 int VELOC_Mem_unprotect(int id);
+
+/* Unregister region id of the group name. Local. */
+int VELOC_Region_unprotect(int id, const char *name);
+
+/* Unregister every region of the default group. Local. */
+int VELOC_Mem_clear(void);
+
+/* Unregister every region of the group name. Local. */
+int VELOC_Region_clear(const char *name);
 
 /* ---- Files ----------------------------------------------------------------------------- */
 
@@ -108,6 +115,16 @@ int VELOC_Checkpoint_begin(const char *name, int version);
 int VELOC_Checkpoint_mem(void);
 
 /*
+ * Save some of the registered memory regions in the checkpoint begun; an empty selection is
+ * a failure. Local.
+ *   mode     [IN] VELOC_CKPT_ALL (ids is ignored), VELOC_CKPT_SOME (the regions in ids) or
+ *                 VELOC_CKPT_REST (every region not in ids)
+ *   ids      [IN] region ids
+ *   id_count [IN] the number of ids
+ */
+int VELOC_Checkpoint_selective(int mode, int *ids, int id_count);
+
+/*
  * End the checkpoint begun. Collective. The checkpoint is kept only if every process says
  * success; VELOC_FAILURE otherwise.
  *   success [IN] non-zero if this process wrote its part (its routed files) without error
@@ -119,6 +136,19 @@ int VELOC_Checkpoint_end(int success);
  * return whether it succeeded. Collective. Returns at once in synchronous mode.
  */
 int VELOC_Checkpoint_wait(void);
+
+/*
+ * VELOC_SUCCESS if this process has no flush to persistent storage under way (so the last
+ * checkpoint is as safe as it will be), VELOC_FAILURE while one is. Local; never blocks.
+ */
+int VELOC_Checkpoint_finished(void);
+
+/*
+ * Remove the checkpoints of name from node-local storage (scratch). Collective. Waits for
+ * the flushes under way first, and keeps a version that is not on persistent storage: Cairn
+ * never removes the only copy of a checkpoint.
+ */
+int VELOC_Cleanup(const char *name);
 
 /*
  * Wait for the previous checkpoint, then checkpoint the registered memory regions as version
@@ -148,6 +178,13 @@ int VELOC_Restart_begin(const char *name, int version);
  *   length [IN] the number of ids
  */
 int VELOC_Recover_selective(int mode, int *ids, int length);
+
+/*
+ * The stored size in bytes of region id in the checkpoint being restarted from, or
+ * VELOC_FAILURE if it holds no region id. A region registered only now (after
+ * VELOC_Restart_begin), of at least that size, is filled by VELOC_Recover_mem. Local.
+ */
+int VELOC_Recover_size(int id);
 
 /* VELOC_Recover_selective(VELOC_RECOVER_ALL, NULL, 0). Local. */
 int VELOC_Recover_mem(void);

@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     expect(FTI_Checkpoint(1, 0), FTI_NSCS, "FTI_Checkpoint at level 0");
     int status = FTI_Status();
     if (status == 0)
-        expect(FTI_Recover(), FTI_NSCS, "FTI_Recover with nothing to recover");
+        expect(FTI_Recover(), FTI_NREC, "FTI_Recover with nothing to recover");
     if (rank == 0)
         printf("types: errors ok\ntypes: status %d\n", status);
 
