@@ -155,7 +155,8 @@ CAIRN=$WORK/cairn
 CAIRN_INFO=none
 if [ -e "$CAIRN_BUILD/lib/libcairn.so" ] && [ -e "$CAIRN_BUILD/include/cairn.h" ]; then
     mkdir -p "$CAIRN/lib" "$CAIRN/include"
-    cp "$CAIRN_BUILD"/include/*.h "$CAIRN/include/"
+    # Headers with their directories (veloc.h includes <veloc/defs.h>).
+    cp -R "$CAIRN_BUILD"/include/. "$CAIRN/include/"
     cp "$CAIRN_BUILD"/lib/lib*.so "$CAIRN/lib/"
     CAIRN_INFO="libcairn.so of $(date -u -r "$CAIRN_BUILD/lib/libcairn.so" '+%Y-%m-%d %H:%M UTC')"
     if head=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null); then

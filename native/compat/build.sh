@@ -7,6 +7,7 @@
 #
 #   PREFIX/include/<lib>.hpp, PREFIX/include/<lib>/   its C++ API and headers, if it has them
 #   PREFIX/include/<lib>f.h     its Fortran include file, if it has one (scrf.h)
+#   PREFIX/include/*.mod        its Fortran module, if it has one (fti.mod: `use fti`)
 #
 # Each library is native/compat/<lib>/*.c and *.cpp (with the shared headers of
 # native/compat/common/), compiled with mpicc (and mpicxx) against PREFIX/include/cairn.h
@@ -37,6 +38,8 @@ fi
 mkdir -p "$prefix/include" "$prefix/lib"
 CXX=${CXX:-mpicxx}
 CXXFLAGS=${CXXFLAGS:--O2}
+FC=${FC:-mpif90}
+FFLAGS=${FFLAGS:--O2}
 for lib in "$@"; do
     src="$here/$lib"
     if [ ! -f "$src/$lib.h" ]; then
@@ -59,8 +62,21 @@ for lib in "$@"; do
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $inc -c "$f" -o "$obj/$(basename "$f").o"
         link=$CXX
     done
+    # A Fortran module (FTI's `use fti`) is compiled in the object directory, where the
+    # compiler writes its .mod file; the library is then linked with the Fortran compiler.
+    for f in "$src"/*.f90; do
+        [ -e "$f" ] || continue
+        # shellcheck disable=SC2086
+        (cd "$obj" && $FC $FFLAGS -fPIC -c "$f" -o "$obj/$(basename "$f").o")
+        link=$FC
+    done
     tmp="$prefix/lib/.lib$lib.so.tmp.$$"
     $link -shared -o "$tmp" "$obj"/*.o -L "$prefix/lib" -lcairn -Wl,-rpath,"$prefix/lib"
+    for m in "$obj"/*.mod; do
+        if [ -e "$m" ]; then
+            install -m 0644 "$m" "$prefix/include/"
+        fi
+    done
     rm -rf "$obj"
     mv "$tmp" "$prefix/lib/lib$lib.so"
     install -m 0644 "$src/$lib.h" "$prefix/include/$lib.h"

@@ -31,6 +31,7 @@ struct Programs {
     heatdis: PathBuf,
     types: PathBuf,
     vars: PathBuf,
+    fortran: PathBuf,
 }
 
 fn compile(
@@ -82,6 +83,10 @@ fn build() -> Result<Programs, String> {
         )?;
         std::fs::rename(&tmp, bin.join(name)).map_err(|e| format!("rename: {e}"))?;
     }
+    // FTI's Fortran module (fti.mod), as a Fortran application uses it.
+    let tmp = bin.join(format!("fortran.tmp.{}", std::process::id()));
+    compile("mpif90", &["-O2"], &src.join("fortran.f90"), &tmp, &prefix)?;
+    std::fs::rename(&tmp, bin.join("fortran")).map_err(|e| format!("rename: {e}"))?;
     // fti.h must also compile as C++ (Open MPI's deprecated C++ bindings are left out).
     compile(
         "mpicxx",
@@ -94,6 +99,7 @@ fn build() -> Result<Programs, String> {
         heatdis: bin.join("heatdis"),
         types: bin.join("types"),
         vars: bin.join("vars"),
+        fortran: bin.join("fortran"),
     })
 }
 
@@ -827,4 +833,18 @@ fn variables_by_name_size_and_one_by_one_icp_staging_and_the_failure_field() {
         "{}",
         none.show()
     );
+}
+
+#[test]
+fn the_fortran_module_protects_checkpoints_and_recovers() {
+    let _mpi = mpi_lock();
+    let prog = &programs().fortran;
+    let tiers = Tiers::new(NODES);
+    let cfg = config(&tiers, "");
+    let first = run(command(prog, Some(RANKS), &[&cfg, "first"], &tiers), "fortran first");
+    first.assert_ok();
+    assert!(first.stdout.contains("fortran: wrote ok"), "{}", first.show());
+    let second = run(command(prog, Some(RANKS), &[&cfg, "second"], &tiers), "fortran second");
+    second.assert_ok();
+    assert!(second.stdout.contains("fortran: recovered ok"), "{}", second.show());
 }
