@@ -841,10 +841,24 @@ fn the_fortran_module_protects_checkpoints_and_recovers() {
     let prog = &programs().fortran;
     let tiers = Tiers::new(NODES);
     let cfg = config(&tiers, "");
-    let first = run(command(prog, Some(RANKS), &[&cfg, "first"], &tiers), "fortran first");
+    let first = run(
+        command(prog, Some(RANKS), &[&cfg, "first"], &tiers),
+        "fortran first",
+    );
     first.assert_ok();
-    assert!(first.stdout.contains("fortran: wrote ok"), "{}", first.show());
-    let second = run(command(prog, Some(RANKS), &[&cfg, "second"], &tiers), "fortran second");
+    assert!(
+        first.stdout.contains("fortran: wrote ok"),
+        "{}",
+        first.show()
+    );
+    let second = run(
+        command(prog, Some(RANKS), &[&cfg, "second"], &tiers),
+        "fortran second",
+    );
     second.assert_ok();
-    assert!(second.stdout.contains("fortran: recovered ok"), "{}", second.show());
+    assert!(
+        second.stdout.contains("fortran: recovered ok"),
+        "{}",
+        second.show()
+    );
 }

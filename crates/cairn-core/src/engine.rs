@@ -1544,11 +1544,7 @@ impl Engine {
     /// Collective: the newest version of `name` below `below` every rank can restore, or
     /// `None` (the file API's fallback past a version the application found invalid).
     pub fn restart_test_below(&mut self, name: &str, below: i64) -> Result<Option<i64>> {
-        self.claim(name)?;
-        self.rebuild_missing(name)?;
-        let (cands, wrong_size, _) = self.agreed_candidates(name)?;
-        let found = self.agree_newest(&cands, below.saturating_sub(1))?;
-        self.judge_world_size(name, found, wrong_size.filter(|(v, _)| *v < below), false)
+        self.newest_below(name, below, false)
     }
 
     /// Collective: delete version `version` of checkpoint `name` from every tier (SCR_Delete).
@@ -1763,11 +1759,18 @@ impl Engine {
     /// `None`. A checkpoint written by a different number of ranks is an error when nothing
     /// else can be restored.
     pub fn restart_test(&mut self, name: &str) -> Result<Option<i64>> {
+        self.newest_below(name, i64::MAX, true)
+    }
+
+    /// Collective: the newest version of `name` below `below` every rank can restore, judged
+    /// by [`Engine::judge_world_size`].
+    fn newest_below(&mut self, name: &str, below: i64, strict: bool) -> Result<Option<i64>> {
         self.claim(name)?;
         self.rebuild_missing(name)?;
         let (cands, wrong_size, _) = self.agreed_candidates(name)?;
-        let found = self.agree_newest(&cands, i64::MAX)?;
-        self.judge_world_size(name, found, wrong_size, true)
+        let found = self.agree_newest(&cands, below.saturating_sub(1))?;
+        let wrong_size = wrong_size.filter(|(v, _)| *v < below);
+        self.judge_world_size(name, found, wrong_size, strict)
     }
 
     /// Collective: what `restart_test` answers, given the newest version `found` every rank

@@ -258,13 +258,13 @@ static char *names_blob(size_t *len)
     return b;
 }
 
-/* Collective: checkpoint `name` v`version` holding `bytes` at buf alone (region 0), and make
- * it durable; the variables are protected again afterwards. */
-static int store_alone(const char *name, int64_t version, void *buf, size_t bytes,
+/* Collective: checkpoint `name` v`version` holding `count` elements of `dtype` at buf alone
+ * (region 0), and make it durable; the variables are protected again afterwards. */
+static int store_alone(const char *name, int64_t version, void *buf, size_t count,
                        cairn_dtype dtype)
 {
     unprotect_vars();
-    int rc = cairn_protect(0, buf, bytes, dtype);
+    int rc = cairn_protect(0, buf, count, dtype);
     if (rc == CAIRN_OK)
         rc = cairn_checkpoint(name, version);
     if (rc == CAIRN_OK)
@@ -1119,12 +1119,7 @@ static int record_end(void)
     unprotect_vars();
     st.nvars = 0;
     int64_t record[3] = {END_MAGIC, st.version, st.cfg.keep_last};
-    int rc = cairn_protect(0, record, 3, CAIRN_INT64);
-    if (rc == CAIRN_OK)
-        rc = cairn_checkpoint(FTI_END_NAME, st.version);
-    if (rc == CAIRN_OK)
-        rc = cairn_wait(FTI_END_NAME, st.version);
-    cairn_unprotect(0);
+    int rc = store_alone(FTI_END_NAME, st.version, record, 3, CAIRN_INT64);
     if (rc != CAIRN_OK)
         return cairn_failed(rc, "FTI_Finalize: recording the end of the run (the next run may "
                                 "recover this run's last checkpoint)");
