@@ -7,6 +7,9 @@
  *   -DBACKEND_VELOC  VELOC_Mem_protect + VELOC_Checkpoint, VELOC_Restart_test + VELOC_Restart
  *   -DBACKEND_FTI    FTI_Protect + FTI_Checkpoint(id, level), FTI_Status + FTI_Recover
  *   -DBACKEND_CAIRN  Cairn's native API: cairn_protect + cairn_checkpoint, cairn_resume
+ *   -DBACKEND_CAIRNFILE  Cairn's native file API, the work SCR's calls ask for:
+ *                    cairn_start_output / cairn_route_file / fwrite / cairn_complete_output,
+ *                    and cairn_have_restart / cairn_start_restart / fread / cairn_complete_restart
  *
  * The SCR, VeloC and FTI variants build unchanged against the peer's own library or against
  * Cairn's compatibility library of the same name (libscr / libveloc / libfti): only the -I
@@ -59,10 +62,13 @@
 #elif defined(BACKEND_CAIRN)
 #include <cairn_mpi.h>
 #define BACKEND "cairn"
+#elif defined(BACKEND_CAIRNFILE)
+#include <cairn_mpi.h>
+#define BACKEND "cairn-file"
 #elif defined(BACKEND_PLAIN)
 #define BACKEND "plain"
 #else
-#error "define one of BACKEND_PLAIN, BACKEND_SCR, BACKEND_VELOC, BACKEND_FTI, BACKEND_CAIRN"
+#error "define one of BACKEND_PLAIN, BACKEND_SCR, BACKEND_VELOC, BACKEND_FTI, BACKEND_CAIRN, BACKEND_CAIRNFILE"
 #endif
 
 #define MAGIC 0x43414952504545ULL /* "CAIRPEE" */
@@ -155,7 +161,7 @@ static double slowest(double t)
     return m;
 }
 
-#if defined(BACKEND_PLAIN) || defined(BACKEND_SCR)
+#if defined(BACKEND_PLAIN) || defined(BACKEND_SCR) || defined(BACKEND_CAIRNFILE)
 /* header and buffer into one file with stdio; 1 on success */
 static int write_file(const char *path)
 {
@@ -180,11 +186,17 @@ static int read_file(const char *path)
 static const char *dir = ".", *config = NULL;
 static int level = 1;
 
-#if defined(BACKEND_SCR)
-static const char *scr_prefix(void)
+#if defined(BACKEND_SCR) || defined(BACKEND_CAIRNFILE)
+/* the file of dataset `name` this rank writes; dies if the path does not fit */
+static void dataset_file(char *file, size_t len, const char *name)
 {
+#if defined(BACKEND_SCR)
     const char *p = getenv("SCR_PREFIX");
-    return p ? p : dir;
+#else
+    const char *p = NULL;
+#endif
+    if (snprintf(file, len, "%s/%s/rank_%d.dat", p ? p : dir, name, rank) >= (int)len)
+        die("path too long");
 }
 #endif
 
@@ -207,10 +219,12 @@ static void lib_init(void)
     if (FTI_Protect(0, &hdr, sizeof hdr, FTI_CHAR) != FTI_SCES ||
         FTI_Protect(1, buf, (int64_t)nwords, FTI_ULNG) != FTI_SCES)
         die("FTI_Protect failed");
-#elif defined(BACKEND_CAIRN)
+#elif defined(BACKEND_CAIRN) || defined(BACKEND_CAIRNFILE)
     int rc = cairn_init(MPI_COMM_WORLD, NULL);
     if (rc != CAIRN_OK)
         die("cairn_init: %s", cairn_last_error());
+#endif
+#if defined(BACKEND_CAIRN)
     if (cairn_protect(0, &hdr, sizeof hdr, CAIRN_BYTE) != CAIRN_OK ||
         cairn_protect(1, buf, nwords, CAIRN_UINT64) != CAIRN_OK)
         die("cairn_protect: %s", cairn_last_error());
@@ -232,7 +246,7 @@ static void lib_finalize(int after_checkpoints)
      * restart must find them in the node-local levels. */
     if (!after_checkpoints && FTI_Finalize() != FTI_SCES)
         die("FTI_Finalize failed");
-#elif defined(BACKEND_CAIRN)
+#elif defined(BACKEND_CAIRN) || defined(BACKEND_CAIRNFILE)
     if (cairn_finalize() != CAIRN_OK)
         die("cairn_finalize: %s", cairn_last_error());
 #endif
@@ -266,9 +280,7 @@ static void take_checkpoint(int64_t v)
     snprintf(name, sizeof name, "ckpt.%" PRId64, v);
     if (SCR_Start_output(name, SCR_FLAG_CHECKPOINT) != SCR_SUCCESS)
         die("SCR_Start_output(%s) failed", name);
-    if (snprintf(file, sizeof file, "%s/%s/rank_%d.dat", scr_prefix(), name, rank) >=
-        (int)sizeof file)
-        die("path too long");
+    dataset_file(file, sizeof file, name);
     if (SCR_Route_file(file, path) != SCR_SUCCESS)
         die("SCR_Route_file(%s) failed", file);
     int ok = write_file(path);
@@ -286,6 +298,19 @@ static void take_checkpoint(int64_t v)
 #elif defined(BACKEND_CAIRN)
     if (cairn_checkpoint(CKPT_NAME, v) != CAIRN_OK)
         die("cairn_checkpoint(%" PRId64 "): %s", v, cairn_last_error());
+#elif defined(BACKEND_CAIRNFILE)
+    char name[64], file[4096], path[4096];
+    snprintf(name, sizeof name, "ckpt.%" PRId64, v);
+    if (cairn_start_output(CKPT_NAME, v, CAIRN_FLAG_CHECKPOINT, name) != CAIRN_OK)
+        die("cairn_start_output(%" PRId64 "): %s", v, cairn_last_error());
+    dataset_file(file, sizeof file, name);
+    if (cairn_route_file(file, path, sizeof path) != CAIRN_OK)
+        die("cairn_route_file(%s): %s", file, cairn_last_error());
+    int ok = write_file(path), kept = 0;
+    if (!ok)
+        fprintf(stderr, "ckpt[cairn-file] rank %d: writing %s: %s\n", rank, path, strerror(errno));
+    if (cairn_complete_output(ok, &kept) != CAIRN_OK || !kept)
+        die("cairn_complete_output(%d): %s", ok, cairn_last_error());
 #endif
 }
 
@@ -312,9 +337,7 @@ static int64_t restore(double *t_init)
         die("SCR_Have_restart: no checkpoint to restart from");
     if (SCR_Start_restart(name) != SCR_SUCCESS)
         die("SCR_Start_restart(%s) failed", name);
-    if (snprintf(file, sizeof file, "%s/%s/rank_%d.dat", scr_prefix(), name, rank) >=
-        (int)sizeof file)
-        die("path too long");
+    dataset_file(file, sizeof file, name);
     int ok = SCR_Route_file(file, path) == SCR_SUCCESS && read_file(path);
     if (!ok)
         fprintf(stderr, "ckpt[scr] rank %d: cannot read %s (routed from %s)\n", rank, path, file);
@@ -346,6 +369,26 @@ static int64_t restore(double *t_init)
         die("cairn_resume: %s", cairn_last_error());
     if (v < 0)
         die("cairn_resume: no checkpoint");
+    return v;
+#elif defined(BACKEND_CAIRNFILE)
+    *t_init = timed_init();
+    int64_t v = -1;
+    char name[64], file[4096], path[4096];
+    if (cairn_have_restart(CKPT_NAME, &v) != CAIRN_OK)
+        die("cairn_have_restart: %s", cairn_last_error());
+    if (v < 0)
+        die("cairn_have_restart: no checkpoint to restart from");
+    if (cairn_start_restart(CKPT_NAME, 0, &v) != CAIRN_OK || v < 0)
+        die("cairn_start_restart: %s", cairn_last_error());
+    snprintf(name, sizeof name, "ckpt.%" PRId64, v);
+    dataset_file(file, sizeof file, name);
+    int ok = cairn_route_file(file, path, sizeof path) == CAIRN_OK && read_file(path);
+    if (!ok)
+        fprintf(stderr, "ckpt[cairn-file] rank %d: cannot read %s (routed from %s)\n", rank, path,
+                file);
+    int all = 0;
+    if (cairn_complete_restart(ok, &all) != CAIRN_OK || !all)
+        die("cairn_complete_restart(%d): %s", ok, cairn_last_error());
     return v;
 #endif
 }

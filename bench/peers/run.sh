@@ -166,6 +166,7 @@ if [ -e "$CAIRN_BUILD/lib/libcairn.so" ] && [ -e "$CAIRN_BUILD/include/cairn.h" 
     fi
     echo "   cairn: $CAIRN_INFO"
     want cairn-native && build_variant cairn-native CAIRN "$CAIRN" cairn && SYSTEMS+=(cairn-native)
+    want cairn-file && build_variant cairn-file CAIRNFILE "$CAIRN" cairn && SYSTEMS+=(cairn-file)
     for lib in scr veloc fti; do
         want "cairn-lib$lib" || continue
         if [ -e "$CAIRN/lib/lib$lib.so" ] && [ -e "$CAIRN/include/$lib.h" ]; then
@@ -198,6 +199,7 @@ CASES=(plain:single)
 for s in single partner xor; do have scr && CASES+=(scr:$s); done
 for s in single partner xor rs; do have cairn-libscr && CASES+=(cairn-libscr:$s); done
 for s in single partner xor rs; do have cairn-native && CASES+=(cairn-native:$s); done
+for s in single partner xor rs; do have cairn-file && CASES+=(cairn-file:$s); done
 for s in single partner rs; do have fti && CASES+=(fti:$s); done
 for s in single partner rs; do have cairn-libfti && CASES+=(cairn-libfti:$s); done
 for s in single async; do have veloc && CASES+=(veloc:$s); done
@@ -290,7 +292,7 @@ run_case() {  # system scheme rep
             else
                 env+=(SCR_CACHE_BASE="$dir/cache")
             fi ;;
-        cairn-native)
+        cairn-native|cairn-file)
             env+=(CAIRN_TIERS_LOCAL="$dir/local" CAIRN_TIERS_GLOBAL="$dir/global"
                   CAIRN_REDUNDANCY_SCHEME=$scheme)
             [ "$scheme" = rs ] && env+=(CAIRN_REDUNDANCY_PARITY=1) ;;
@@ -377,7 +379,7 @@ for line in open(results):
     samples.setdefault((sysname, scheme, op), []).append(float(sec))
 med = {key: statistics.median(v) for key, v in samples.items()}
 order = ["plain", "scr", "cairn-libscr", "fti", "cairn-libfti", "veloc", "cairn-libveloc",
-         "cairn-native"]
+         "cairn-native", "cairn-file"]
 schemes = ["single", "partner", "xor", "rs", "async"]
 keys = sorted({(s, c) for (s, c, _) in samples},
               key=lambda x: (order.index(x[0]) if x[0] in order else 99, schemes.index(x[1])))
@@ -410,7 +412,7 @@ pairs = [("cairn-libscr", "scr", "Cairn through libscr ÷ SCR"),
          ("cairn-native", "scr", "Cairn native ÷ SCR"),
          ("cairn-native", "fti", "Cairn native ÷ FTI"),
          ("cairn-native", "veloc", "Cairn native ÷ VeloC"),
-         ("cairn-libscr", "cairn-native", "libscr ÷ Cairn native"),
+         ("cairn-libscr", "cairn-file", "libscr ÷ Cairn native file API"),
          ("cairn-libfti", "cairn-native", "libfti ÷ Cairn native"),
          ("cairn-libveloc", "cairn-native", "libveloc ÷ Cairn native")]
 print()

@@ -2819,8 +2819,13 @@ fn launch(v: &Value) -> Res<Vec<Figure>> {
 /// `bench/peers/run.sh`: Cairn (native and through the SCR, VeloC and FTI APIs) against those
 /// libraries themselves, per redundancy scheme.
 fn peers(v: &Value) -> Res<Vec<Figure>> {
-    const SYSTEMS: [(&str, &str, RGBColor); 8] = [
+    const SYSTEMS: [(&str, &str, RGBColor); 9] = [
         ("cairn-native", "Cairn, native API", RGBColor(31, 119, 180)),
+        (
+            "cairn-file",
+            "Cairn, native file API",
+            RGBColor(23, 190, 207),
+        ),
         (
             "cairn-libscr",
             "Cairn through the SCR API",
