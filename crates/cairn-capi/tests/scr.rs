@@ -33,6 +33,7 @@ struct Programs {
     api: PathBuf,
     cxx: PathBuf,
     fortran: PathBuf,
+    shared: PathBuf,
 }
 
 /// Compile `tests/scr/<src>` into `<prefix>/bin/<name>` against the installed scr.h and libscr.
@@ -90,6 +91,7 @@ fn build() -> Result<Programs, String> {
             "ckpt.f90",
             "ckpt",
         )?,
+        shared: compile(&prefix, "mpicc", &c, "shared.c", "shared")?,
     })
 }
 
@@ -619,5 +621,77 @@ fn scr_fetch_0_restarts_from_the_cache_but_never_from_the_prefix() {
         fetched.stdout.contains("ckpt: restarted ckpt.3 ok"),
         "{}",
         fetched.show()
+    );
+}
+
+/// The byte at `offset` of a file of `shared.c`'s step `step` written by rank `writer`.
+fn shared_byte(offset: usize, step: usize, writer: usize) -> u8 {
+    ((offset * 7 + step + 31 * writer) & 0xff) as u8
+}
+
+#[test]
+fn a_file_every_rank_writes_is_checkpointed_with_cache_bypass_and_put_back_at_restart() {
+    let _mpi = mpi_lock();
+    const SLICE: usize = 65536;
+    let scr = Scr::new(&[("SCR_CACHE_BYPASS", "1")]);
+    let dir = scr.prefix().display().to_string();
+    let shared = |what: &str| run(scr.cmd(&programs().shared, &["--dir", &dir]), what);
+    let first = shared("shared.c, bypass");
+    first.assert_ok();
+    assert_eq!(
+        count(&first.stdout, "complete"),
+        3,
+        "three checkpoints expected\n{}",
+        first.show()
+    );
+    // The files are at their own paths: damage the shared one, delete one of a rank's own.
+    let step3 = scr.prefix().join("step.3");
+    let all = step3.join("all.dat");
+    let mut bytes = std::fs::read(&all).unwrap();
+    assert_eq!(bytes.len(), RANKS * SLICE);
+    for b in &mut bytes[SLICE + 100..SLICE + 200] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&all, &bytes).unwrap();
+    std::fs::remove_file(step3.join("rank2.dat")).unwrap();
+
+    let again = shared("shared.c, bypass, restart after damage");
+    again.assert_ok();
+    assert!(
+        again.stdout.contains("shared: restarted from step.3"),
+        "{}",
+        again.show()
+    );
+    // Put back from what Cairn stored: every writer's slice, and the deleted file.
+    let back = std::fs::read(&all).unwrap();
+    for (i, b) in back.iter().enumerate() {
+        assert_eq!(*b, shared_byte(i, 3, i / SLICE), "all.dat byte {i}");
+    }
+    let own = std::fs::read(step3.join("rank2.dat")).expect("rank2.dat put back");
+    assert!(own
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b == shared_byte(i, 3, 2)));
+
+    // Cached (Cairn's default), every rank would write its own copy: the dataset is refused
+    // and the shared file named, with the setting that makes it work.
+    let cached = Scr::new(&[]);
+    let dir = cached.prefix().display().to_string();
+    let o = run(
+        cached.cmd(&programs().shared, &["--dir", &dir, "--steps", "1"]),
+        "shared.c, cached",
+    );
+    o.assert_ok();
+    assert!(
+        o.stdout.contains("shared: checkpoint step.1 not kept"),
+        "{}",
+        o.show()
+    );
+    assert!(
+        o.stderr
+            .contains("step.1/all.dat was routed by more than one rank")
+            && o.stderr.contains("SCR_CACHE_BYPASS=1"),
+        "{}",
+        o.show()
     );
 }

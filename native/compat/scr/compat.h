@@ -39,6 +39,26 @@ char *scr_read_shared(const char *path, size_t max, MPI_Comm comm, int rank, int
  * fit in `len` bytes. */
 int scr_abspath(const char *name, char *out, size_t len);
 
+/* mkdir -p of an absolute path; directories made get `mode`. Returns 0 or -1 (errno set). */
+int scr_mkdirs(const char *path, unsigned mode);
+
+/* The directory part of an absolute path into `out` (SCR_PATH_MAX bytes). */
+void scr_parent(const char *path, char *out);
+
+/* Copy the file `from` to `to` (mode 0600) through a temporary file beside `to` and a rename,
+ * so that `to` is never seen half written. Returns 0 or -1 (errno set). */
+int scr_copy_file(const char *from, const char *to);
+
+/* 1 if the files at `a` and `b` both exist and hold the same bytes, else 0. */
+int scr_same_file(const char *a, const char *b);
+
+/* Every rank's NUL-terminated strings (`mine`, `len` bytes of them), concatenated in rank
+ * order into a new buffer (free it) of *total bytes; with `starts`, a new array (free it) of
+ * size + 1 offsets: where each rank's strings begin, then *total. NULL when memory ran out
+ * on any rank (every rank then returns NULL). Collective over comm. */
+char *scr_allgather_strings(MPI_Comm comm, const char *mine, size_t len, size_t *total,
+                            size_t **starts);
+
 /* ---- config.c ---------------------------------------------------------------------------- */
 
 /* What SCR_Init takes from SCR's settings, besides the Cairn keys. */
@@ -47,6 +67,7 @@ struct scr_settings {
     int fetch;                 /* SCR_FETCH: SCR_Have_restart loads checkpoints */
     int debug;                 /* SCR_DEBUG: libscr's own messages at level 1 and above */
     char current[SCR_MAX_FILENAME]; /* SCR_CURRENT: the dataset to restart from ("": newest) */
+    int bypass; /* SCR_CACHE_BYPASS=1: files are written and read at their own paths */
 };
 
 /* SCR_Config's work (see scr.h); `initialized` refuses changes after SCR_Init. */

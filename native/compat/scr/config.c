@@ -526,7 +526,8 @@ static void apply_param(struct ctx *c, const char *k, const char *v, const char 
         make_user_dir(c, v);
         c->cache_set = 1;
     } else if (strcmp(k, "SCR_CACHE_BYPASS") == 0) {
-        if (strcmp(v, "0") != 0) {
+        c->out->bypass = strcmp(v, "0") != 0;
+        if (c->out->bypass) {
             set_cairn(c, "tiers.local", "none", what);
             c->cache_set = 1;
         }
@@ -704,27 +705,12 @@ static void apply_descriptors(struct ctx *c, const struct layer *file)
         set_cairn(c, "redundancy.parity", rec_get(chosen, "SET_FAILURES"), desc);
 }
 
-/* mkdir -p of an absolute path. Returns 0 or -1 (errno set). */
-static int mkdirs(const char *path)
-{
-    char p[SCR_PATH_MAX];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *slash = strchr(p + 1, '/');; slash = strchr(slash + 1, '/')) {
-        if (slash)
-            *slash = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            return -1;
-        if (!slash)
-            return 0;
-        *slash = '/';
-    }
-}
-
 int scr_settings_apply(MPI_Comm comm, int rank, struct scr_settings *out)
 {
     struct ctx c = { .out = out, .rank = rank };
     c.user = cairn_user_name();
     out->fetch = 1;
+    out->bypass = 0;
     out->debug = 0;
     out->current[0] = '\0';
 
@@ -751,7 +737,7 @@ int scr_settings_apply(MPI_Comm comm, int rank, struct scr_settings *out)
      * agreement below, so it exists when Cairn looks for its global tier there). */
     char scrdir[SCR_PATH_MAX + 16];
     snprintf(scrdir, sizeof scrdir, "%s/.scr", out->prefix);
-    if (rank == 0 && !c.error[0] && (mkdirs(out->prefix) != 0 || mkdirs(scrdir) != 0))
+    if (rank == 0 && !c.error[0] && (scr_mkdirs(out->prefix, 0777) != 0 || scr_mkdirs(scrdir, 0777) != 0))
         snprintf(c.error, sizeof c.error, "cannot create the prefix directory %s: %s",
                  scrdir, strerror(errno));
     if (!c.error[0]) {

@@ -70,7 +70,13 @@ static struct {
     /* LOADED, RESTART: the checkpoint loaded. */
     int64_t loaded_id;
     char loaded_name[SCR_MAX_FILENAME];
+    /* LOADED, RESTART with SCR_CACHE_BYPASS: the files of the checkpoint, every rank's (the
+     * paths NUL-separated), back at their own paths. */
+    char *bypass_files;
+    size_t bypass_len;
 } S;
+
+static int inside_prefix(const char *path, size_t plen);
 
 /* ---- Helpers ------------------------------------------------------------------------------- */
 
@@ -141,11 +147,19 @@ static int step_failed(const char *fn, int rc)
 }
 
 /* Put a loaded but unused checkpoint back (LOADED -> IDLE). Collective. */
+static void forget_bypass_files(void)
+{
+    free(S.bypass_files);
+    S.bypass_files = NULL;
+    S.bypass_len = 0;
+}
+
 static int unload(const char *fn)
 {
     if (S.phase != LOADED)
         return SCR_SUCCESS;
     S.phase = IDLE;
+    forget_bypass_files();
     int rc = cairn_complete_restart(1, NULL);
     return rc == CAIRN_OK ? SCR_SUCCESS : cairn_failed(fn, rc);
 }
@@ -246,6 +260,7 @@ SCR_API int SCR_Finalize(void)
     } else if (S.phase == RESTART) {
         ok &= cairn_complete_restart(1, NULL) == CAIRN_OK;
     }
+    forget_bypass_files();
     int rc = cairn_finalize();
     if (rc != CAIRN_OK && rc != CAIRN_ERR_PEER)
         scr_say("SCR_Finalize", "%s (%s)", cairn_last_error(), cairn_strerror(rc));
@@ -283,6 +298,237 @@ SCR_API int SCR_Should_exit(int *flag)
     return flag_query("SCR_Should_exit", cairn_should_exit, flag);
 }
 
+/* Note a file routed into the output under way (once). */
+static int remember_routed(const char *fn, const char *path)
+{
+    for (size_t i = 0; i < S.nrouted; i++)
+        if (strcmp(S.routed[i], path) == 0)
+            return SCR_SUCCESS;
+    char **grown = realloc(S.routed, (S.nrouted + 1) * sizeof *grown);
+    if (!grown || !(grown[S.nrouted] = strdup(path))) {
+        if (grown)
+            S.routed = grown;
+        scr_say(fn, "out of memory");
+        return SCR_FAILURE;
+    }
+    S.routed = grown;
+    S.nrouted++;
+    return SCR_SUCCESS;
+}
+
+/* The files routed into the output under way, NUL-separated (free it); *len its bytes. */
+static char *routed_strings(size_t *len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < S.nrouted; i++)
+        n += strlen(S.routed[i]) + 1;
+    char *flat = malloc(n + 1);
+    size_t at = 0;
+    for (size_t i = 0; flat && i < S.nrouted; i++) {
+        size_t l = strlen(S.routed[i]) + 1;
+        memcpy(flat + at, S.routed[i], l);
+        at += l;
+    }
+    *len = flat ? n : 0;
+    return flat;
+}
+
+/* Whether the NUL-separated strings [from, to) of `all` hold `s`. */
+static int holds(const char *all, size_t from, size_t to, const char *s)
+{
+    for (size_t at = from; at < to; at += strlen(all + at) + 1)
+        if (strcmp(all + at, s) == 0)
+            return 1;
+    return 0;
+}
+
+/* The directory of `path` exists (made with mode 0700 if it did not) and lies inside the
+ * prefix. Returns NULL or why not. */
+static const char *bypass_dir(const char *path)
+{
+    size_t plen = strlen(S.set.prefix);
+    if (strncmp(path, S.set.prefix, plen) != 0 || path[plen] != '/')
+        return "it is not under SCR_PREFIX (with SCR_CACHE_BYPASS=1 every file of a dataset "
+               "is written at its own path, which must lie under the prefix)";
+    char dir[SCR_PATH_MAX];
+    scr_parent(path, dir);
+    if (scr_mkdirs(dir, 0700) != 0)
+        return strerror(errno);
+    if (!inside_prefix(path, plen))
+        return "its directory resolves outside SCR_PREFIX";
+    return NULL;
+}
+
+/*
+ * SCR_CACHE_BYPASS=1, as in SCR: a dataset's files are written and read at their own paths
+ * under the prefix, so that several ranks can share one file. During an output the path is
+ * given back (its directory made); each distinct file is stored into Cairn at
+ * SCR_Complete_output (bypass_store). During a restart a file of the checkpoint is found at
+ * its own path, where the restart put the stored bytes back (bypass_restore).
+ */
+static int bypass_route(const char *fn, const char *name, const char *path, char *file)
+{
+    if (strlen(path) >= SCR_MAX_FILENAME) {
+        scr_say(fn, "%.64s... is longer than SCR_MAX_FILENAME", path);
+        return SCR_FAILURE;
+    }
+    if (S.phase == OUTPUT) {
+        const char *why = bypass_dir(path);
+        if (why) {
+            scr_say(fn, "cannot write %s: %s", path, why);
+            return SCR_FAILURE;
+        }
+        strcpy(file, path);
+        return remember_routed(fn, path);
+    }
+    const char *found = NULL;
+    if (holds(S.bypass_files, 0, S.bypass_len, path)) {
+        found = path;
+    } else if (!strchr(name, '/')) {
+        /* SCR 1.x: a bare name finds the one file of that name. */
+        for (size_t at = 0; at < S.bypass_len; at += strlen(S.bypass_files + at) + 1) {
+            const char *f = S.bypass_files + at, *base = strrchr(f, '/');
+            if (base && strcmp(base + 1, name) == 0) {
+                if (found) {
+                    found = NULL;
+                    break;
+                }
+                found = f;
+            }
+        }
+    }
+    if (!found) {
+        if (S.set.debug)
+            scr_say(fn, "%s is not a file of checkpoint %s", path, S.loaded_name);
+        return SCR_FAILURE;
+    }
+    snprintf(file, SCR_MAX_FILENAME, "%s", found);
+    return SCR_SUCCESS;
+}
+
+/* SCR_Complete_output with SCR_CACHE_BYPASS: each distinct file routed by any rank is stored
+ * into Cairn's checkpoint once, from its own path, by the lowest rank that routed it (a
+ * shared file is one part, not one per writer). Returns this rank's verdict on its files.
+ * Collective. */
+static int bypass_store(const char *fn, int valid)
+{
+    size_t len = 0, total = 0, *starts = NULL;
+    char *mine = routed_strings(&len);
+    char *all = mine ? scr_allgather_strings(S.comm, mine, len, &total, &starts) : NULL;
+    free(mine);
+    if (!all) {
+        scr_say(fn, "out of memory gathering the routed files");
+        return 0;
+    }
+    for (size_t i = 0; i < S.nrouted; i++) {
+        const char *path = S.routed[i];
+        if (access(path, F_OK) != 0) {
+            if (valid)
+                scr_say(fn, "%s was routed but not written; dataset %s is invalid", path,
+                        S.out_name);
+            valid = 0;
+            continue;
+        }
+        int owner = 1;
+        for (int r = 0; owner && r < S.rank; r++)
+            owner = !holds(all, starts[r], starts[r + 1], path);
+        if (!owner || !(S.out_flags & SCR_FLAG_CHECKPOINT) || !valid)
+            continue;
+        char staged[SCR_PATH_MAX];
+        int rc = cairn_route_file(path, staged, sizeof staged);
+        if (rc != CAIRN_OK) {
+            scr_say(fn, "%s: %s (%s)", path, cairn_last_error(), cairn_strerror(rc));
+            valid = 0;
+        } else if (scr_copy_file(path, staged) != 0) {
+            scr_say(fn, "cannot store %s: %s", path, strerror(errno));
+            valid = 0;
+        }
+    }
+    free(all);
+    free(starts);
+    return valid;
+}
+
+/* After a restart with SCR_CACHE_BYPASS: each file this rank restored is put back at its own
+ * path (a path under the prefix only: the names are stored data) unless it already holds the
+ * same bytes, and every rank learns the checkpoint's files. Returns 0, or -1 after the lowest
+ * failing rank said why. Collective. */
+static int bypass_restore(const char *fn)
+{
+    int n = 0;
+    char err[SCR_PATH_MAX + 256] = "";
+    if (cairn_restart_file_count(&n) != CAIRN_OK)
+        snprintf(err, sizeof err, "%s", cairn_last_error());
+    size_t len = 0, cap = 0;
+    char *mine = NULL;
+    for (int i = 0; i < n && !err[0]; i++) {
+        char name[SCR_PATH_MAX], restored[SCR_PATH_MAX];
+        const char *why = NULL;
+        if (cairn_restart_file_name(i, name, sizeof name) != CAIRN_OK ||
+            cairn_route_file(name, restored, sizeof restored) != CAIRN_OK)
+            why = cairn_last_error();
+        else if (name[0] != '/' || strstr(name, "/../") || strstr(name, "/./"))
+            why = "the stored name is not a normalised absolute path";
+        else if ((why = bypass_dir(name)) == NULL && !scr_same_file(restored, name) &&
+                 scr_copy_file(restored, name) != 0)
+            why = strerror(errno);
+        if (why) {
+            snprintf(err, sizeof err, "checkpoint %s: cannot put %.2048s back at its path: %s",
+                     S.loaded_name, name, why);
+            break;
+        }
+        size_t l = strlen(name) + 1;
+        if (len + l > cap) {
+            char *grown = realloc(mine, cap = 2 * (len + l));
+            if (!grown) {
+                snprintf(err, sizeof err, "out of memory");
+                break;
+            }
+            mine = grown;
+        }
+        memcpy(mine + len, name, l);
+        len += l;
+    }
+    if (!agree(fn, err[0] ? err : NULL, HASH0)) {
+        free(mine);
+        return -1;
+    }
+    forget_bypass_files();
+    S.bypass_files = scr_allgather_strings(S.comm, mine ? mine : "", len, &S.bypass_len, NULL);
+    free(mine);
+    if (!S.bypass_files) {
+        if (S.rank == 0)
+            scr_say(fn, "out of memory gathering the files of checkpoint %s", S.loaded_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Without SCR_CACHE_BYPASS, after a dataset was found invalid: name the files several ranks
+ * routed, the likely reason (each rank writes its own copy in its own cache). Collective. */
+static void explain_shared(const char *fn)
+{
+    size_t len = 0, total = 0, *starts = NULL;
+    char *mine = routed_strings(&len);
+    char *all = mine ? scr_allgather_strings(S.comm, mine, len, &total, &starts) : NULL;
+    free(mine);
+    if (all && S.rank == 0) {
+        int size;
+        MPI_Comm_size(S.comm, &size);
+        for (int r = 1; r < size; r++)
+            for (size_t at = starts[r]; at < starts[r + 1]; at += strlen(all + at) + 1)
+                if (holds(all, 0, starts[r], all + at)) {
+                    scr_say(fn, "%s was routed by more than one rank: a file shared by ranks "
+                                "needs SCR_CACHE_BYPASS=1 (files at their own paths under "
+                                "SCR_PREFIX); cached, each rank has its own copy", all + at);
+                    r = size;
+                    break;
+                }
+    }
+    free(all);
+    free(starts);
+}
+
 SCR_API int SCR_Route_file(const char *name, char *file)
 {
     const char *fn = "SCR_Route_file";
@@ -309,6 +555,8 @@ SCR_API int SCR_Route_file(const char *name, char *file)
         scr_say(fn, "%.64s...: the path is too long (or the current directory unknown)", name);
         return SCR_FAILURE;
     }
+    if (S.set.bypass)
+        return bypass_route(fn, name, path, file);
     int rc = cairn_route_file(path, file, SCR_MAX_FILENAME);
     /* SCR 1.x looked a file up at restart by its bare name, wherever it was written. */
     if (rc == CAIRN_ERR_NOT_FOUND && S.phase == RESTART && !strchr(name, '/'))
@@ -323,21 +571,7 @@ SCR_API int SCR_Route_file(const char *name, char *file)
         scr_say(fn, "%s (%s)", cairn_last_error(), cairn_strerror(rc));
         return SCR_FAILURE;
     }
-    if (S.phase == OUTPUT && (S.out_flags & SCR_FLAG_OUTPUT)) {
-        for (size_t i = 0; i < S.nrouted; i++)
-            if (strcmp(S.routed[i], path) == 0)
-                return SCR_SUCCESS;
-        char **grown = realloc(S.routed, (S.nrouted + 1) * sizeof *grown);
-        if (!grown || !(grown[S.nrouted] = strdup(path))) {
-            if (grown)
-                S.routed = grown;
-            scr_say(fn, "out of memory");
-            return SCR_FAILURE;
-        }
-        S.routed = grown;
-        S.nrouted++;
-    }
-    return SCR_SUCCESS;
+    return S.phase == OUTPUT ? remember_routed(fn, path) : SCR_SUCCESS;
 }
 
 /* ---- Output --------------------------------------------------------------------------------- */
@@ -364,6 +598,10 @@ SCR_API int SCR_Start_output(const char *name, int flags)
         return SCR_FAILURE;
     int cflags = ((flags & SCR_FLAG_CHECKPOINT) ? CAIRN_FLAG_CHECKPOINT : 0) |
                  ((flags & SCR_FLAG_OUTPUT) ? CAIRN_FLAG_OUTPUT : 0);
+    /* Bypassed, the files are at their own paths already: Cairn stores a checkpoint's, and
+     * has nothing to copy out for an output (which routes nothing through it). */
+    if (S.set.bypass)
+        cflags = (flags & SCR_FLAG_CHECKPOINT) ? CAIRN_FLAG_CHECKPOINT : CAIRN_FLAG_OUTPUT;
     int rc = cairn_start_output(SCR_CKPT_NAME, S.ix.next, cflags, name);
     if (rc != CAIRN_OK)
         return cairn_failed(fn, rc);
@@ -385,15 +623,7 @@ SCR_API int SCR_Start_checkpoint(void)
 static void save_output_list(int64_t id)
 {
     size_t mine = 0;
-    for (size_t i = 0; i < S.nrouted; i++)
-        mine += strlen(S.routed[i]) + 1;
-    char *flat = malloc(mine + 1), *all = NULL;
-    size_t at = 0;
-    for (size_t i = 0; flat && i < S.nrouted; i++) {
-        size_t l = strlen(S.routed[i]) + 1;
-        memcpy(flat + at, S.routed[i], l);
-        at += l;
-    }
+    char *flat = routed_strings(&mine), *all = NULL;
     int count = flat && mine <= (1u << 30) ? (int)mine : 0, size;
     MPI_Comm_size(S.comm, &size);
     int *counts = S.rank == 0 ? calloc((size_t)size, sizeof *counts) : NULL;
@@ -435,6 +665,8 @@ SCR_API int SCR_Complete_output(int valid)
         !agree(fn, S.phase == OUTPUT ? NULL : "no output was started (SCR_Start_output)", HASH0))
         return SCR_FAILURE;
     int kept = 0;
+    if (S.set.bypass)
+        valid = bypass_store(fn, valid);
     int rc = cairn_complete_output(valid ? 1 : 0, &kept);
     S.phase = IDLE;
     if (rc != CAIRN_OK) {
@@ -442,13 +674,20 @@ SCR_API int SCR_Complete_output(int valid)
         return cairn_failed(fn, rc);
     }
     if (kept) {
-        if (scr_index_add(&S.ix, S.out_id, S.out_flags, S.out_name) != 0 && S.rank == 0)
+        /* Bypassed, a checkpoint's files are at their paths as an output's are: listed for
+         * SCR_Delete, and left there when the checkpoint goes. */
+        int flags = S.out_flags | (S.set.bypass ? SCR_FLAG_OUTPUT : 0);
+        if (scr_index_add(&S.ix, S.out_id, flags, S.out_name) != 0 && S.rank == 0)
             scr_say(fn, "out of memory for the index; %s is stored but not indexed", S.out_name);
-        if (S.out_flags & SCR_FLAG_OUTPUT)
+        if (flags & SCR_FLAG_OUTPUT)
             save_output_list(S.out_id);
         scr_index_save(&S.ix, S.rank);
-    } else if (S.rank == 0) {
-        scr_say(fn, "dataset %s is invalid on at least one rank; it is not kept", S.out_name);
+    } else {
+        if (S.rank == 0)
+            scr_say(fn, "dataset %s is invalid on at least one rank; it is not kept",
+                    S.out_name);
+        if (!S.set.bypass)
+            explain_shared(fn);
     }
     forget_routed();
     return kept ? SCR_SUCCESS : SCR_FAILURE;
@@ -524,6 +763,10 @@ static int load(const char *fn)
         }
         if ((rc = cairn_restart_label(S.loaded_name, sizeof S.loaded_name)) != CAIRN_OK)
             snprintf(S.loaded_name, sizeof S.loaded_name, "dataset.%" PRId64, v);
+        if (S.set.bypass && bypass_restore(fn) != 0) {
+            cairn_complete_restart(1, NULL);
+            return -1;
+        }
         S.loaded_id = v;
         S.phase = LOADED;
         S.loaded_once = 1;
@@ -596,6 +839,7 @@ SCR_API int SCR_Complete_restart(int valid)
     int all = 0;
     int rc = cairn_complete_restart(valid ? 1 : 0, &all);
     S.phase = IDLE;
+    forget_bypass_files();
     if (rc != CAIRN_OK)
         return cairn_failed(fn, rc);
     if (all)

@@ -1,13 +1,16 @@
 /*
  * util.c: small helpers the files of libscr share: messages, a file rank 0 reads for every
- * rank, and path normalisation.
+ * rank, strings every rank gathers, paths, directories and file copies.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compat.h"
@@ -127,4 +130,144 @@ int scr_abspath(const char *name, char *out, size_t len)
     }
     out[n] = '\0';
     return 0;
+}
+
+int scr_mkdirs(const char *path, unsigned mode)
+{
+    char p[SCR_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *slash = strchr(p + 1, '/');; slash = strchr(slash + 1, '/')) {
+        if (slash)
+            *slash = '\0';
+        if (mkdir(p, (mode_t)mode) != 0 && errno != EEXIST)
+            return -1;
+        if (!slash)
+            return 0;
+        *slash = '/';
+    }
+}
+
+void scr_parent(const char *path, char *out)
+{
+    snprintf(out, SCR_PATH_MAX, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (slash == out)
+        out[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+}
+
+int scr_copy_file(const char *from, const char *to)
+{
+    char tmp[SCR_PATH_MAX + 32];
+    if (snprintf(tmp, sizeof tmp, "%s.cairn-tmp.%ld", to, (long)getpid()) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -1;
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out < 0) {
+        int e = errno;
+        close(in);
+        errno = e;
+        return -1;
+    }
+    static char buf[1 << 20];
+    ssize_t got;
+    int ok = 1;
+    while (ok && (got = read(in, buf, sizeof buf)) != 0) {
+        if (got < 0) {
+            ok = errno == EINTR;
+            continue;
+        }
+        for (ssize_t at = 0; ok && at < got;) {
+            ssize_t put = write(out, buf + at, (size_t)(got - at));
+            if (put < 0)
+                ok = errno == EINTR;
+            else
+                at += put;
+        }
+    }
+    int e = errno;
+    close(in);
+    ok = close(out) == 0 && ok;
+    if (!ok || rename(tmp, to) != 0) {
+        e = ok ? errno : e;
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+int scr_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0 || sa.st_size != sb.st_size)
+        return 0;
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    static char ba[1 << 16], bb[1 << 16];
+    while (same) {
+        size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        same = na == nb && memcmp(ba, bb, na) == 0;
+        if (na < sizeof ba)
+            break;
+    }
+    same = same && !ferror(fa) && !ferror(fb);
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
+
+char *scr_allgather_strings(MPI_Comm comm, const char *mine, size_t len, size_t *total,
+                            size_t **starts)
+{
+    int size;
+    MPI_Comm_size(comm, &size);
+    int count = len <= INT_MAX ? (int)len : -1;
+    int *counts = malloc((size_t)size * sizeof *counts);
+    int *displs = malloc((size_t)size * sizeof *displs);
+    size_t *at = starts ? malloc(((size_t)size + 1) * sizeof *at) : NULL;
+    int ok = counts && displs && (!starts || at) && count >= 0;
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    char *out = NULL;
+    if (all_ok) {
+        MPI_Allgather(&count, 1, MPI_INT, counts, 1, MPI_INT, comm);
+        long long sum = 0;
+        for (int r = 0; r < size; r++) {
+            displs[r] = (int)sum;
+            if (at)
+                at[r] = (size_t)sum;
+            sum += counts[r];
+        }
+        out = sum < INT_MAX ? malloc((size_t)sum + 1) : NULL;
+        ok = out != NULL;
+        MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+        if (all_ok) {
+            MPI_Allgatherv(mine, count, MPI_CHAR, out, counts, displs, MPI_CHAR, comm);
+            out[sum] = '\0';
+            *total = (size_t)sum;
+            if (at)
+                at[size] = (size_t)sum;
+        } else {
+            free(out);
+            out = NULL;
+        }
+    }
+    free(counts);
+    free(displs);
+    if (out && starts)
+        *starts = at;
+    else
+        free(at);
+    return out;
 }
