@@ -794,7 +794,7 @@ fn variables_by_name_size_and_one_by_one_icp_staging_and_the_failure_field() {
     };
     let first = run_vars("first");
     first.assert_ok();
-    for step in ["icp", "staging"] {
+    for step in ["getconfig", "icp", "staging"] {
         assert!(
             first.stdout.contains(&format!("vars: {step} ok")),
             "{}",

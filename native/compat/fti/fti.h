@@ -259,6 +259,89 @@ int FTI_SendFile(const char *lpath, const char *rpath);
 /* FTI_SI_SCES or FTI_SI_FAIL for a request of FTI_SendFile, FTI_SI_NINI for an unknown id. */
 int FTI_GetStageStatus(int ID);
 
+/* ---- FTI_GetConfig: the configuration file as FTI reads it ------------------------------- */
+
+/* I/O modes of [basic] Ckpt_io (1000 + its value), in FTIT_configuration.ioMode. Cairn
+ * writes its own files whichever is chosen. */
+#define FTI_IO_POSIX 1001
+#define FTI_IO_MPI 1002
+#define FTI_IO_FTIFF 1003
+#define FTI_IO_SIONLIB 1004
+#define FTI_IO_HDF5 1005
+
+/* The members of FTI's structures that come from the configuration file and the
+ * communicator, under FTI's names (FTI's own structures hold its internal state too, which
+ * has no meaning here and is not provided). */
+typedef struct FTIT_configuration {
+    bool stagingEnabled; /* [basic] enable_staging */
+    bool dcpPosix;       /* [basic] enable_dcp with Ckpt_io 1 */
+    bool dcpFtiff;       /* [basic] enable_dcp with Ckpt_io 3 */
+    bool keepL4Ckpt;     /* [basic] keep_l4_ckpt */
+    bool keepHeadsAlive; /* [basic] keep_heads_alive */
+    int dcpMode;         /* [basic] dcp_mode + 1 (as FTI) */
+    int dcpBlockSize;    /* [basic] dcp_block_size */
+    char cfgFile[FTI_BUFS];
+    int saveLastCkpt;    /* [basic] keep_last_ckpt */
+    int verbosity;       /* [basic] verbosity */
+    int blockSize;       /* [advanced] block_size, in bytes */
+    int transferSize;    /* [advanced] transfer_size, in bytes */
+    int ckptTag, stageTag, finalTag, generalTag; /* [advanced] *_tag */
+    int test;            /* [advanced] local_test */
+    int l3WordSize;      /* FTI_WORD */
+    int ioMode;          /* FTI_IO_*; -1 when the file could not be read */
+    bool h5SingleFileEnable, h5SingleFileKeep, h5SingleFileIsInline;
+    char h5SingleFileDir[FTI_BUFS];
+    char h5SingleFilePrefix[FTI_BUFS];
+    char stageDir[FTI_BUFS];
+    char localDir[FTI_BUFS]; /* [basic] ckpt_dir */
+    char glbalDir[FTI_BUFS]; /* [basic] glbl_dir */
+    char metadDir[FTI_BUFS]; /* [basic] meta_dir */
+} FTIT_configuration;
+
+typedef struct FTIT_execution {
+    char id[FTI_BUFS]; /* [restart] exec_id */
+    int reco;          /* [restart] failure */
+    int syncIterMax;   /* [basic] max_sync_intv */
+} FTIT_execution;
+
+typedef struct FTIT_topology {
+    int nbProc;    /* ranks of the communicator */
+    int nbNodes;   /* nbProc / nodeSize */
+    int myRank;    /* this rank */
+    int splitRank; /* this rank (Cairn runs no heads) */
+    int splitSize;
+    int nodeSize;  /* [basic] node_size */
+    int nbHeads;   /* [basic] head */
+    int nbApprocs; /* nodeSize - nbHeads */
+    int groupSize; /* [basic] group_size */
+    int nodeID;    /* myRank / nodeSize */
+    int nodeRank;  /* myRank % nodeSize */
+} FTIT_topology;
+
+typedef struct FTIT_checkpoint {
+    char dir[FTI_BUFS]; /* levels 1-3: ckpt_dir; level 4: glbl_dir */
+    int isInline;       /* [basic] inline_l2 .. inline_l4 (level 1: 1) */
+    int ckptIntv;       /* [basic] ckpt_l1 .. ckpt_l4, in minutes */
+    int ckptDcpIntv;    /* [basic] dcp_l4 (level 4) */
+} FTIT_checkpoint;
+
+typedef struct FTIT_injection {
+    int rank, index, position, number, frequency; /* [injection] */
+} FTIT_injection;
+
+typedef struct {
+    FTIT_configuration configuration;
+    FTIT_execution execution;
+    FTIT_topology topology;
+    FTIT_checkpoint checkpoint[5]; /* levels 1..4; [0] unused */
+    FTIT_injection injection;
+} FTIT_allConfiguration;
+
+/* The configuration file `configFile` as FTI reads it, for the calling rank of globalComm.
+ * configuration.ioMode is -1 when the file cannot be read (the reason is printed). Local
+ * (globalComm's size and rank only). */
+FTIT_allConfiguration FTI_GetConfig(const char *configFile, MPI_Comm globalComm);
+
 #ifdef __cplusplus
 }
 #endif

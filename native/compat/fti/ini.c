@@ -1,7 +1,8 @@
 /*
  * ini.c: the INI reader functions FTI's library exports (iniparser_load, _getstring,
  * _getint, _getdouble, _freedict), which FTI's own test programs call to read back their
- * configuration file (the [restart] Failure this library rewrites, the node size, ...).
+ * configuration file (the [restart] Failure this library rewrites, the node size, ...), and
+ * FTI_GetConfig, which gives the file's values in FTI's structures.
  * Written for Cairn from those functions' documented behaviour: keys are "section:key",
  * compared without regard to case; values are the text after '=' without quotes or a
  * trailing comment. The dictionary is this file's own type; callers only hold its pointer.
@@ -13,6 +14,9 @@
 #include <string.h>
 #include <strings.h>
 
+#pragma GCC visibility push(default)
+#include "fti.h"
+#pragma GCC visibility pop
 #include "text.h"
 
 struct entry {
@@ -133,4 +137,92 @@ void iniparser_freedict(dictionary *d)
         free(d->v[i].key), free(d->v[i].value);
     free(d->v);
     free(d);
+}
+
+/* A string setting into an FTI_BUFS buffer. */
+static void text_of(const dictionary *d, const char *key, char *out)
+{
+    snprintf(out, FTI_BUFS, "%s", iniparser_getstring(d, key, ""));
+}
+
+FTIT_allConfiguration FTI_GetConfig(const char *configFile, MPI_Comm globalComm)
+{
+    FTIT_allConfiguration a;
+    memset(&a, 0, sizeof a);
+    a.configuration.ioMode = -1;
+    dictionary *d = iniparser_load(configFile);
+    if (!d) {
+        fprintf(stderr, "FTI_GetConfig: cannot read the configuration file %s\n",
+                configFile ? configFile : "(NULL)");
+        return a;
+    }
+    FTIT_configuration *c = &a.configuration;
+    snprintf(c->cfgFile, FTI_BUFS, "%s", configFile);
+    c->ioMode = iniparser_getint(d, "basic:ckpt_io", 1) + 1000;
+    int dcp = iniparser_getint(d, "basic:enable_dcp", 0) != 0;
+    c->dcpPosix = dcp && c->ioMode == FTI_IO_POSIX;
+    c->dcpFtiff = dcp && c->ioMode == FTI_IO_FTIFF;
+    c->dcpMode = iniparser_getint(d, "basic:dcp_mode", -1) + 1;
+    c->dcpBlockSize = iniparser_getint(d, "basic:dcp_block_size", -1);
+    c->stagingEnabled = iniparser_getint(d, "basic:enable_staging", 0) != 0;
+    c->keepL4Ckpt = iniparser_getint(d, "basic:keep_l4_ckpt", 0) != 0;
+    c->keepHeadsAlive = iniparser_getint(d, "basic:keep_heads_alive", 0) != 0;
+    c->saveLastCkpt = iniparser_getint(d, "basic:keep_last_ckpt", 0);
+    c->verbosity = iniparser_getint(d, "basic:verbosity", -1);
+    c->blockSize = iniparser_getint(d, "advanced:block_size", -1) * 1024;
+    c->transferSize = iniparser_getint(d, "advanced:transfer_size", -1) * 1024 * 1024;
+    c->ckptTag = iniparser_getint(d, "advanced:ckpt_tag", 711);
+    c->stageTag = iniparser_getint(d, "advanced:stage_tag", 406);
+    c->finalTag = iniparser_getint(d, "advanced:final_tag", 3107);
+    c->generalTag = iniparser_getint(d, "advanced:general_tag", 2612);
+    c->test = iniparser_getint(d, "advanced:local_test", -1);
+    c->l3WordSize = FTI_WORD;
+    c->h5SingleFileEnable = iniparser_getint(d, "basic:h5_single_file_enable", 0) != 0;
+    c->h5SingleFileKeep = iniparser_getint(d, "basic:h5_single_file_keep", 0) != 0;
+    c->h5SingleFileIsInline = iniparser_getint(d, "basic:h5_single_file_inline", 1) != 0;
+    text_of(d, "basic:h5_single_file_dir", c->h5SingleFileDir);
+    text_of(d, "basic:h5_single_file_prefix", c->h5SingleFilePrefix);
+    text_of(d, "basic:stage_dir", c->stageDir);
+    text_of(d, "basic:ckpt_dir", c->localDir);
+    text_of(d, "basic:glbl_dir", c->glbalDir);
+    text_of(d, "basic:meta_dir", c->metadDir);
+
+    text_of(d, "restart:exec_id", a.execution.id);
+    a.execution.reco = iniparser_getint(d, "restart:failure", 0);
+    a.execution.syncIterMax = iniparser_getint(d, "basic:max_sync_intv", -1);
+
+    FTIT_topology *t = &a.topology;
+    MPI_Comm_size(globalComm, &t->nbProc);
+    MPI_Comm_rank(globalComm, &t->myRank);
+    t->splitRank = t->myRank;
+    t->splitSize = t->nbProc;
+    t->nodeSize = iniparser_getint(d, "basic:node_size", -1);
+    t->nbHeads = iniparser_getint(d, "basic:head", 0);
+    t->nbApprocs = t->nodeSize - t->nbHeads;
+    t->groupSize = iniparser_getint(d, "basic:group_size", -1);
+    if (t->nodeSize > 0) {
+        t->nbNodes = t->nbProc / t->nodeSize;
+        t->nodeID = t->myRank / t->nodeSize;
+        t->nodeRank = t->myRank % t->nodeSize;
+    }
+
+    static const char *const interval[5] = {NULL, "basic:ckpt_l1", "basic:ckpt_l2",
+                                            "basic:ckpt_l3", "basic:ckpt_l4"};
+    static const char *const inline_of[5] = {NULL, NULL, "basic:inline_l2", "basic:inline_l3",
+                                             "basic:inline_l4"};
+    for (int l = 1; l <= 4; l++) {
+        FTIT_checkpoint *k = &a.checkpoint[l];
+        snprintf(k->dir, FTI_BUFS, "%s", l == 4 ? c->glbalDir : c->localDir);
+        k->ckptIntv = iniparser_getint(d, interval[l], -1);
+        k->isInline = inline_of[l] ? iniparser_getint(d, inline_of[l], 1) : 1;
+    }
+    a.checkpoint[4].ckptDcpIntv = iniparser_getint(d, "basic:dcp_l4", 0);
+
+    a.injection.rank = iniparser_getint(d, "injection:rank", 0);
+    a.injection.index = iniparser_getint(d, "injection:index", 0);
+    a.injection.position = iniparser_getint(d, "injection:position", 0);
+    a.injection.number = iniparser_getint(d, "injection:number", 0);
+    a.injection.frequency = iniparser_getint(d, "injection:frequency", 0);
+    iniparser_freedict(d);
+    return a;
 }

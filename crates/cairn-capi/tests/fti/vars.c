@@ -3,14 +3,16 @@
  * FTI_setIDFromString, their stored sizes (FTI_GetStoredSize), FTI_Realloc to that size,
  * recovery one variable at a time (FTI_RecoverVarInit / FTI_RecoverVar / _Finalize), an
  * incremental checkpoint (FTI_InitICP / FTI_AddVarICP / FTI_FinalizeICP) whose variables
- * change after they were added, FTI_NREC, and staging a file (FTI_SendFile). Built against
+ * change after they were added, FTI_NREC, staging a file (FTI_SendFile), and the file's
+ * settings as FTI_GetConfig gives them. Built against
  * Cairn's fti.h, linked with -lfti only; run under mpirun, twice: the first run checkpoints
  * and stops without FTI_Finalize (as a failed run), the second recovers.
  *
  * Usage: vars CONFIG first|second|none
- *   first:  names "alpha" (n ints) and "beta" (2n doubles, n = 100 + rank), checkpoints them
- *           with iCP, changing alpha after it was added; stages a file; exits without
- *           FTI_Finalize.
+ *   first:  reads the file back with FTI_GetConfig (it must say Ckpt_dir = local, Glbl_dir =
+ *           global, Node_size = 2, no Ckpt_io, and 4 ranks); names "alpha" (n ints) and
+ *           "beta" (2n doubles, n = 100 + rank), checkpoints them with iCP, changing alpha
+ *           after it was added; stages a file; exits without FTI_Finalize.
  *   second: finds FTI_Status() != 0, looks the names up, reallocates beta from a 1-element
  *           buffer, recovers alpha and beta one by one, checks every value, finalizes.
  *   none:   expects FTI_Init to return FTI_NREC (the file says a restart is expected and
@@ -65,6 +67,20 @@ int main(int argc, char **argv)
         step_ok("nrec");
     } else if (strcmp(mode, "first") == 0) {
         check(init == FTI_SCES && FTI_Status() == 0, "a fresh start");
+        FTIT_allConfiguration c = FTI_GetConfig(argv[1], FTI_COMM_WORLD);
+        check(c.configuration.ioMode == FTI_IO_POSIX, "GetConfig: ioMode");
+        check(strcmp(c.configuration.localDir, "local") == 0 &&
+                  strcmp(c.configuration.glbalDir, "global") == 0 &&
+                  strcmp(c.checkpoint[4].dir, "global") == 0,
+              "GetConfig: directories");
+        check(c.topology.nbProc == 4 && c.topology.myRank == rank &&
+                  c.topology.nodeSize == 2 && c.topology.nodeID == rank / 2 &&
+                  c.topology.nbNodes == 2,
+              "GetConfig: topology");
+        check(c.execution.reco == 0 && c.checkpoint[1].ckptIntv == 0, "GetConfig: values");
+        check(FTI_GetConfig("/nonexistent/fti.cfg", FTI_COMM_WORLD).configuration.ioMode == -1,
+              "GetConfig of a missing file");
+        step_ok("getconfig");
         int *alpha = malloc(n * sizeof *alpha);
         double *beta = malloc(2 * n * sizeof *beta);
         for (int i = 0; i < n; i++)
