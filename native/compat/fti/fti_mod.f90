@@ -16,7 +16,23 @@ module FTI
   public :: FTI_Init, FTI_Status, FTI_InitType, FTI_Protect, FTI_Protect_Ptr, FTI_Checkpoint, &
             FTI_Recover, FTI_Snapshot, FTI_Finalize, FTI_GetStoredSize, FTI_RecoverVarInit, &
             FTI_RecoverVar, FTI_RecoverVarFinalize, FTI_InitICP, FTI_AddVarICP, &
-            FTI_FinalizeICP, FTI_setIDFromString, FTI_getIDFromString
+            FTI_FinalizeICP, FTI_setIDFromString, FTI_getIDFromString, &
+            FTI_InitCompositeType, FTI_AddScalarField, FTI_AddVectorField
+
+  !> FTI's handles of the intrinsic types, for FTI_Protect_Ptr and composite types' fields;
+  !! set by FTI_Init, as in FTI.
+  integer, public :: FTI_CHARACTER1, FTI_INTEGER1, FTI_INTEGER2, FTI_INTEGER4, FTI_INTEGER8, &
+                     FTI_LOGICAL1, FTI_LOGICAL2, FTI_LOGICAL4, FTI_LOGICAL8, FTI_REAL4, &
+                     FTI_REAL8, FTI_REAL16, FTI_COMPLEX4, FTI_COMPLEX8, FTI_COMPLEX16
+
+  !> FTI_InitType(size) and FTI_InitCompositeType(name, size): size a default integer or
+  !! integer(c_size_t), as sizeof gives it.
+  interface FTI_InitType
+    module procedure init_type, init_type_sized
+  end interface
+  interface FTI_InitCompositeType
+    module procedure init_composite, init_composite_sized
+  end interface
 
   ! FTI's basic C type handles (fti.h), by the C type each Fortran kind is.
   integer, parameter :: T_CHAR = 0, T_SHRT = 1, T_INTG = 2, T_LONG = 3, T_SFLT = 8, T_DBLE = 9
@@ -79,6 +95,25 @@ module FTI
       import :: c_int, c_char
       character(kind=c_char), intent(in) :: name(*)
     end function
+    integer(c_int) function c_init_composite(name, size) bind(c, name='cairn_ftif_init_composite')
+      import :: c_int, c_char, c_size_t
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_size_t), value :: size
+    end function
+    integer(c_int) function c_add_scalar(tid, name, fid, offset) bind(c, name='FTI_AddScalarField')
+      import :: c_int, c_char, c_int64_t
+      integer(c_int), value :: tid, fid
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int64_t), value :: offset
+    end function
+    integer(c_int) function c_add_vector(tid, name, fid, offset, ndims, dims) &
+        bind(c, name='cairn_ftif_add_vector')
+      import :: c_int, c_char, c_int64_t
+      integer(c_int), value :: tid, fid, ndims
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int64_t), value :: offset
+      integer(c_int), intent(in) :: dims(*)
+    end function
   end interface
 
   ! The argument-less calls, by number (cairn_ftif_call).
@@ -102,6 +137,26 @@ contains
     comm = int(global_comm, c_int)
     err = int(c_init(c_string(config_file), comm))
     global_comm = int(comm)
+    if (err == FTI_SCES .or. err == FTI_NREC) call init_handles()
+  end subroutine
+
+  ! The handles of the intrinsic types: the C types of the same size where there is one.
+  subroutine init_handles()
+    FTI_CHARACTER1 = T_CHAR
+    FTI_INTEGER1 = T_CHAR
+    FTI_INTEGER2 = T_SHRT
+    FTI_INTEGER4 = T_INTG
+    FTI_INTEGER8 = T_LONG
+    FTI_LOGICAL1 = T_CHAR
+    FTI_LOGICAL2 = T_SHRT
+    FTI_LOGICAL4 = T_INTG
+    FTI_LOGICAL8 = T_LONG
+    FTI_REAL4 = T_SFLT
+    FTI_REAL8 = T_DBLE
+    FTI_REAL16 = int(c_init_type(16_c_int))
+    FTI_COMPLEX4 = int(c_init_type(8_c_int))
+    FTI_COMPLEX8 = int(c_init_type(16_c_int))
+    FTI_COMPLEX16 = int(c_init_type(32_c_int))
   end subroutine
 
   subroutine FTI_Status(status)
@@ -110,9 +165,48 @@ contains
   end subroutine
 
   !> A type of size bytes, for FTI_Protect_Ptr.
-  integer function FTI_InitType(size)
+  integer function init_type(size)
     integer, intent(in) :: size
-    FTI_InitType = int(c_init_type(int(size, c_int)))
+    init_type = int(c_init_type(int(size, c_int)))
+  end function
+
+  integer function init_type_sized(size)
+    integer(c_size_t), intent(in) :: size
+    init_type_sized = int(c_init_type(int(size, c_int)))
+  end function
+
+  !> A composite type of size bytes named name; its fields are described with
+  !! FTI_AddScalarField and FTI_AddVectorField.
+  integer function init_composite(name, size)
+    character(len=*), intent(in) :: name
+    integer, intent(in) :: size
+    init_composite = int(c_init_composite(c_string(name), int(size, c_size_t)))
+  end function
+
+  integer function init_composite_sized(name, size)
+    character(len=*), intent(in) :: name
+    integer(c_size_t), intent(in) :: size
+    init_composite_sized = int(c_init_composite(c_string(name), size))
+  end function
+
+  !> Field name of type field_tid at byte offset of the composite type complex_tid.
+  integer function FTI_AddScalarField(complex_tid, name, field_tid, offset)
+    integer, intent(in) :: complex_tid, field_tid
+    character(len=*), intent(in) :: name
+    integer(c_size_t), intent(in) :: offset
+    FTI_AddScalarField = int(c_add_scalar(int(complex_tid, c_int), c_string(name), &
+                                          int(field_tid, c_int), int(offset, c_int64_t)))
+  end function
+
+  !> An array field of ndims dimensions of dim_length(1:ndims) elements.
+  integer function FTI_AddVectorField(complex_tid, name, field_tid, offset, ndims, dim_length)
+    integer, intent(in) :: complex_tid, field_tid, ndims
+    character(len=*), intent(in) :: name
+    integer(c_size_t), intent(in) :: offset
+    integer, intent(in) :: dim_length(*)
+    FTI_AddVectorField = int(c_add_vector(int(complex_tid, c_int), c_string(name), &
+                                          int(field_tid, c_int), int(offset, c_int64_t), &
+                                          int(ndims, c_int), int(dim_length(1:max(ndims, 0)), c_int)))
   end function
 
   !> Protect count elements of type tid at ptr, as FTI_Protect does in C.
