@@ -79,6 +79,7 @@ static struct {
     int status;              /* FTI_Status() */
     int64_t restart_version; /* what FTI_Recover restores; -1: nothing */
     int64_t version;         /* newest version of FTI_CKPT_NAME known; -1: none */
+    int64_t last;            /* the checkpoint taken or recovered last in this run; -1: none */
     int promoted[5];         /* a level 2/3 checkpoint was made durable instead (noted once) */
     int config_file;         /* FTI_Init was given a file (whose [restart] Failure is kept) */
     int loading_names;       /* FTI_Init is reading the names (before st.up) */
@@ -421,8 +422,14 @@ static int find_checkpoints(void)
 
 int FTI_Init(const char *configFile, MPI_Comm globalComm)
 {
-    if (st.up)
-        return fail("FTI_Init: FTI is already initialised (call FTI_Finalize first)");
+    /* Initialised already: FTI starts over with the new file, keeping what is stored (the
+     * variables are protected again, as after FTI_Finalize, which is not called). */
+    if (st.up) {
+        int rc = cairn_finalize();
+        release();
+        if (rc != CAIRN_OK && rc != CAIRN_ERR_PEER)
+            return cairn_failed(rc, "FTI_Init: ending the earlier initialisation");
+    }
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
@@ -479,6 +486,7 @@ int FTI_Init(const char *configFile, MPI_Comm globalComm)
     st.redundant = strcmp(scheme, "single") != 0;
     st.scheme_why = why;
     st.loading_names = 1;
+    st.last = -1;
     int found = find_checkpoints();
     if (found == FTI_SCES && st.restart_version >= 0)
         found = load_names(st.restart_version);
@@ -606,6 +614,7 @@ static int checkpoint(int level)
         return cairn_failed(rc, "FTI_Checkpoint: level %d checkpoint (version %" PRId64 ")",
                             level, v);
     st.version = v;
+    st.last = v;
     if (store_names(v) != FTI_SCES)
         return FTI_NSCS;
     set_failure(1);
@@ -638,20 +647,29 @@ int FTI_Checkpoint(int id, int level)
     return checkpoint(level);
 }
 
+/* What FTI_Recover and FTI_RecoverVarInit read, as in FTI: the checkpoint found at FTI_Init,
+ * else the last one taken (or recovered) in this run; -1: none. */
+static int64_t to_recover(void)
+{
+    return st.restart_version >= 0 ? st.restart_version : st.last;
+}
+
 int FTI_Recover(void)
 {
     if (!st.up)
         return fail("FTI_Recover: call FTI_Init first");
-    if (st.restart_version < 0) {
-        fail("FTI_Recover: there is no checkpoint to recover (FTI_Status() is 0)");
+    int64_t v = to_recover();
+    if (v < 0) {
+        fail("FTI_Recover: there is no checkpoint to recover (none was found at FTI_Init or "
+             "taken since)");
         return FTI_NREC;
     }
-    int rc = cairn_restart(FTI_CKPT_NAME, st.restart_version);
+    int rc = cairn_restart(FTI_CKPT_NAME, v);
     if (rc != CAIRN_OK)
-        return cairn_failed(rc, "FTI_Recover: restoring version %" PRId64,
-                            st.restart_version);
+        return cairn_failed(rc, "FTI_Recover: restoring version %" PRId64, v);
     st.status = 0;
     st.restart_version = -1;
+    st.last = v;
     restart_clock();
     return FTI_SCES;
 }
@@ -719,10 +737,11 @@ int64_t FTI_GetStoredSize(int id)
         fail("FTI_GetStoredSize(id %d): call FTI_Init first", id);
         return 0;
     }
-    if (st.restart_version < 0)
+    int64_t version = to_recover();
+    if (version < 0)
         return 0;
     uint64_t n = 0;
-    int rc = cairn_stored_size(FTI_CKPT_NAME, st.restart_version, id, &n);
+    int rc = cairn_stored_size(FTI_CKPT_NAME, version, id, &n);
     if (rc != CAIRN_OK) {
         fail("FTI_GetStoredSize(id %d): %s", id, cairn_last_error());
         return 0;
@@ -736,7 +755,7 @@ void *FTI_Realloc(int id, void *ptr)
         fail("FTI_Realloc(id %d): call FTI_Init first", id);
         return ptr;
     }
-    if (st.restart_version < 0)
+    if (to_recover() < 0)
         return ptr;
     struct var *v = find_var(id);
     if (!v) {
@@ -775,17 +794,19 @@ int FTI_RecoverVarInit(void)
 {
     if (!st.up)
         return fail("FTI_RecoverVarInit: call FTI_Init first");
-    if (st.restart_version < 0) {
-        fail("FTI_RecoverVarInit: there is no checkpoint to recover (FTI_Status() is 0)");
+    int64_t v = to_recover();
+    if (v < 0) {
+        fail("FTI_RecoverVarInit: there is no checkpoint to recover (none was found at "
+             "FTI_Init or taken since)");
         return FTI_NREC;
     }
-    int rc = cairn_load(FTI_CKPT_NAME, st.restart_version);
+    int rc = cairn_load(FTI_CKPT_NAME, v);
     if (rc != CAIRN_OK)
-        return cairn_failed(rc, "FTI_RecoverVarInit: reading version %" PRId64,
-                            st.restart_version);
-    int64_t got = st.restart_version;
+        return cairn_failed(rc, "FTI_RecoverVarInit: reading version %" PRId64, v);
+    int64_t got = v;
     if (cairn_restart_version(&got) == CAIRN_OK && got >= 0)
-        st.restart_version = got;
+        v = got;
+    st.last = v;
     st.loaded = 1;
     return FTI_SCES;
 }

@@ -14,7 +14,9 @@
  *           "beta" (2n doubles, n = 100 + rank), checkpoints them with iCP, changing alpha
  *           after it was added; stages a file; exits without FTI_Finalize.
  *   second: finds FTI_Status() != 0, looks the names up, reallocates beta from a 1-element
- *           buffer, recovers alpha and beta one by one, checks every value, finalizes.
+ *           buffer, recovers alpha and beta one by one, checks every value; checkpoints,
+ *           recovers that checkpoint in the same run, calls FTI_Init again (no FTI_Finalize
+ *           before it) and recovers once more; finalizes.
  *   none:   expects FTI_Init to return FTI_NREC (the file says a restart is expected and
  *           there is nothing to recover), then finalizes.
  * Output: "vars: <step> ok" (rank 0), "vars: rank <r> FAIL <what>" on a failed check.
@@ -140,6 +142,19 @@ int main(int argc, char **argv)
             check(beta[i] == beta_value(i), "beta");
         step_ok("recovered");
         check(FTI_Checkpoint(9, 1) == FTI_DONE, "checkpoint after the restart");
+        /* FTI_Recover in the same run reads the checkpoint just taken. */
+        memset(alpha, 0, n * sizeof *alpha);
+        check(FTI_Recover() == FTI_SCES && alpha[n - 1] == alpha_value(n - 1),
+              "recover the run's own checkpoint");
+        /* FTI_Init again, without FTI_Finalize: FTI starts over and finds that checkpoint. */
+        check(FTI_Init(argv[1], MPI_COMM_WORLD) == FTI_SCES && FTI_Status() != 0, "init again");
+        memset(alpha, 0, n * sizeof *alpha);
+        check(FTI_Protect(a, alpha, n, FTI_INTG) == FTI_SCES &&
+                  FTI_Protect(b, beta, 2 * n, FTI_DBLE) == FTI_SCES && FTI_Recover() == FTI_SCES,
+              "recover after init again");
+        for (int i = 0; i < n; i++)
+            check(alpha[i] == alpha_value(i), "alpha after init again");
+        step_ok("same run");
         check(FTI_Finalize() == FTI_SCES, "finalize");
     }
     MPI_Finalize();
