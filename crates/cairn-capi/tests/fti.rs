@@ -780,7 +780,7 @@ fn variables_by_name_size_and_one_by_one_icp_staging_and_the_failure_field() {
     // FTI's own test template's values: every one is taken or reported, none fails FTI_Init.
     let cfg = config(
         &tiers,
-        "Ckpt_dir = local\nGlbl_dir = global\nckpt_l1 = 0\nmax_sync_intv = 0\n\
+        "Ckpt_dir = local\nGlbl_dir = global\nckpt_l1 = 0\nmax_sync_intv = 0\nVerbosity = 2\n\
          enable_dcp = 0\ndcp_block_size = -1\nDcp_L4 = 0\nh5_single_file_dir =\n\
          h5_single_file_enable = 0\n[restart]\nfailure = 0\nexec_id = NULL\n\
          [advanced]\nfast_forward = 1\nlustre_striping_factor = -1\n",
@@ -822,6 +822,26 @@ fn variables_by_name_size_and_one_by_one_icp_staging_and_the_failure_field() {
         "{}",
         second.show()
     );
+    // FTI's information lines at Verbosity 2, once (rank 0), as FTI prints them.
+    let says = |o: &Outcome, line: &str| {
+        o.stdout
+            .matches(&format!("[ FTI  Information ] : {line}"))
+            .count()
+    };
+    assert_eq!(
+        says(&first, "Variable ID 1 to protect (Stored in CPU)"),
+        1,
+        "{}",
+        first.show()
+    );
+    // FTI_Init and FTI_Init again each find a checkpoint.
+    assert_eq!(
+        says(&second, "This is a restart. The execution ID is: NULL"),
+        2,
+        "{}",
+        second.show()
+    );
+    assert_eq!(says(&second, "Ckpt. ID 9 (L1)"), 1, "{}", second.show());
     assert_eq!(failure_in(&cfg), Some(0), "a finished run: failure = 0");
 
     // The file says a restart is expected, and nothing is stored: FTI_NREC, not a fresh start.

@@ -32,6 +32,8 @@ struct fti_config {
     int max_sync;              /* Max_sync_intv: most FTI_Snapshot calls between agreements */
     int node_size, local_test; /* Node_size (0: unset), Local_test */
     int failure;               /* [restart] Failure: 0 none, 1 or 2 a restart is expected */
+    int verbosity;             /* Verbosity: FTI's information lines at 2 and below (default 3) */
+    char exec_id[256];         /* [restart] Exec_ID, for the information lines */
     const char *scheme;        /* Cairn's redundancy scheme for levels 2 and 3 */
     int scheme_default;        /* ... chosen without Ckpt_L2 / Ckpt_L3: may fall back */
     struct fti_assign *sets;   /* Cairn keys to set, in order */

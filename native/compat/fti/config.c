@@ -146,7 +146,9 @@ static int whole(struct reading *r, const struct key *k, const char *value, long
 /* No Cairn equivalent: a note giving the reason (k->arg). */
 static int k_note(struct reading *r, const struct key *k, const char *value)
 {
-    (void)value;
+    /* The execution id is still named in FTI's information lines. */
+    if (strcmp(k->name, "Exec_ID") == 0)
+        snprintf(r->cfg->exec_id, sizeof r->cfg->exec_id, "%s", value);
     if (note(r->cfg, "%s: %s has no Cairn equivalent (%s); ignored", r->cfg->path, r->origin,
              k->arg) != 0)
         return oom(r);
@@ -214,6 +216,7 @@ static int k_verbosity(struct reading *r, const struct key *k, const char *value
     long v;
     if (whole(r, k, value, &v) != 0)
         return -1;
+    r->cfg->verbosity = (int)v;
     return assign(r->cfg, "log.level", levels[v > 4 ? 3 : v - 1], r->origin) == 0 ? 0 : oom(r);
 }
 
@@ -389,6 +392,7 @@ static void init(struct fti_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->max_sync = 512;
+    cfg->verbosity = 3;
     cfg->scheme = "single";
 }
 

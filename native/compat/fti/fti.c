@@ -90,7 +90,7 @@ static struct {
     size_t nnames;
     int names_dirty;         /* names changed since they were last stored */
     int icp;                 /* 0: none, 1: FTI_InitICP active, 2: inactive */
-    int icp_level;
+    int icp_level, icp_id;
     struct var *icp_vars;    /* copies made by FTI_AddVarICP */
     size_t nicp;
     unsigned char *staged;   /* FTI_SendFile: FTI_SI_* of each request */
@@ -134,6 +134,25 @@ static int fail(const char *fmt, ...)
     fflush(stderr);
     return FTI_NSCS;
 }
+
+/* One of FTI's information lines, as FTI prints them at Verbosity 2 and below: rank 0, on
+ * standard output. Programs and test scripts written for FTI read them. */
+static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void info(const char *fmt, ...)
+{
+    if (st.cfg.verbosity > 2 || st.rank != 0)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("[ FTI  Information ] : %s \n", msg);
+    fflush(stdout);
+}
+
+/* The bytes of the protected variables, in MiB. */
+static double protected_mib(void);
 
 /* Collective over comm: the lowest rank whose `failed` is set, or -1 if none is. */
 static int first_failing(MPI_Comm comm, int rank, int size, int failed)
@@ -504,6 +523,8 @@ int FTI_Init(const char *configFile, MPI_Comm globalComm)
         FTI_COMM_WORLD = globalComm;
     st.up = 1;
     restart_clock();
+    if (st.status != 0)
+        info("This is a restart. The execution ID is: %s", st.cfg.exec_id);
     /* FTI: the file said a restart was expected ([restart] Failure 1 or 2) and there is
      * nothing to recover. FTI stays initialised (the run may start afresh). */
     if ((st.cfg.failure == 1 || st.cfg.failure == 2) && st.status == 0) {
@@ -595,14 +616,26 @@ int FTI_Protect(int id, void *ptr, int64_t count, fti_id_t type)
     }
     st.vars = grown;
     st.vars[st.nvars++] = v;
+    info("Variable ID %d to protect (Stored in CPU). Current ckpt. size per rank is %.2fMB.", id,
+         protected_mib());
     return FTI_SCES;
+}
+
+static double protected_mib(void)
+{
+    double bytes = 0;
+    for (size_t i = 0; i < st.nvars; i++)
+        bytes += (double)st.vars[i].bytes;
+    return bytes / (1024.0 * 1024.0);
 }
 
 /* ---- FTI_Checkpoint and FTI_Recover ------------------------------------------------------ */
 
 /* Collective: write the next version at `level` (1..4). */
-static int checkpoint(int level)
+/* Checkpoint `id` (the application's number, for FTI's information line) at `level`. */
+static int checkpoint(int id, int level)
 {
+    double t0 = MPI_Wtime();
     int64_t v = st.version + 1;
     /* Levels 2 and 3 get the redundancy scheme, and level 1 too when the file schedules
      * level 2 or 3 (never less protection than the file asks of the run); without such a
@@ -634,17 +667,19 @@ static int checkpoint(int level)
                                 ") is stored on the node-local tier but could not be made "
                                 "durable", level, v);
     }
+    info("Ckpt. ID %d (L%d) (%.2f MB/proc) taken in %.2f sec.", id, level, protected_mib(),
+         MPI_Wtime() - t0);
     return FTI_DONE;
 }
 
 int FTI_Checkpoint(int id, int level)
 {
-    (void)id; /* the application's own numbering; Cairn's versions are counted here */
+    /* `id` is the application's own numbering; Cairn's versions are counted here. */
     if (!st.up)
         return fail("FTI_Checkpoint: call FTI_Init first");
     if (level < 1 || level > 4)
         return fail("FTI_Checkpoint(id %d): level %d is not one of 1, 2, 3, 4", id, level);
-    return checkpoint(level);
+    return checkpoint(id, level);
 }
 
 /* What FTI_Recover and FTI_RecoverVarInit read, as in FTI: the checkpoint found at FTI_Init,
@@ -726,7 +761,7 @@ int FTI_Snapshot(void)
     if (st.status != 0)
         return FTI_Recover();
     int level = level_due();
-    return level == 0 ? FTI_SCES : checkpoint(level);
+    return level == 0 ? FTI_SCES : checkpoint((int)(st.version + 2), level);
 }
 
 /* ---- Variables one by one ---------------------------------------------------------------- */
@@ -851,7 +886,6 @@ static void icp_release(void)
 
 int FTI_InitICP(int id, int level, bool activate)
 {
-    (void)id;
     if (!st.up)
         return fail("FTI_InitICP: call FTI_Init first");
     if (st.icp == 1)
@@ -867,6 +901,7 @@ int FTI_InitICP(int id, int level, bool activate)
     icp_release();
     st.icp = 1;
     st.icp_level = level;
+    st.icp_id = id;
     return FTI_SCES;
 }
 
@@ -925,7 +960,8 @@ int FTI_FinalizeICP(void)
     st.vars = st.icp_vars;
     unprotect_vars();
     int rc = protect_vars();
-    int res = rc == CAIRN_OK ? checkpoint(st.icp_level) : cairn_failed(rc, "FTI_FinalizeICP");
+    int res = rc == CAIRN_OK ? checkpoint(st.icp_id, st.icp_level)
+                             : cairn_failed(rc, "FTI_FinalizeICP");
     unprotect_vars();
     st.vars = live;
     rc = protect_vars();

@@ -737,7 +737,8 @@ int scr_settings_apply(MPI_Comm comm, int rank, struct scr_settings *out)
      * agreement below, so it exists when Cairn looks for its global tier there). */
     char scrdir[SCR_PATH_MAX + 16];
     snprintf(scrdir, sizeof scrdir, "%s/.scr", out->prefix);
-    if (rank == 0 && !c.error[0] && (scr_mkdirs(out->prefix, 0777) != 0 || scr_mkdirs(scrdir, 0777) != 0))
+    if (rank == 0 && !c.error[0] &&
+        (scr_mkdirs(out->prefix, 0777) != 0 || scr_mkdirs(scrdir, 0777) != 0))
         snprintf(c.error, sizeof c.error, "cannot create the prefix directory %s: %s",
                  scrdir, strerror(errno));
     if (!c.error[0]) {
