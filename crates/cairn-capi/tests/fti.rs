@@ -459,7 +459,7 @@ fn every_type_is_restored_bit_for_bit_and_errors_do_not_stop_the_program() {
             "FTI_Protect(id 0): call FTI_Init first",
             "unknown type 12345",
             "the count -1 is negative",
-            "level 5 is not one of 1, 2, 3, 4",
+            "level 10 is not one of FTI_L1 ... FTI_L4_H5_SINGLE",
             "a type needs a size of at least 1 byte",
         ] {
             assert_eq!(
@@ -842,6 +842,7 @@ fn variables_by_name_size_and_one_by_one_icp_staging_and_the_failure_field() {
         second.show()
     );
     assert_eq!(says(&second, "Ckpt. ID 9 (L1)"), 1, "{}", second.show());
+    assert_eq!(says(&second, "Ckpt. ID 10 (L4)"), 1, "{}", second.show());
     assert_eq!(failure_in(&cfg), Some(0), "a finished run: failure = 0");
 
     // The file says a restart is expected, and nothing is stored: FTI_NREC, not a fresh start.

@@ -677,8 +677,15 @@ int FTI_Checkpoint(int id, int level)
     /* `id` is the application's own numbering; Cairn's versions are counted here. */
     if (!st.up)
         return fail("FTI_Checkpoint: call FTI_Init first");
+    /* As FTI: the differential levels below 4 are their plain level, and FTI_L4_DCP and
+     * FTI_L4_H5_SINGLE are level 4 (Cairn's incremental checkpoints follow [reduction]). */
+    if (level > FTI_L4 && level < FTI_L4_DCP)
+        level -= 4;
+    else if (level == FTI_L4_DCP || level == FTI_L4_H5_SINGLE)
+        level = FTI_L4;
     if (level < 1 || level > 4)
-        return fail("FTI_Checkpoint(id %d): level %d is not one of 1, 2, 3, 4", id, level);
+        return fail("FTI_Checkpoint(id %d): level %d is not one of FTI_L1 ... FTI_L4_H5_SINGLE",
+                    id, level);
     return checkpoint(id, level);
 }
 

@@ -50,8 +50,9 @@ extern "C" {
 #define FTI_SI_PEND 0x1
 #define FTI_SI_NINI 0x0
 
-/* Checkpoint levels: FTI_Checkpoint takes 1..4 (the differential and HDF5 levels are FTI's
- * file formats, which Cairn does not write; FTI_L4_DCP is taken as level 4). */
+/* Checkpoint levels. The differential and HDF5 levels are FTI's file formats, which Cairn
+ * does not write: as in FTI, FTI_L1_DCP .. FTI_L3_DCP are levels 1 to 3, and FTI_L4_DCP and
+ * FTI_L4_H5_SINGLE are level 4. */
 typedef enum {
     FTI_L1 = 1,
     FTI_L2,

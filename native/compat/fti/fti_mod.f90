@@ -317,21 +317,21 @@ contains
     integer, intent(in) :: id
     logical(int16), intent(inout), target :: a(..)
     integer, intent(out) :: err
-    call protect_any(id, a, T_CHAR, 2, err)
+    call protect_any(id, a, T_SHRT, 1, err)
   end subroutine
 
   subroutine protect_l4(id, a, err)
     integer, intent(in) :: id
     logical(int32), intent(inout), target :: a(..)
     integer, intent(out) :: err
-    call protect_any(id, a, T_CHAR, 4, err)
+    call protect_any(id, a, T_INTG, 1, err)
   end subroutine
 
   subroutine protect_l8(id, a, err)
     integer, intent(in) :: id
     logical(int64), intent(inout), target :: a(..)
     integer, intent(out) :: err
-    call protect_any(id, a, T_CHAR, 8, err)
+    call protect_any(id, a, T_LONG, 1, err)
   end subroutine
 
   subroutine protect_ch(id, a, err)
