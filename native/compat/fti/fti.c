@@ -689,11 +689,11 @@ int FTI_Checkpoint(int id, int level)
     return checkpoint(id, level);
 }
 
-/* What FTI_Recover and FTI_RecoverVarInit read, as in FTI: the checkpoint found at FTI_Init,
- * else the last one taken (or recovered) in this run; -1: none. */
+/* What FTI_Recover and FTI_RecoverVarInit read, as in FTI: the newest of the checkpoint found
+ * at FTI_Init and the last one taken (or recovered) in this run; -1: none. */
 static int64_t to_recover(void)
 {
-    return st.restart_version >= 0 ? st.restart_version : st.last;
+    return st.last > st.restart_version ? st.last : st.restart_version;
 }
 
 int FTI_Recover(void)

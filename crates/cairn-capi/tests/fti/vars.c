@@ -146,13 +146,17 @@ int main(int argc, char **argv)
         memset(alpha, 0, n * sizeof *alpha);
         check(FTI_Recover() == FTI_SCES && alpha[n - 1] == alpha_value(n - 1),
               "recover the run's own checkpoint");
-        /* FTI_Init again, without FTI_Finalize: FTI starts over and finds that checkpoint. */
+        /* FTI_Init again, without FTI_Finalize: FTI starts over and finds that checkpoint;
+         * one taken before recovering it is the newer, and what FTI_Recover reads. */
         check(FTI_Init(argv[1], MPI_COMM_WORLD) == FTI_SCES && FTI_Status() != 0, "init again");
-        memset(alpha, 0, n * sizeof *alpha);
         check(FTI_Protect(a, alpha, n, FTI_INTG) == FTI_SCES &&
-                  FTI_Protect(b, beta, 2 * n, FTI_DBLE) == FTI_SCES && FTI_Recover() == FTI_SCES,
-              "recover after init again");
-        for (int i = 0; i < n; i++)
+                  FTI_Protect(b, beta, 2 * n, FTI_DBLE) == FTI_SCES,
+              "protect after init again");
+        alpha[0] = -5;
+        check(FTI_Checkpoint(11, 1) == FTI_DONE, "checkpoint after init again");
+        memset(alpha, 0, n * sizeof *alpha);
+        check(FTI_Recover() == FTI_SCES && alpha[0] == -5, "recover the newer checkpoint");
+        for (int i = 1; i < n; i++)
             check(alpha[i] == alpha_value(i), "alpha after init again");
         step_ok("same run");
         /* FTI's differential level 4 is level 4 (durable on the global tier). */
