@@ -151,9 +151,6 @@ static void info(const char *fmt, ...)
     fflush(stdout);
 }
 
-/* The bytes of the protected variables, in MiB. */
-static double protected_mib(void);
-
 /* Collective over comm: the lowest rank whose `failed` is set, or -1 if none is. */
 static int first_failing(MPI_Comm comm, int rank, int size, int failed)
 {
@@ -573,6 +570,15 @@ static void unprotect_vars(void)
         cairn_unprotect(st.vars[i].id);
 }
 
+/* The bytes of the protected variables, in MiB (for FTI's information lines). */
+static double protected_mib(void)
+{
+    double bytes = 0;
+    for (size_t i = 0; i < st.nvars; i++)
+        bytes += (double)st.vars[i].bytes;
+    return bytes / (1024.0 * 1024.0);
+}
+
 int FTI_Protect(int id, void *ptr, int64_t count, fti_id_t type)
 {
     if (!st.up)
@@ -621,18 +627,10 @@ int FTI_Protect(int id, void *ptr, int64_t count, fti_id_t type)
     return FTI_SCES;
 }
 
-static double protected_mib(void)
-{
-    double bytes = 0;
-    for (size_t i = 0; i < st.nvars; i++)
-        bytes += (double)st.vars[i].bytes;
-    return bytes / (1024.0 * 1024.0);
-}
-
 /* ---- FTI_Checkpoint and FTI_Recover ------------------------------------------------------ */
 
-/* Collective: write the next version at `level` (1..4). */
-/* Checkpoint `id` (the application's number, for FTI's information line) at `level`. */
+/* Collective: write the next version at `level` (1..4); `id` is the application's number for
+ * it, named in FTI's information line. */
 static int checkpoint(int id, int level)
 {
     double t0 = MPI_Wtime();
@@ -768,6 +766,7 @@ int FTI_Snapshot(void)
     if (st.status != 0)
         return FTI_Recover();
     int level = level_due();
+    /* FTI numbers its snapshots from 1: the next version plus one. */
     return level == 0 ? FTI_SCES : checkpoint((int)(st.version + 2), level);
 }
 

@@ -95,10 +95,11 @@ module FTI
       import :: c_int, c_char
       character(kind=c_char), intent(in) :: name(*)
     end function
-    integer(c_int) function c_init_composite(name, size) bind(c, name='cairn_ftif_init_composite')
-      import :: c_int, c_char, c_size_t
+    integer(c_int) function c_init_composite(name, size, h5g) bind(c, name='FTI_InitCompositeType')
+      import :: c_int, c_char, c_size_t, c_ptr
       character(kind=c_char), intent(in) :: name(*)
       integer(c_size_t), value :: size
+      type(c_ptr), value :: h5g
     end function
     integer(c_int) function c_add_scalar(tid, name, fid, offset) bind(c, name='FTI_AddScalarField')
       import :: c_int, c_char, c_int64_t
@@ -107,12 +108,12 @@ module FTI
       integer(c_int64_t), value :: offset
     end function
     integer(c_int) function c_add_vector(tid, name, fid, offset, ndims, dims) &
-        bind(c, name='cairn_ftif_add_vector')
+        bind(c, name='FTI_AddVectorField')
       import :: c_int, c_char, c_int64_t
       integer(c_int), value :: tid, fid, ndims
       character(kind=c_char), intent(in) :: name(*)
       integer(c_int64_t), value :: offset
-      integer(c_int), intent(in) :: dims(*)
+      integer(c_int64_t), intent(in) :: dims(*)
     end function
   end interface
 
@@ -180,13 +181,13 @@ contains
   integer function init_composite(name, size)
     character(len=*), intent(in) :: name
     integer, intent(in) :: size
-    init_composite = int(c_init_composite(c_string(name), int(size, c_size_t)))
+    init_composite = init_composite_sized(name, int(size, c_size_t))
   end function
 
   integer function init_composite_sized(name, size)
     character(len=*), intent(in) :: name
     integer(c_size_t), intent(in) :: size
-    init_composite_sized = int(c_init_composite(c_string(name), size))
+    init_composite_sized = int(c_init_composite(c_string(name), size, c_null_ptr))
   end function
 
   !> Field name of type field_tid at byte offset of the composite type complex_tid.
@@ -206,7 +207,8 @@ contains
     integer, intent(in) :: dim_length(*)
     FTI_AddVectorField = int(c_add_vector(int(complex_tid, c_int), c_string(name), &
                                           int(field_tid, c_int), int(offset, c_int64_t), &
-                                          int(ndims, c_int), int(dim_length(1:max(ndims, 0)), c_int)))
+                                          int(ndims, c_int), &
+                                          int(dim_length(1:max(ndims, 0)), c_int64_t)))
   end function
 
   !> Protect count elements of type tid at ptr, as FTI_Protect does in C.

@@ -1,13 +1,9 @@
 /*
  * ftif.c: the C side of FTI's Fortran module (fti_mod.f90): the calls whose arguments
  * Fortran cannot pass to fti.h as they are (a Fortran communicator, a bool, the two
- * FTI_InitType forms, the argument-less calls by number, an HDF5 group Fortran does not
- * give, dimensions as default integers).
+ * FTI_InitType forms, the argument-less calls by number).
  */
 #include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
 
 #include <mpi.h>
 
@@ -18,29 +14,7 @@ int cairn_ftif_init(const char *file, MPI_Fint *comm);
 int cairn_ftif_init_type(int size);
 int cairn_ftif_init_icp(int id, int level, int activate);
 int cairn_ftif_call(int which);
-int cairn_ftif_init_composite(const char *name, size_t size);
-int cairn_ftif_add_vector(int tid, const char *name, int fid, int64_t offset, int ndims,
-                          const int *dims);
 #pragma GCC visibility pop
-
-int cairn_ftif_init_composite(const char *name, size_t size)
-{
-    return FTI_InitCompositeType(name, size, NULL);
-}
-
-int cairn_ftif_add_vector(int tid, const char *name, int fid, int64_t offset, int ndims,
-                          const int *dims)
-{
-    int64_t wide[32];
-    if (ndims < 1 || ndims > 32) {
-        fprintf(stderr, "FTI_AddVectorField(%s): %d dimensions (1 to 32 are possible)\n",
-                name, ndims);
-        return FTI_NSCS;
-    }
-    for (int i = 0; i < ndims; i++)
-        wide[i] = dims[i];
-    return FTI_AddVectorField(tid, name, fid, offset, ndims, wide);
-}
 
 int cairn_ftif_init(const char *file, MPI_Fint *comm)
 {

@@ -54,8 +54,9 @@ int scr_same_file(const char *a, const char *b);
 
 /* Every rank's NUL-terminated strings (`mine`, `len` bytes of them), concatenated in rank
  * order into a new buffer (free it) of *total bytes; with `starts`, a new array (free it) of
- * size + 1 offsets: where each rank's strings begin, then *total. NULL when memory ran out
- * on any rank (every rank then returns NULL). Collective over comm. */
+ * size + 1 offsets: where each rank's strings begin, then *total. `mine` NULL says this rank
+ * could not make its strings. NULL when that or running out of memory happened on any rank
+ * (every rank then returns NULL). Collective over comm. */
 char *scr_allgather_strings(MPI_Comm comm, const char *mine, size_t len, size_t *total,
                             size_t **starts);
 

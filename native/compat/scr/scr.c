@@ -316,21 +316,24 @@ static int remember_routed(const char *fn, const char *path)
     return SCR_SUCCESS;
 }
 
-/* The files routed into the output under way, NUL-separated (free it); *len its bytes. */
-static char *routed_strings(size_t *len)
+/* The files every rank routed into the output under way, NUL-separated in rank order (free
+ * it), as scr_allgather_strings gives them: *total bytes, and with `starts` where each rank's
+ * begin. NULL (on every rank) when memory ran out. Collective. */
+static char *gather_routed(size_t *total, size_t **starts)
 {
     size_t n = 0;
     for (size_t i = 0; i < S.nrouted; i++)
         n += strlen(S.routed[i]) + 1;
-    char *flat = malloc(n + 1);
+    char *mine = malloc(n + 1);
     size_t at = 0;
-    for (size_t i = 0; flat && i < S.nrouted; i++) {
+    for (size_t i = 0; mine && i < S.nrouted; i++) {
         size_t l = strlen(S.routed[i]) + 1;
-        memcpy(flat + at, S.routed[i], l);
+        memcpy(mine + at, S.routed[i], l);
         at += l;
     }
-    *len = flat ? n : 0;
-    return flat;
+    char *all = scr_allgather_strings(S.comm, mine, n, total, starts);
+    free(mine);
+    return all;
 }
 
 /* Whether the NUL-separated strings [from, to) of `all` hold `s`. */
@@ -406,20 +409,12 @@ static int bypass_route(const char *fn, const char *name, const char *path, char
     return SCR_SUCCESS;
 }
 
-/* SCR_Complete_output with SCR_CACHE_BYPASS: each distinct file routed by any rank is stored
- * into Cairn's checkpoint once, from its own path, by the lowest rank that routed it (a
- * shared file is one part, not one per writer). Returns this rank's verdict on its files.
- * Collective. */
-static int bypass_store(const char *fn, int valid)
+/* SCR_Complete_output with SCR_CACHE_BYPASS: each distinct file routed by any rank (`all`,
+ * `starts`: gather_routed's) is stored into Cairn's checkpoint once, from its own path, by the
+ * lowest rank that routed it (a shared file is one part, not one per writer). Returns this
+ * rank's verdict on its files. Local. */
+static int bypass_store(const char *fn, int valid, const char *all, const size_t *starts)
 {
-    size_t len = 0, total = 0, *starts = NULL;
-    char *mine = routed_strings(&len);
-    char *all = mine ? scr_allgather_strings(S.comm, mine, len, &total, &starts) : NULL;
-    free(mine);
-    if (!all) {
-        scr_say(fn, "out of memory gathering the routed files");
-        return 0;
-    }
     for (size_t i = 0; i < S.nrouted; i++) {
         const char *path = S.routed[i];
         if (access(path, F_OK) != 0) {
@@ -444,8 +439,6 @@ static int bypass_store(const char *fn, int valid)
             valid = 0;
         }
     }
-    free(all);
-    free(starts);
     return valid;
 }
 
@@ -508,10 +501,8 @@ static int bypass_restore(const char *fn)
  * routed, the likely reason (each rank writes its own copy in its own cache). Collective. */
 static void explain_shared(const char *fn)
 {
-    size_t len = 0, total = 0, *starts = NULL;
-    char *mine = routed_strings(&len);
-    char *all = mine ? scr_allgather_strings(S.comm, mine, len, &total, &starts) : NULL;
-    free(mine);
+    size_t total = 0, *starts = NULL;
+    char *all = gather_routed(&total, &starts);
     if (all && S.rank == 0) {
         int size;
         MPI_Comm_size(S.comm, &size);
@@ -618,44 +609,25 @@ SCR_API int SCR_Start_checkpoint(void)
     return SCR_Start_output(NULL, SCR_FLAG_CHECKPOINT);
 }
 
-/* Rank 0 writes the output files every rank routed into dataset `id` to the list SCR_Delete
- * reads (NUL-separated paths), through a temporary file. Collective. */
-static void save_output_list(int64_t id)
+/* Rank 0 writes the output files every rank routed into dataset `id` (`all`, `total` bytes:
+ * gather_routed's, NULL when memory ran out) to the list SCR_Delete reads (NUL-separated
+ * paths), through a temporary file. Local. */
+static void save_output_list(int64_t id, const char *all, size_t total)
 {
-    size_t mine = 0;
-    char *flat = routed_strings(&mine), *all = NULL;
-    int count = flat && mine <= (1u << 30) ? (int)mine : 0, size;
-    MPI_Comm_size(S.comm, &size);
-    int *counts = S.rank == 0 ? calloc((size_t)size, sizeof *counts) : NULL;
-    int *displs = S.rank == 0 ? calloc((size_t)size, sizeof *displs) : NULL;
-    MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, S.comm);
-    long long total = 0;
-    if (S.rank == 0 && counts && displs) {
-        for (int r = 0; r < size; r++) {
-            displs[r] = (int)total;
-            total += counts[r];
-        }
-        all = total < (1ll << 31) ? malloc((size_t)total + 1) : NULL;
+    if (S.rank != 0)
+        return;
+    char path[SCR_PATH_MAX + 64], tmp[SCR_PATH_MAX + 96];
+    scr_index_files_path(&S.ix, id, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = all ? fopen(tmp, "wb") : NULL;
+    int ok = f && fwrite(all, 1, total, f) == total;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        scr_say("SCR_Complete_output", "cannot write %s: %s; SCR_Delete of %s will not remove "
+                                       "its output files", path,
+                all ? strerror(errno) : "out of memory", S.out_name);
+        unlink(tmp);
     }
-    MPI_Gatherv(flat, count, MPI_CHAR, all, counts, displs, MPI_CHAR, 0, S.comm);
-    if (S.rank == 0) {
-        char path[SCR_PATH_MAX + 64], tmp[SCR_PATH_MAX + 96];
-        scr_index_files_path(&S.ix, id, path, sizeof path);
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-        FILE *f = all ? fopen(tmp, "wb") : NULL;
-        int ok = f && fwrite(all, 1, (size_t)total, f) == (size_t)total;
-        ok = f && fclose(f) == 0 && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            scr_say("SCR_Complete_output", "cannot write %s: %s; SCR_Delete of %s will not "
-                                           "remove its output files", path, strerror(errno),
-                    S.out_name);
-            unlink(tmp);
-        }
-    }
-    free(flat);
-    free(all);
-    free(counts);
-    free(displs);
 }
 
 SCR_API int SCR_Complete_output(int valid)
@@ -665,11 +637,20 @@ SCR_API int SCR_Complete_output(int valid)
         !agree(fn, S.phase == OUTPUT ? NULL : "no output was started (SCR_Start_output)", HASH0))
         return SCR_FAILURE;
     int kept = 0;
-    if (S.set.bypass)
-        valid = bypass_store(fn, valid);
+    /* What every rank routed: bypassed, to store each file once, and for an output's list. */
+    size_t total = 0, *starts = NULL;
+    char *all = NULL;
+    if (S.set.bypass) {
+        all = gather_routed(&total, &starts);
+        if (!all && S.rank == 0)
+            scr_say(fn, "out of memory gathering the routed files");
+        valid = all && bypass_store(fn, valid, all, starts);
+    }
     int rc = cairn_complete_output(valid ? 1 : 0, &kept);
     S.phase = IDLE;
     if (rc != CAIRN_OK) {
+        free(all);
+        free(starts);
         forget_routed();
         return cairn_failed(fn, rc);
     }
@@ -679,8 +660,11 @@ SCR_API int SCR_Complete_output(int valid)
         int flags = S.out_flags | (S.set.bypass ? SCR_FLAG_OUTPUT : 0);
         if (scr_index_add(&S.ix, S.out_id, flags, S.out_name) != 0 && S.rank == 0)
             scr_say(fn, "out of memory for the index; %s is stored but not indexed", S.out_name);
-        if (flags & SCR_FLAG_OUTPUT)
-            save_output_list(S.out_id);
+        if (flags & SCR_FLAG_OUTPUT) {
+            if (!S.set.bypass)
+                all = gather_routed(&total, NULL);
+            save_output_list(S.out_id, all, total);
+        }
         scr_index_save(&S.ix, S.rank);
     } else {
         if (S.rank == 0)
@@ -689,6 +673,8 @@ SCR_API int SCR_Complete_output(int valid)
         if (!S.set.bypass)
             explain_shared(fn);
     }
+    free(all);
+    free(starts);
     forget_routed();
     return kept ? SCR_SUCCESS : SCR_FAILURE;
 }

@@ -232,7 +232,7 @@ char *scr_allgather_strings(MPI_Comm comm, const char *mine, size_t len, size_t 
 {
     int size;
     MPI_Comm_size(comm, &size);
-    int count = len <= INT_MAX ? (int)len : -1;
+    int count = mine && len <= INT_MAX ? (int)len : -1;
     int *counts = malloc((size_t)size * sizeof *counts);
     int *displs = malloc((size_t)size * sizeof *displs);
     size_t *at = starts ? malloc(((size_t)size + 1) * sizeof *at) : NULL;
