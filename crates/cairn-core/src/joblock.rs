@@ -328,6 +328,9 @@ impl Locks {
         let mine = self.me.holder(self.job).encode();
         let mut other: Option<(Vec<u8>, Instant)> = None;
         let give_up = Instant::now() + BREAK_STUCK * 4;
+        // A take-over lasts a few file operations, and the other taker is most often a rank of
+        // this same job restarting on this node: look again soon, then less often.
+        let mut pause = Duration::from_millis(1);
         loop {
             if tier.put_new(&bkey, &mine).map_err(Error::from)? {
                 let res = match read(tier, key) {
@@ -370,7 +373,8 @@ impl Locks {
                     ),
                 ));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
 
