@@ -742,7 +742,12 @@ fn checkpoint(t: &Path) -> u64 {
         .arg(t.join("imgs"))
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        o.status.success(),
+        "{}\nthe job's messages:\n{}",
+        text(&o),
+        std::fs::read_to_string(t.join("job.log")).unwrap_or_default()
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     out.split_once(" (")
         .and_then(|(_, r)| r.split_once(" stored)"))
@@ -1173,9 +1178,11 @@ fn launch_holder(t: &Path, config: &Path, job: &str, holder: &Path, what: &str) 
     launch_one(t, config, job, &args)
 }
 
-/// A child that maps the checkpoint library but never joins the job (its coordinator's
-/// address removed from its environment, so its library runs alone) is waited for longer
-/// than one without the library (15 s, not 2), then named as such.
+/// A child that maps the checkpoint library but does not stay in the job (the shell's fork
+/// joins it, then execs `env`, which joins again and execs `sleep` with the coordinator's
+/// address removed, so its library runs alone) is waited for longer than one without the
+/// library (15 s, not 2), then named as loading the library: as one whose connection closed
+/// while it ran on, or, when `env` execs before its connection is made, one that never joined.
 #[test]
 fn real_library_a_child_with_the_library_that_never_joins_is_named() {
     let Some((t, config)) = real_setup() else {
@@ -1192,10 +1199,63 @@ fn real_library_a_child_with_the_library_that_never_joins_is_named() {
     let all = refused_checkpoint(t.path(), &pid);
     assert!(
         all.contains("(sleep), a child of pid")
-            && all.contains("loads the checkpoint library but did not join the job within 15 s"),
+            && all.contains("loads the checkpoint library")
+            && all.contains("within 15 s"),
         "{all}"
     );
     assert!(!t.path().join("imgs/unjoined/v1").exists());
+    kill9_all(&[pid]);
+    ended_after_kill(&mut job);
+}
+
+/// A process of the tree that joined the job and then closed the descriptors it did not open
+/// (the connection to its sub-coordinator among them) while it goes on running: the next
+/// checkpoint is refused, naming it as one that joined and whose connection closed, not as
+/// one that never joined.
+#[test]
+fn real_library_a_child_that_closes_its_connection_after_joining_is_named() {
+    let Some((t, config)) = real_setup() else {
+        return;
+    };
+    if !trees_have_their_own_proc() {
+        return;
+    }
+    let script = "import os, sys, time\n\
+        d = sys.argv[1]\n\
+        if os.fork() == 0:\n\
+        \x20   while not os.path.exists(d + '/close'):\n\
+        \x20       time.sleep(0.05)\n\
+        \x20   os.closerange(3, 65536)\n\
+        \x20   open(d + '/closed', 'w').close()\n\
+        \x20   time.sleep(600)\n\
+        \x20   os._exit(0)\n\
+        open(d + '/started', 'w').close()\n\
+        os.wait()\n";
+    let args = ["python3", "-c", script, t.path().to_str().unwrap()];
+    let (mut job, pid) = launch_one(t.path(), &config, "closer", &args);
+    wait_for("the child to start", 20, || {
+        t.path().join("started").exists().then_some(())
+    });
+    // The first checkpoint waits for the child to join and takes it.
+    checkpoint(t.path());
+    let m = manifest(t.path(), "closer", 1);
+    assert_eq!(
+        m["procs"][0]["members"].as_array().map(Vec::len),
+        Some(1),
+        "{m}"
+    );
+    std::fs::write(t.path().join("close"), "").unwrap();
+    wait_for("the child to close its descriptors", 20, || {
+        t.path().join("closed").exists().then_some(())
+    });
+    let all = refused_checkpoint(t.path(), &pid);
+    assert!(
+        all.contains("(python3), a child of pid")
+            && all.contains("joined the job, but its connection to the sub-coordinator closed")
+            && all.contains("did not join again within 15 s"),
+        "{all}"
+    );
+    assert!(!t.path().join("imgs/closer/v2").exists());
     kill9_all(&[pid]);
     ended_after_kill(&mut job);
 }

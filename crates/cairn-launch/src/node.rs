@@ -54,6 +54,8 @@ struct ProcStat {
     comm: String,
     state: char,
     ppid: u32,
+    /// Its start time (clock ticks after boot): a pid used again is another process.
+    start: u64,
 }
 
 fn proc_stat(pid: u32) -> Option<ProcStat> {
@@ -63,7 +65,14 @@ fn proc_stat(pid: u32) -> Option<ProcStat> {
     let mut rest = text.get(close + 2..)?.split(' ');
     let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
-    Some(ProcStat { comm, state, ppid })
+    // Fields 5 to 21, then the start time (field 22).
+    let start = rest.nth(17)?.parse().ok()?;
+    Some(ProcStat {
+        comm,
+        state,
+        ppid,
+        start,
+    })
 }
 
 /// The children of process `pid` (of all its threads), as this node sees their pids.
@@ -324,6 +333,7 @@ pub fn run(a: NodeArgs, token: Token) -> Result<()> {
         meets: HashMap::new(),
         meet_keys: HashMap::new(),
         rsh: HashMap::new(),
+        left: HashMap::new(),
     };
     lp.run();
     acceptor.stop();
@@ -517,6 +527,10 @@ struct NodeLoop {
     meet_keys: HashMap<String, Vec<u64>>,
     /// Connections of `cairn rsh` waiting for the root's answer, by connection id.
     rsh: HashMap<u64, TcpStream>,
+    /// Processes of the trees whose connection closed while they still ran (the program
+    /// closed the descriptor, as a launcher does between fork and exec), by pid: their start
+    /// time and when. A checkpoint that finds one outside the job says so.
+    left: HashMap<u32, (u64, Instant)>,
 }
 
 impl NodeLoop {
@@ -819,6 +833,7 @@ impl NodeLoop {
         let welcome = Msg::new(Verb::Welcome).arg("proc", i).arg("pid", pid);
         send_or_log(&mut w, &welcome, &who);
         self.peers.insert(id, ((i, nspid), w));
+        self.left.remove(&pid);
         let p = self.procs.get_mut(&i).expect("checked");
         p.members.insert(
             nspid,
@@ -1011,8 +1026,16 @@ impl NodeLoop {
         if nspid != 0 {
             // A process of the tree ended (or left checkpoint control by exec: if it still
             // runs, the next checkpoint finds it among the tree's processes and fails).
-            if let Some(p) = self.procs.get_mut(&i) {
-                p.members.remove(&nspid);
+            let gone = self
+                .procs
+                .get_mut(&i)
+                .and_then(|p| p.members.remove(&nspid));
+            self.left
+                .retain(|&pid, (start, _)| proc_stat(pid).is_some_and(|s| s.start == *start));
+            if let Some(m) = gone {
+                if let Some(st) = proc_stat(m.pid).filter(|s| s.state != 'Z') {
+                    self.left.insert(m.pid, (st.start, Instant::now()));
+                }
             }
             if self
                 .phase
@@ -1256,7 +1279,20 @@ impl NodeLoop {
                         continue;
                     }
                     let loaded = maps_library(child);
-                    let why = if loaded {
+                    let left = self
+                        .left
+                        .get(&child)
+                        .filter(|(start, _)| *start == st.start);
+                    let why = if let Some((_, when)) = left {
+                        format!(
+                            "loads the checkpoint library and joined the job, but its \
+                             connection to the sub-coordinator closed {:.1} s ago while it ran \
+                             on (the program closed the descriptor, or replaced itself by exec \
+                             with one that stays out), and it did not join again within {} s",
+                            when.elapsed().as_secs_f64(),
+                            LOADED_GRACE.as_secs()
+                        )
+                    } else if loaded {
                         format!(
                             "loads the checkpoint library but did not join the job within {} s \
                              (still starting, or it could not reach its sub-coordinator)",
