@@ -34,6 +34,7 @@
 //! restart-eligible everywhere, so the versions the cache window drops are never the newest
 //! eligible one, whatever `[cache] keep` says.
 
+use crate::agree::agree;
 use crate::catalog::{self, commit_key, manifest_key, rank_key, version_dir};
 use crate::config::{Config, NodeLocal};
 use crate::error::{Error, ErrorKind, Result};
@@ -2279,20 +2280,6 @@ fn first_window(ns: &mut NameState, keep: usize) -> Vec<i64> {
         }
     }
     doomed
-}
-
-/// Collective: turn a per-rank result into an agreed one. Every rank fails if any does; a rank
-/// whose own step succeeded reports that another rank failed.
-pub(crate) fn agree<T>(comm: &dyn Comm, res: Result<T>, what: &str) -> Result<T> {
-    let ok = comm.all_agree(res.is_ok())?;
-    match res {
-        Ok(v) if ok => Ok(v),
-        Ok(_) => Err(Error::new(
-            ErrorKind::Peer,
-            format!("cairn could not {what} on another rank (see its message)"),
-        )),
-        Err(e) => Err(e),
-    }
 }
 
 #[cfg(test)]

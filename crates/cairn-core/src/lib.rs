@@ -27,6 +27,7 @@
 //! engine.finalize().unwrap();
 //! ```
 
+mod agree;
 pub mod auth;
 pub mod catalog;
 pub mod clock;

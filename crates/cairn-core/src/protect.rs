@@ -14,8 +14,8 @@
 //! failed still takes part in every exchange (sending empty messages) and reports the failure
 //! afterwards, so a local error never deadlocks the job.
 
+use crate::agree::agree;
 use crate::catalog::{self, rank_key, version_dir};
-use crate::engine::agree;
 use crate::error::{Error, ErrorKind, Result};
 use crate::mapped::MappedObject;
 use crate::part::{
