@@ -3,11 +3,12 @@
 
 use crate::error::{bail, Error, ErrorKind, Result};
 use std::fs::{self, DirBuilder, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use subtle::ConstantTimeEq;
 
 /// The coordinator file's name inside a job directory.
 pub const COORD_FILE: &str = "coord";
@@ -19,12 +20,11 @@ pub const COORD_FILE: &str = "coord";
 pub struct Token([u8; 16]);
 
 impl Token {
-    /// A fresh token from the kernel's random source.
+    /// A fresh token from the kernel's random source (getrandom(2)).
     pub fn random() -> Result<Token> {
         let mut b = [0u8; 16];
-        fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut b))
-            .map_err(|e| Error::io("read /dev/urandom", e))?;
+        getrandom::fill(&mut b)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("no random bytes for a token: {e}")))?;
         Ok(Token(b))
     }
 
@@ -44,20 +44,13 @@ impl Token {
         Ok(Token(b))
     }
 
-    /// Whether `presented` is this token in hex (either case). The comparison looks at every
-    /// byte whatever differs, so its time says nothing about how much of a guess was right;
-    /// only the length (public: always 32) ends it early.
+    /// Whether `presented` is this token in hex (either case). The comparison (`subtle`'s
+    /// constant-time equality) looks at every byte whatever differs, so its time says nothing
+    /// about how much of a guess was right; only the length (public: always 32) ends it early.
     pub fn matches(&self, presented: &str) -> bool {
         let want = self.hex();
-        let got = presented.as_bytes();
-        if got.len() != want.len() {
-            return false;
-        }
-        let diff = want
-            .bytes()
-            .zip(got)
-            .fold(0u8, |acc, (a, &b)| acc | (a ^ b.to_ascii_lowercase()));
-        std::hint::black_box(diff) == 0
+        let got: Vec<u8> = presented.bytes().map(|b| b.to_ascii_lowercase()).collect();
+        want.as_bytes().ct_eq(&got).into()
     }
 }
 
