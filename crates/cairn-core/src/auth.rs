@@ -199,8 +199,7 @@ fn read_key(path: &Path) -> Result<[u8; 32]> {
     let md = f
         .metadata()
         .map_err(|e| key_error(path, format!("cannot stat it: {e}")))?;
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     if !md.is_file() {
         return Err(key_error(path, "is not a regular file"));
     }

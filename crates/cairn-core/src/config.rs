@@ -326,8 +326,7 @@ impl std::fmt::Display for Raw {
 /// `uid<N>`. It comes from the user database, not from `$USER`, so a login shell, a batch
 /// job started with a clean environment and `sudo -E` all agree on it.
 pub fn user_name() -> String {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = rustix::process::geteuid().as_raw();
     passwd_name(uid)
         .filter(|u| {
             !u.is_empty()
@@ -1031,8 +1030,7 @@ mod tests {
 
     #[test]
     fn user_name_comes_from_the_user_database() {
-        // SAFETY: geteuid(2) cannot fail.
-        let uid = unsafe { libc::geteuid() };
+        let uid = rustix::process::geteuid().as_raw();
         // Read /etc/passwd independently; the environment plays no part.
         let listed = std::fs::read_to_string("/etc/passwd")
             .unwrap_or_default()

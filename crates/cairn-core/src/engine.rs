@@ -1747,8 +1747,7 @@ impl Engine {
                 std::env::temp_dir(),
                 std::path::Path::new(&format!(
                     "cairn-{}-{}.files",
-                    // SAFETY: getuid cannot fail.
-                    unsafe { libc::getuid() },
+                    rustix::process::getuid().as_raw(),
                     memstore::job_name()
                 ))
                 .join(rank),

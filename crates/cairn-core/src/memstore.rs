@@ -49,8 +49,7 @@ pub fn store_config(cfg: &Config, owner: StoreOwner) -> StoreConfig {
 pub const SHM_DIR: &str = "/dev/shm";
 
 fn uid() -> u32 {
-    // SAFETY: getuid(2) has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
+    rustix::process::getuid().as_raw()
 }
 
 /// The common start of this user's store names in this job, `/cairn-<uid>-<job>-`.

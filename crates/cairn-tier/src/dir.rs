@@ -61,8 +61,7 @@ fn err(tier: &str, what: &'static str, path: &Path, source: std::io::Error) -> T
 }
 
 fn current_uid() -> u32 {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// Create `dir` and its missing parents with mode 0700. An existing directory must belong to
