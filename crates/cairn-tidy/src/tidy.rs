@@ -101,6 +101,19 @@ fn packages() -> Vec<Package> {
         .collect()
 }
 
+/// Each workspace crate with its `src/` folder, if it has one.
+fn sources() -> Vec<(Package, PathBuf)> {
+    let root = root();
+    packages()
+        .into_iter()
+        .map(|p| {
+            let src = root.join(&p.dir).join("src");
+            (p, src)
+        })
+        .filter(|(_, src)| src.is_dir())
+        .collect()
+}
+
 /// The table under "## Layers": each crate with the workspace crates it uses, in table order.
 fn layer_table() -> Vec<(String, BTreeSet<String>)> {
     let lines = section("## Layers");
@@ -383,14 +396,9 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 /// [`KNOWN_CYCLES`], exactly as listed.
 #[test]
 fn no_module_cycles_beyond_the_known_ones() {
-    let root = root();
     let mut wrong = Vec::new();
     let mut found_known = BTreeSet::new();
-    for p in packages() {
-        let src = root.join(&p.dir).join("src");
-        if !src.is_dir() {
-            continue;
-        }
+    for (p, src) in sources() {
         let mods = modules(&src);
         let edges: BTreeMap<String, BTreeSet<String>> = mods
             .iter()
@@ -446,4 +454,126 @@ fn crate_paths_reads_single_grouped_and_nested_paths() {
     edges.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
     edges.insert("d".to_string(), BTreeSet::from(["a".to_string()]));
     assert_eq!(cycles(&edges), [["a", "b", "c"]]);
+}
+
+/// The files of `src` (all of them, `bin/` too) whose code, outside `//` comments, has an
+/// `unsafe` block, function, impl or extern block, relative to `src`.
+fn unsafe_files(src: &Path) -> BTreeSet<String> {
+    // Spelled in two parts so that this file does not find itself.
+    let keys = ["{", "fn", "impl", "extern"].map(|k| format!("{} {k}", "unsafe"));
+    let mut out = BTreeSet::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("a source folder").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension() != Some(std::ffi::OsStr::new("rs")) {
+                continue;
+            }
+            let found = read(&path).lines().any(|l| {
+                let code = l.split("//").next().unwrap_or("");
+                keys.iter().any(|k| code.contains(k.as_str()))
+            });
+            if found {
+                let rel = path.strip_prefix(src).expect("under src");
+                out.insert(rel.display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Text without its parenthesised parts (nested ones too).
+fn without_parentheses(text: &str) -> String {
+    let mut depth = 0usize;
+    let mut out = String::new();
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// ARCHITECTURE.md's Unsafe item names every file with unsafe code under its crate, and
+/// every crate without any forbids it.
+#[test]
+fn the_unsafe_inventory_is_complete() {
+    let lines = section("## Cross-cutting concerns");
+    let item: Vec<&String> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("- **Unsafe.**"))
+        .take_while(|l| l.starts_with("- **Unsafe.**") || !l.starts_with("- **"))
+        .collect();
+    assert!(
+        !item.is_empty(),
+        "no Unsafe item in ARCHITECTURE.md's cross-cutting concerns"
+    );
+    // Each sub-item "  - `crate`: `file`, `file` (why)", over one or more lines: the crate
+    // and the files it names outside parentheses.
+    let mut entries: Vec<String> = Vec::new();
+    for l in &item {
+        if let Some(rest) = l.strip_prefix("  - ") {
+            entries.push(rest.to_string());
+        } else if l.starts_with("    ") {
+            if let Some(last) = entries.last_mut() {
+                last.push(' ');
+                last.push_str(l.trim());
+            }
+        }
+    }
+    let mut listed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for e in &entries {
+        let Some((name, files)) = e.strip_prefix('`').and_then(|r| r.split_once("`:")) else {
+            continue;
+        };
+        let files = without_parentheses(files)
+            .split('`')
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, f)| f.to_string())
+            .collect();
+        listed.insert(name.to_string(), files);
+    }
+    let mut wrong = Vec::new();
+    for (p, src) in sources() {
+        let found = unsafe_files(&src);
+        let stated = listed.remove(&p.name).unwrap_or_default();
+        if found.is_empty() {
+            let forbids = ["lib.rs", "main.rs"].iter().any(|t| {
+                let f = src.join(t);
+                f.exists() && read(&f).contains("#![forbid(unsafe_code)]")
+            });
+            if !forbids {
+                wrong.push(format!(
+                    "{} has no unsafe code but does not forbid it",
+                    p.name
+                ));
+            }
+        }
+        for f in found.difference(&stated) {
+            wrong.push(format!(
+                "{}: {f} has unsafe code the Unsafe item does not list",
+                p.name
+            ));
+        }
+        for f in stated.difference(&found) {
+            wrong.push(format!(
+                "{}: the Unsafe item lists {f}, which has no unsafe code",
+                p.name
+            ));
+        }
+    }
+    for name in listed.keys() {
+        wrong.push(format!(
+            "the Unsafe item names {name}, which is no workspace crate"
+        ));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
