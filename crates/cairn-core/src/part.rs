@@ -982,7 +982,9 @@ impl<'c> Resolver<'c> {
                     }
                 }
                 code => {
-                    let kind = BlockKind::from_code(code).expect("the index checks kinds");
+                    let Some(kind) = BlockKind::from_code(code) else {
+                        return Err(bad(format!("has block kind {code}, which no codec has")));
+                    };
                     self.scratch.resize(b.stored as usize, 0);
                     link.reader.read_exact_at(&mut self.scratch, at)?;
                     if link.index.block_sum(&self.scratch) != b.sum {
@@ -1200,7 +1202,12 @@ pub fn verify(r: &dyn ObjectReader) -> Result<u64> {
             }
             let (s, t) = e.block_range(b.index, index.block_size);
             let out = &mut raw[..(t - s) as usize];
-            let kind = BlockKind::from_code(rec.kind).expect("the index checks kinds");
+            let Some(kind) = BlockKind::from_code(rec.kind) else {
+                return Err(bad(&format!(
+                    "has block kind {}, which no codec has",
+                    rec.kind
+                )));
+            };
             decoder
                 .decode(kind, &stored, e.dtype.size(), out)
                 .map_err(|x| bad(&format!("cannot be decoded: {x}")))?;
@@ -1233,6 +1240,25 @@ pub fn copy_object(src: &dyn Tier, dst: &dyn Tier, key: &str) -> Result<u64> {
 mod tests {
     use super::*;
     use cairn_tier::DirTier;
+
+    /// The format's block-kind codes and the codecs' agree: every code up to the last codec
+    /// but "unchanged" is an encoding with that code, and no other code is one.
+    #[test]
+    fn block_kind_codes_agree_with_the_codecs() {
+        for c in 0..=u8::MAX {
+            let kind = BlockKind::from_code(c);
+            let encoding = c <= block_kind::LAST_CODEC && c != block_kind::UNCHANGED;
+            assert_eq!(kind.is_some(), encoding, "code {c}");
+            if let Some(k) = kind {
+                assert_eq!(k.code(), c);
+            }
+        }
+        assert_eq!(
+            BlockKind::from_code(block_kind::ZERO),
+            Some(BlockKind::Zero)
+        );
+        assert_eq!(BlockKind::from_code(block_kind::RAW), Some(BlockKind::Raw));
+    }
 
     fn meta() -> PartMeta<'static> {
         PartMeta {

@@ -187,9 +187,10 @@ impl Trailer {
     }
 }
 
-/// How one block of a region is stored (the `kind` byte of a block record). Codes 0–5 are
-/// the codecs of `cairn-reduce` (`BlockKind`); 6 marks a block an incremental checkpoint
-/// takes unchanged from its base.
+/// How one block of a region is stored (the `kind` byte of a block record). Codes 0–5, 7 and
+/// 8 are the encodings of `cairn-reduce` (`BlockKind`, whose codes a test in `cairn-core`'s
+/// `part.rs` checks against these); 6 marks a block an incremental checkpoint takes
+/// unchanged from its base.
 pub mod block_kind {
     /// All zeros: nothing stored.
     pub const ZERO: u8 = 0;
