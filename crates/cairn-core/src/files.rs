@@ -31,7 +31,7 @@
 
 use crate::engine::{Engine, OwnedRegion, Shape};
 use crate::error::{Error, ErrorKind, Result};
-use crate::mapped::Mapped;
+use crate::mapped::{Mapped, MappedMut};
 use crate::part::{FileRegion, RegionMut, RegionRef};
 use cairn_format::Dtype;
 use serde::{Deserialize, Serialize};
@@ -615,7 +615,7 @@ fn buffer(dir: &Path, s: &Shape, hold: bool) -> Result<OwnedRegion> {
         }
         Box::new(vec![0u8; bytes])
     } else {
-        Box::new(Mapped::create(
+        Box::new(MappedMut::create(
             &dir.join(format!("region{}", -s.id)),
             bytes,
         )?)

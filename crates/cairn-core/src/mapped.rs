@@ -10,16 +10,12 @@ fn io(e: std::io::Error, what: &str, path: &Path) -> Error {
     Error::new(ErrorKind::Io, format!("{what} {}: {e}", path.display()))
 }
 
-/// A file mapped into memory: read-only to store it, writable to restore into it.
+/// A file mapped read-only (privately) into memory, to store it.
 pub(crate) struct Mapped {
-    ptr: *mut u8,
+    map: memmap2::Mmap,
     pub(crate) len: usize,
     _file: File,
 }
-
-// SAFETY: the mapping is owned by this value alone and freed in Drop; nothing else refers to
-// the pointer, so moving it to another thread is sound.
-unsafe impl Send for Mapped {}
 
 impl Mapped {
     pub(crate) fn read(path: &Path) -> Result<Mapped> {
@@ -48,27 +44,49 @@ impl Mapped {
     /// Map an open file read-only, its pages mapped in advance (it is about to be read
     /// through from start to end).
     pub(crate) fn read_file(file: File, path: &Path) -> Result<Mapped> {
-        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
-        let len = usize::try_from(md.len()).map_err(|_| Error::invalid("file too large"))?;
-        Mapped::map(
-            file,
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_POPULATE,
-            path,
-        )
+        Mapped::map(file, true, path)
     }
 
     /// [`Mapped::read_file`] without mapping the pages in advance: for a file that is
     /// probably never read (its block hashes are known), whose pages are then mapped only
     /// if and where it is.
     pub(crate) fn read_file_lazily(file: File, path: &Path) -> Result<Mapped> {
-        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
-        let len = usize::try_from(md.len()).map_err(|_| Error::invalid("file too large"))?;
-        Mapped::map(file, len, libc::PROT_READ, libc::MAP_PRIVATE, path)
+        Mapped::map(file, false, path)
     }
 
-    pub(crate) fn create(path: &Path, len: usize) -> Result<Mapped> {
+    fn map(file: File, populate: bool, path: &Path) -> Result<Mapped> {
+        let md = file.metadata().map_err(|e| io(e, "stat", path))?;
+        let len = usize::try_from(md.len()).map_err(|_| Error::invalid("file too large"))?;
+        let mut o = memmap2::MmapOptions::new();
+        o.len(len);
+        if populate {
+            o.populate();
+        }
+        // SAFETY: a private read-only mapping of the file's current length, read only while
+        // `self` lives. The files mapped are the user's own (routed files, stored objects in
+        // private directories); one truncated by another process while mapped would raise
+        // SIGBUS where it is read, as with any mapping of a file.
+        let map = unsafe { o.map_copy_read_only(&file) }.map_err(|e| io(e, "map", path))?;
+        Ok(Mapped {
+            map,
+            len,
+            _file: file,
+        })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+}
+
+/// A file created and mapped shared and writable, to restore a file straight into it.
+pub(crate) struct MappedMut {
+    map: memmap2::MmapMut,
+    _file: File,
+}
+
+impl MappedMut {
+    pub(crate) fn create(path: &Path, len: usize) -> Result<MappedMut> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -77,62 +95,17 @@ impl Mapped {
             .open(path)
             .map_err(|e| io(e, "create", path))?;
         file.set_len(len as u64).map_err(|e| io(e, "size", path))?;
-        Mapped::map(
-            file,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            path,
-        )
-    }
-
-    fn map(file: File, len: usize, prot: i32, flags: i32, path: &Path) -> Result<Mapped> {
-        use std::os::fd::AsRawFd;
-        let ptr = if len == 0 {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: a fresh mapping of `len` bytes of an open file; the kernel picks the
-            // address, and the result is checked.
-            let p =
-                unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, file.as_raw_fd(), 0) };
-            if p == libc::MAP_FAILED {
-                return Err(io(std::io::Error::last_os_error(), "map", path));
-            }
-            p.cast::<u8>()
-        };
-        Ok(Mapped {
-            ptr,
-            len,
-            _file: file,
-        })
-    }
-
-    pub(crate) fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: `ptr` maps `len` readable bytes for the life of self.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        // SAFETY: a shared writable mapping of a file this call just created (create_new,
+        // mode 0600) at exactly `len` bytes; no one else has it open to truncate it.
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file) }
+            .map_err(|e| io(e, "map", path))?;
+        Ok(MappedMut { map, _file: file })
     }
 }
 
-impl AsMut<[u8]> for Mapped {
+impl AsMut<[u8]> for MappedMut {
     fn as_mut(&mut self) -> &mut [u8] {
-        if self.len == 0 {
-            return &mut [];
-        }
-        // SAFETY: buffers for restoring are writable shared mappings of `len` bytes, owned
-        // by self and borrowed exclusively here.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: the mapping made in `map`, unmapped once.
-            unsafe { libc::munmap(self.ptr.cast(), self.len) };
-        }
+        &mut self.map[..]
     }
 }
 

@@ -28,7 +28,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{self, EngineRecord};
 use crate::stage::Staging;
-use crate::sys::MappingMut;
+use crate::sys::map_file_mut;
 use cairn_comm::{Comm, Threads};
 use cairn_core::part::FileRegion;
 use cairn_core::{Config, Engine, NodeLocal, OwnedRegion, Shape};
@@ -587,7 +587,7 @@ fn restore_buffer(
     let path = dir.join(&name);
     // Sparse until written: nothing is allocated if the kept image is taken.
     let buf = private_file(&path)
-        .and_then(|f| MappingMut::create(&f, s.bytes()))
+        .and_then(|f| map_file_mut(&f, s.bytes()))
         .map_err(|e| {
             cairn_core::Error::new(
                 cairn_core::ErrorKind::Io,

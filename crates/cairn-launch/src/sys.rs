@@ -72,77 +72,16 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
-/// A file mapped for reading and writing, shared with the file: what a restore writes an
-/// image into, so it reaches the file (and the restorer) without a copy in the root's memory.
-pub struct MappingMut {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is memory owned by this value alone; moving it to another thread moves
-// the only handle to it.
-unsafe impl Send for MappingMut {}
-
-impl MappingMut {
-    /// Sets `file`'s length to `len` (new bytes read as zeros) and maps it for writing. The
-    /// file must be one this process created privately and nothing else writes.
-    pub fn create(file: &std::fs::File, len: u64) -> io::Result<MappingMut> {
-        file.set_len(len)?;
-        let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        map(file, len, libc::PROT_READ | libc::PROT_WRITE).map(|ptr| MappingMut { ptr, len })
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        if self.len == 0 {
-            return &mut [];
-        }
-        // SAFETY: `ptr` is a live writable mapping of `len` bytes, unmapped only on drop, and
-        // `&mut self` makes this the only reference to it.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
-    }
-}
-
-impl AsMut<[u8]> for MappingMut {
-    fn as_mut(&mut self) -> &mut [u8] {
-        self.bytes_mut()
-    }
-}
-
-impl Drop for MappingMut {
-    fn drop(&mut self) {
-        unmap(self.ptr, self.len);
-    }
-}
-
-fn map(file: &std::fs::File, len: usize, prot: libc::c_int) -> io::Result<*mut libc::c_void> {
-    use std::os::fd::AsRawFd;
-    if len == 0 {
-        return Ok(std::ptr::null_mut());
-    }
-    // SAFETY: a new shared mapping of an open file at an address the kernel chooses; it
-    // aliases no memory of ours. The result is checked before use.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            prot,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ptr)
-    }
-}
-
-fn unmap(ptr: *mut libc::c_void, len: usize) {
-    if len > 0 {
-        // SAFETY: `ptr`/`len` is a mapping made by `map` and not used after this.
-        unsafe { libc::munmap(ptr, len) };
-    }
+/// `file` set to `len` bytes (new bytes read as zeros) and mapped shared for reading and
+/// writing: what a restore writes an image into, so it reaches the file (and the restorer)
+/// without a copy in the root's memory. The file must be one this process created privately
+/// and nothing else writes.
+pub fn map_file_mut(file: &std::fs::File, len: u64) -> io::Result<memmap2::MmapMut> {
+    file.set_len(len)?;
+    let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a shared mapping of a private file this process just sized; nothing else
+    // truncates it while the mapping lives.
+    unsafe { memmap2::MmapOptions::new().len(len).map_mut(file) }
 }
 
 /// The pid, as this host's `/proc` shows it, of the process that is `nspid` in the pid
