@@ -130,7 +130,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { section: "redundancy", key: "parity", ty: KeyType::Count(1), default: "2",
         doc: "Parity shards per stripe for rs: how many lost members of a set can be rebuilt. Must be smaller than the set size." },
     KeySpec { section: "redundancy", key: "partner_mode", ty: KeyType::Choice(&["stream", "readback"]), default: "\"stream\"",
-        doc: "How partner copies are made: stream (sent in pieces while the part is written, overlapping send, receive and write) or readback (written, read back and sent afterwards; kept as the benchmark baseline)." },
+        doc: "How partner copies are made: stream (sent in pieces while the part is written, overlapping send, receive and write) or readback (written, read back and sent afterwards: the baseline the benchmarks measure streaming against; parts of routed files always go this way)." },
     KeySpec { section: "failure", key: "mtbf", ty: KeyType::Seconds, default: "0",
         doc: "Mean time between failures of the whole job, for \"auto\" intervals (0: derive it from node_mtbf)." },
     KeySpec { section: "failure", key: "node_mtbf", ty: KeyType::Seconds, default: "0",

@@ -269,8 +269,11 @@ pub(crate) fn write_streamed(
     Ok(index)
 }
 
-/// Collective over each partner ring: the older scheme, kept as the benchmark baseline:
-/// write the part, read it back and send it, then write the partner's.
+/// Collective over each partner ring: write the part, read it back and send it, then write
+/// the partner's. The engine takes this path for a part with adopted files (the file API's
+/// routed files: their bytes are in place before the part is written, so there is nothing to
+/// stream alongside), and for every part with `[redundancy] partner_mode = "readback"`, the
+/// baseline `write_streamed` is measured against.
 pub(crate) fn write_readback(
     ctx: &Ctx<'_>,
     meta: PartMeta<'_>,
