@@ -14,7 +14,14 @@ fn main() {
         .join("../../native/ckpt")
         .canonicalize()
         .expect("native/ckpt exists");
-    for f in ["ckpt.c", "hash_avx2.c", "hashes.h", "restorer.c", "image.h"] {
+    for f in [
+        "ckpt.c",
+        "hash_avx2.c",
+        "hashes.h",
+        "restorer.c",
+        "image.h",
+        "proto.h",
+    ] {
         println!("cargo:rerun-if-changed={}", native.join(f).display());
     }
     // Both checksum images with xxhash.h (Debian's libxxhash-dev, which ./run installs),

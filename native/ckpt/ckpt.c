@@ -36,6 +36,7 @@
 */
 #define _GNU_SOURCE
 #include "image.h"
+#include "proto.h"
 
 #include <arpa/inet.h>
 #include <asm/prctl.h>
@@ -4267,6 +4268,13 @@ static void closed_end(const struct fd_rec *f)
 static void encode(const char *s, char *out, size_t len);
 static void field(const char *line, const char *key, char *out, size_t len);
 
+/* Whether a protocol line starts with `verb` (proto.h): the verb, then a space or the end. */
+static int is_verb(const char *line, const char *verb)
+{
+    size_t n = strlen(verb);
+    return strncmp(line, verb, n) == 0 && (line[n] == ' ' || line[n] == 0);
+}
+
 #define MEET_LIMIT_NS (120 * 1000000000ll)
 #define MEET_MAGIC "CAIRNRM1"
 #define MEET_KEY_MAX (2 * (INET6_ADDRSTRLEN + 8) + 2)
@@ -4504,10 +4512,10 @@ static void remote_answer(const char *line)
         struct remote_end *e = &rends[i];
         if (strcmp(e->key, key) != 0 || e->state != R_WAIT)
             continue;
-        if (strncmp(line, "NONE ", 5) == 0) {
+        if (is_verb(line, CAIRN_V_NO_PEER)) {
             say("restart: the connection to %s comes back closed: its other end is not in the job", e->key);
             remote_closed(e);
-        } else if (strncmp(line, "PEER ", 5) == 0 && !e->listens) {
+        } else if (is_verb(line, CAIRN_V_PEER) && !e->listens) {
             struct sockaddr_storage sa;
             socklen_t sl;
             field(line, "addr", addr, sizeof addr);
@@ -4575,14 +4583,14 @@ static void remote_again(void)
         munmap(rends, bytes);
         return;
     }
-    fprintf(out, "MEET token=%s job=%s proc=%d\n", CONTROL.token, job, CONTROL.proc);
+    fprintf(out, CAIRN_V_MEET " token=%s job=%s proc=%d\n", CONTROL.token, job, CONTROL.proc);
     for (int i = 0; i < nrends; i++) {
         struct remote_end *e = &rends[i];
         char key[3 * MEET_KEY_MAX];
         encode(e->key, key, sizeof key);
         int close_unmatched = (e->x->how & CAIRN_XFD_CLOSE_UNMATCHED) != 0;
         if (!e->listens) {
-            fprintf(out, "SEEK key=%s close=%d\n", key, close_unmatched);
+            fprintf(out, CAIRN_V_SEEK " key=%s close=%d\n", key, close_unmatched);
             continue;
         }
         struct sockaddr_storage any = {.ss_family = (sa_family_t)e->r.family};
@@ -4600,7 +4608,7 @@ static void remote_again(void)
         raw_getsockname(e->lfd, (struct sockaddr *)&at, &al);
         unsigned port = ntohs(at.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&at)->sin6_port
                                                        : ((struct sockaddr_in *)&at)->sin_port);
-        fprintf(out, "LISTEN key=%s port=%u close=%d\n", key, port, close_unmatched);
+        fprintf(out, CAIRN_V_LISTEN " key=%s port=%u close=%d\n", key, port, close_unmatched);
     }
     fclose(out);
     char lines[4096];
@@ -4965,7 +4973,7 @@ static int connect_coord(int restarted)
                     encode(host_name, hn, sizeof hn);
                     struct stat ns;
                     unsigned long long pidns = stat("/proc/self/ns/pid", &ns) == 0 ? (unsigned long long)ns.st_ino : 0;
-                    return send_line("HELLO token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d "
+                    return send_line(CAIRN_V_HELLO " token=%s job=%s proc=%d pid=%d host=%s node=%d restarted=%d exec=%d "
                                      "member=%d nspid=%d ppid=%d ids=%d pidns=%llu",
                                      S.token, job, S.proc, S.host_pid, hn, S.node, restarted,
                                      S.execed && !restarted, S.member, (int)getpid(), (int)getppid(),
@@ -5057,18 +5065,18 @@ static int64_t checkpoint_once(uint64_t v, const char *path, int ask_coord)
     }
     if (ask_coord) {
         char line[256];
-        send_line("SUSPENDED ckpt=%llu", (unsigned long long)v);
+        send_line(CAIRN_V_SUSPENDED " ckpt=%llu", (unsigned long long)v);
         for (;;) {
             int r = read_line(line, sizeof line);
             if (r <= 0) {
                 release_threads();
                 return -ECONNRESET;
             }
-            if (r == 1 && strncmp(line, "WRITE ", 6) == 0)
+            if (r == 1 && is_verb(line, CAIRN_V_WRITE))
                 break;
-            if (r == 1 && strncmp(line, "RESUME ", 7) == 0) {
+            if (r == 1 && is_verb(line, CAIRN_V_RESUME)) {
                 release_threads();
-                send_line("RESUMED ckpt=%llu", (unsigned long long)v);
+                send_line(CAIRN_V_RESUMED " ckpt=%llu", (unsigned long long)v);
                 return -ECANCELED;
             }
         }
@@ -5178,7 +5186,7 @@ static void run_coordinated(int restarted)
     for (;;) {
         int r = read_line(line, sizeof line);
         if (r == 2) {
-            send_line("CHECKPOINT");
+            send_line(CAIRN_V_CHECKPOINT);
             continue;
         }
         if (r == -3) {
@@ -5198,22 +5206,22 @@ static void run_coordinated(int restarted)
             S.sock = -1;
             return;
         }
-        if (strncmp(line, "WELCOME", 7) == 0) {
+        if (is_verb(line, CAIRN_V_WELCOME)) {
             char pid[24] = "";
             field(line, "pid", pid, sizeof pid);
             if (atoi(pid) > 0)
                 S.host_pid = atoi(pid);
             continue;
         }
-        if (strncmp(line, "DENIED", 6) == 0) {
+        if (is_verb(line, CAIRN_V_DENIED)) {
             say("the coordinator refused this process: %s", line);
             return;
         }
-        if (strncmp(line, "RUN ", 4) == 0) {
+        if (is_verb(line, CAIRN_V_RUN)) {
             run_in_slot(line);
             continue;
         }
-        if (strncmp(line, "SUSPEND ", 8) == 0) {
+        if (is_verb(line, CAIRN_V_SUSPEND)) {
             char vs[32];
             field(line, "ckpt", vs, sizeof vs);
             uint64_t v = strtoull(vs, NULL, 10);
@@ -5235,14 +5243,14 @@ static void run_coordinated(int restarted)
                 char why[1280], enc[3900];
                 failure(why, sizeof why, w);
                 encode(why, enc, sizeof enc);
-                send_line("FAILED ckpt=%llu why=%s", (unsigned long long)v, enc);
+                send_line(CAIRN_V_FAILED " ckpt=%llu why=%s", (unsigned long long)v, enc);
             } else {
-                send_line("WRITTEN ckpt=%llu bytes=%lld", (unsigned long long)v, (long long)w);
+                send_line(CAIRN_V_WRITTEN " ckpt=%llu bytes=%lld", (unsigned long long)v, (long long)w);
             }
             /* Threads stay stopped until the job agrees. */
             for (;;) {
                 r = read_line(line, sizeof line);
-                if (r <= 0 || (r == 1 && strncmp(line, "RESUME ", 7) == 0))
+                if (r <= 0 || (r == 1 && is_verb(line, CAIRN_V_RESUME)))
                     break;
             }
             char ok[8] = "1";
@@ -5255,7 +5263,7 @@ static void run_coordinated(int restarted)
                 say("lost the coordinator during a checkpoint; the program goes on");
                 return;
             }
-            send_line("RESUMED ckpt=%llu", (unsigned long long)v);
+            send_line(CAIRN_V_RESUMED " ckpt=%llu", (unsigned long long)v);
         }
     }
 }

@@ -396,6 +396,30 @@ pub fn send(w: &mut TcpStream, m: &Msg) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// The checkpoint library's names for the verbs (native/ckpt/proto.h) are this enum's:
+    /// `CAIRN_V_<NAME>` spells the verb of the variant whose name is `<NAME>` in camel case.
+    #[test]
+    fn the_checkpoint_librarys_verbs_are_these() {
+        let header = include_str!("../../../native/ckpt/proto.h");
+        let mut seen = 0;
+        for line in header.lines() {
+            let Some(rest) = line.strip_prefix("#define CAIRN_V_") else {
+                continue;
+            };
+            let (name, value) = rest.split_once(' ').expect("#define NAME VALUE");
+            let spelled = value.trim().trim_matches('"');
+            let verb = Verb::parse(spelled)
+                .unwrap_or_else(|| panic!("proto.h's {name} is {spelled:?}, which is no verb"));
+            let camel: String = name
+                .split('_')
+                .map(|w| w[..1].to_string() + &w[1..].to_lowercase())
+                .collect();
+            assert_eq!(format!("{verb:?}"), camel, "proto.h's CAIRN_V_{name}");
+            seen += 1;
+        }
+        assert!(seen >= 17, "only {seen} verbs read from proto.h");
+    }
+
     #[test]
     fn values_round_trip_through_percent_encoding() {
         for v in [
