@@ -29,25 +29,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The variables every process of a job gets (and the restorer too): where its node's
-/// sub-coordinator listens, the job's token, the job id, the process and node indices, and
-/// the affinity settings; and a slot's mark (`--rsh`). Not recorded in manifests: they
-/// differ from run to run.
-pub const JOB_ENV: &[&str] = &[
-    "CAIRN_COORD_ADDR",
-    "CAIRN_COORD_TOKEN",
-    "CAIRN_JOB",
-    "CAIRN_PROC",
-    "CAIRN_NODE",
-    "CAIRN_CKPT_AFFINITY",
-    "CAIRN_CKPT_CPUS",
-    MOVED_ENV,
-    SLOT_ENV,
-];
-
-/// A restart's pairs `OLD=NEW;...` of host addresses that changed, for the restorer: the
-/// processes translate the old addresses (see docs/transparent.md).
-pub const MOVED_ENV: &str = "CAIRN_CKPT_MOVED";
+pub use crate::spawn::{
+    JOB_ENV, MOVED_ENV, PRELOAD_ENV, PRELOAD_NAME, RESTORER_ENV, RESTORER_NAME, SLOT_ENV,
+};
 
 /// The longest value of [`MOVED_ENV`] the restorer takes (`CAIRN_MOVED_MAX` in image.h,
 /// less its terminating zero).
@@ -83,10 +67,6 @@ fn moved_pairs(was: &[String], now: &[String]) -> Result<String> {
     Ok(text)
 }
 
-/// Set to `1` in a slot's environment (`--rsh`): the checkpoint library of that process, and
-/// of no other, runs the command its node sends it (`RUN`) in its place.
-pub const SLOT_ENV: &str = "CAIRN_CKPT_SLOT";
-
 /// What the processes of a job launched with `--rsh` get, unless the launcher's environment
 /// already sets it: Open MPI's rsh agent (the words of [`RshSlots::agent`]), one daemon
 /// started by `mpirun` itself per host (no tree of daemons starting daemons), and daemons
@@ -100,13 +80,6 @@ const RSH_ENV: [&str; 4] = [
     "OMPI_MCA_orte_leave_session_attached",
     "CAIRN_RSH",
 ];
-
-/// The checkpoint library's file name, and the variable that names another one.
-pub const PRELOAD_NAME: &str = "libcairn-ckpt.so";
-pub const PRELOAD_ENV: &str = "CAIRN_CKPT_PRELOAD";
-/// The restorer's file name, and the variable that names another one.
-pub const RESTORER_NAME: &str = "cairn-restore";
-pub const RESTORER_ENV: &str = "CAIRN_RESTORE";
 
 /// The longest image path the checkpoint library takes, NUL included (`CAIRN_IMG_PATH_MAX`
 /// in `native/ckpt/image.h`, checked against it by cairn-ckpt's tests); WRITE must never

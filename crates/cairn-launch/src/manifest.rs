@@ -240,7 +240,7 @@ pub fn recorded_env() -> BTreeMap<String, String> {
                 "PATH" | "LD_LIBRARY_PATH" | "LD_PRELOAD" | "GLIBC_TUNABLES"
             ) || k.starts_with("OMP_")
                 || k.starts_with("GOMP_")
-                || (k.starts_with("CAIRN_") && !crate::launch::JOB_ENV.contains(&k.as_str()))
+                || (k.starts_with("CAIRN_") && !crate::spawn::JOB_ENV.contains(&k.as_str()))
         })
         .collect()
 }

@@ -38,13 +38,13 @@ const LOADED_GRACE: Duration = Duration::from_secs(15);
 /// Whether process `pid` maps the checkpoint library (its file name, `libcairn-ckpt.so`
 /// or the one `CAIRN_CKPT_PRELOAD` names).
 fn maps_library(pid: u32) -> bool {
-    let name = std::env::var_os(crate::launch::PRELOAD_ENV)
+    let name = std::env::var_os(crate::spawn::PRELOAD_ENV)
         .and_then(|p| {
             std::path::Path::new(&p)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
         })
-        .unwrap_or_else(|| crate::launch::PRELOAD_NAME.to_string());
+        .unwrap_or_else(|| crate::spawn::PRELOAD_NAME.to_string());
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .is_ok_and(|maps| maps.lines().any(|l| l.rsplit('/').next() == Some(&name)))
 }

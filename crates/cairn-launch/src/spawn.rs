@@ -17,6 +17,40 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
+// ---- the environment of a job's processes ---------------------------------------------
+// Here, below the launcher, the coordinators and the manifests, which all read these names.
+
+/// The variables every process of a job gets (and the restorer too): where its node's
+/// sub-coordinator listens, the job's token, the job id, the process and node indices, and
+/// the affinity settings; and a slot's mark (`--rsh`). Not recorded in manifests: they
+/// differ from run to run.
+pub const JOB_ENV: &[&str] = &[
+    "CAIRN_COORD_ADDR",
+    "CAIRN_COORD_TOKEN",
+    "CAIRN_JOB",
+    "CAIRN_PROC",
+    "CAIRN_NODE",
+    "CAIRN_CKPT_AFFINITY",
+    "CAIRN_CKPT_CPUS",
+    MOVED_ENV,
+    SLOT_ENV,
+];
+
+/// A restart's pairs `OLD=NEW;...` of host addresses that changed, for the restorer: the
+/// processes translate the old addresses (see docs/transparent.md).
+pub const MOVED_ENV: &str = "CAIRN_CKPT_MOVED";
+
+/// Set to `1` in a slot's environment (`--rsh`): the checkpoint library of that process, and
+/// of no other, runs the command its node sends it (`RUN`) in its place.
+pub const SLOT_ENV: &str = "CAIRN_CKPT_SLOT";
+
+/// The checkpoint library's file name, and the variable that names another one.
+pub const PRELOAD_NAME: &str = "libcairn-ckpt.so";
+pub const PRELOAD_ENV: &str = "CAIRN_CKPT_PRELOAD";
+/// The restorer's file name, and the variable that names another one.
+pub const RESTORER_NAME: &str = "cairn-restore";
+pub const RESTORER_ENV: &str = "CAIRN_RESTORE";
+
 /// How one process of a job is started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcStart {
