@@ -36,8 +36,9 @@ pub enum Event {
         version: u64,
         result: Result<crate::images::Stored, String>,
     },
-    /// The launcher started the engine job: the root may take checkpoints.
-    Begin(Box<crate::root::Begun>),
+    /// The launcher started the engine job: the root may take checkpoints (what it needs is
+    /// in the root's own hand-over slot, so that this plumbing knows nothing of the root).
+    Begin,
     /// Start these processes of the node (the sub-coordinator's engine connection asks, and
     /// waits for the pids or the error on `reply`).
     Spawn {

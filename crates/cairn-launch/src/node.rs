@@ -565,7 +565,7 @@ impl NodeLoop {
                 }
                 Some(Event::Reap) => self.reap(),
                 Some(Event::Staging(s)) => self.staging = Some(s),
-                Some(Event::Stored { .. } | Event::Begin(_) | Event::Signal(_)) | None => {}
+                Some(Event::Stored { .. } | Event::Begin | Event::Signal(_)) | None => {}
             }
             if self.phase.as_ref().is_some_and(|p| {
                 Instant::now() >= p.deadline && (!p.reported || p.kind == Kind::Resume)

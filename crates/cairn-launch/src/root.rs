@@ -123,6 +123,8 @@ struct Shared {
 pub struct Root {
     addr: SocketAddr,
     tx: Sender<Event>,
+    /// Where [`Root::begin`] leaves what the loop takes at [`Event::Begin`].
+    handover: Arc<Mutex<Option<Begun>>>,
     shared: Arc<(Mutex<Shared>, Condvar)>,
     thread: Option<JoinHandle<()>>,
     acceptor: Acceptor,
@@ -145,7 +147,9 @@ impl Root {
         let acceptor = Acceptor::start(listener, "root coordinator", ids, tx.clone())
             .map_err(|e| Error::io("start the root coordinator", e))?;
         let addr = acceptor.addr();
+        let handover = Arc::new(Mutex::new(None));
         let mut lp = RootLoop::new(cfg, rx, tx.clone(), shared.clone());
+        lp.handover = handover.clone();
         let thread = std::thread::Builder::new()
             .name("cairn-root".into())
             .spawn(move || lp.run())
@@ -153,6 +157,7 @@ impl Root {
         Ok(Root {
             addr,
             tx,
+            handover,
             shared,
             thread: Some(thread),
             acceptor,
@@ -166,7 +171,8 @@ impl Root {
     /// Hands the root the engine job and what the launch or restart decided; from now on it
     /// takes checkpoints (and its interval starts).
     pub fn begin(&self, b: Begun) {
-        let _ = self.tx.send(Event::Begin(Box::new(b)));
+        *self.handover.lock().expect("the root's hand-over slot") = Some(b);
+        let _ = self.tx.send(Event::Begin);
     }
 
     /// Waits until every node's sub-coordinator has registered and returns their addresses,
@@ -392,6 +398,8 @@ struct RootLoop {
     next_interval: Option<Instant>,
     /// Set by [`Root::begin`].
     begun: Option<Begun>,
+    /// What [`Root::begin`] hands over, taken at [`Event::Begin`].
+    handover: Arc<Mutex<Option<Begun>>>,
     meeting: Meeting,
 }
 
@@ -433,6 +441,7 @@ impl RootLoop {
             last: None,
             next_interval: None,
             begun: None,
+            handover: Arc::new(Mutex::new(None)),
             meeting: Meeting::default(),
             cfg,
             rx,
@@ -469,20 +478,23 @@ impl RootLoop {
                     tracing::info!("signal {sig} forwarded to {n} processes");
                 }
                 Some(Event::Spawn { .. } | Event::Reap | Event::Staging(_)) => {}
-                Some(Event::Begin(b)) => {
-                    self.next_version = b.first_version;
-                    self.last = b.last;
-                    self.cfg.interval = b.interval;
-                    self.cfg.timeout = b.timeout;
-                    self.cfg.keep = b.keep;
-                    self.next_interval = self.cfg.interval.map(|i| Instant::now() + i);
-                    self.meeting.closed = b.closed.iter().cloned().collect();
-                    for &i in &b.used_slots {
-                        if let Some(p) = self.procs.get_mut(i).filter(|p| p.slot.is_some()) {
-                            p.slot = Some(SlotUse::Used);
+                Some(Event::Begin) => {
+                    let taken = self.handover.lock().expect("the hand-over slot").take();
+                    if let Some(b) = taken {
+                        self.next_version = b.first_version;
+                        self.last = b.last;
+                        self.cfg.interval = b.interval;
+                        self.cfg.timeout = b.timeout;
+                        self.cfg.keep = b.keep;
+                        self.next_interval = self.cfg.interval.map(|i| Instant::now() + i);
+                        self.meeting.closed = b.closed.iter().cloned().collect();
+                        for &i in &b.used_slots {
+                            if let Some(p) = self.procs.get_mut(i).filter(|p| p.slot.is_some()) {
+                                p.slot = Some(SlotUse::Used);
+                            }
                         }
+                        self.begun = Some(b);
                     }
-                    self.begun = Some(*b);
                 }
                 None => {}
             }
