@@ -841,12 +841,14 @@ fn sigkill_during_write_fails_the_checkpoint() {
         "{msg}"
     );
     assert!(!job.vdir(1).join(manifest::MANIFEST).exists());
+    // The failure is reported while the others may still be writing: their RESUME comes when
+    // their node has it, so wait for each to say so.
     for i in [0, 1, 3] {
+        wait_for("the others to be resumed", 20.0, || {
+            job.log(i).contains("resume 1 ok=0").then_some(())
+        });
         let log = job.log(i);
-        assert!(
-            log.contains("write 1") && log.contains("resume 1 ok=0"),
-            "proc {i}: {log}"
-        );
+        assert!(log.contains("write 1"), "proc {i}: {log}");
         assert!(!job.stage(i / 2, 1).join(format!("proc{i}.img")).exists());
     }
     let s = job.client().status().unwrap();
