@@ -13,7 +13,6 @@ fn io(e: std::io::Error, what: &str, path: &Path) -> Error {
 /// A file mapped read-only (privately) into memory, to store it.
 pub(crate) struct Mapped {
     map: memmap2::Mmap,
-    pub(crate) len: usize,
     _file: File,
 }
 
@@ -67,15 +66,11 @@ impl Mapped {
         // private directories); one truncated by another process while mapped would raise
         // SIGBUS where it is read, as with any mapping of a file.
         let map = unsafe { o.map_copy_read_only(&file) }.map_err(|e| io(e, "map", path))?;
-        Ok(Mapped {
-            map,
-            len,
-            _file: file,
-        })
+        Ok(Mapped { map, _file: file })
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.map[..self.len]
+        &self.map
     }
 }
 
@@ -128,7 +123,7 @@ impl MappedObject {
         for f in files {
             let m = Mapped::read_file(f.file.try_clone().ok()?, f.path).ok()?;
             let len = usize::try_from(f.len).ok()?;
-            if m.len < len {
+            if m.bytes().len() < len {
                 return None;
             }
             maps.push((f.start, len, m));

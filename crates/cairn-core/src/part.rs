@@ -420,13 +420,13 @@ pub fn check_in_place(index: &RankIndex, e: &RegionEntry, path: &std::path::Path
         ));
     }
     let m = Mapped::read_regular(path)?;
-    if m.len as u64 != e.nbytes {
+    if m.bytes().len() as u64 != e.nbytes {
         return Err(Error::new(
             ErrorKind::Corrupt,
             format!(
                 "{} holds {} bytes, region {} has {}",
                 path.display(),
-                m.len,
+                m.bytes().len(),
                 e.id,
                 e.nbytes
             ),

@@ -147,9 +147,8 @@ impl Root {
         let acceptor = Acceptor::start(listener, "root coordinator", ids, tx.clone())
             .map_err(|e| Error::io("start the root coordinator", e))?;
         let addr = acceptor.addr();
-        let handover = Arc::new(Mutex::new(None));
         let mut lp = RootLoop::new(cfg, rx, tx.clone(), shared.clone());
-        lp.handover = handover.clone();
+        let handover = lp.handover.clone();
         let thread = std::thread::Builder::new()
             .name("cairn-root".into())
             .spawn(move || lp.run())

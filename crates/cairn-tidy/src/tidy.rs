@@ -191,7 +191,8 @@ fn the_crate_layers_are_as_architecture_md_states() {
 #[test]
 fn only_cairn_mpi_links_mpi() {
     let mpi = ["mpi", "mpi-sys"];
-    let others: Vec<String> = packages()
+    let ours = packages();
+    let others: Vec<String> = ours
         .iter()
         .filter(|p| p.name != "cairn-mpi")
         .flat_map(|p| {
@@ -203,7 +204,6 @@ fn only_cairn_mpi_links_mpi() {
         })
         .collect();
     assert!(others.is_empty(), "{}", others.join("\n"));
-    let ours = packages();
     let own = ours
         .iter()
         .find(|p| p.name == "cairn-mpi")
@@ -250,30 +250,37 @@ fn the_code_map_names_every_crate_and_only_what_exists() {
 /// files of each.
 fn modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
     let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for path in rust_files(src) {
+        let rel = path.strip_prefix(src).expect("under src");
+        let first = rel.components().next().expect("a component");
+        if first.as_os_str() == "bin" {
+            continue;
+        }
+        let top = Path::new(first.as_os_str())
+            .file_stem()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if rel.components().count() == 1 && (top == "lib" || top == "main") {
+            continue;
+        }
+        out.entry(top).or_default().push(path);
+    }
+    out
+}
+
+/// Every `.rs` file under `src`, at any depth.
+fn rust_files(src: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).expect("a source folder").flatten() {
             let path = e.path();
             if path.is_dir() {
-                if dir != src || e.file_name() != "bin" {
-                    stack.push(path);
-                }
-                continue;
+                stack.push(path);
+            } else if path.extension() == Some(std::ffi::OsStr::new("rs")) {
+                out.push(path);
             }
-            if path.extension() != Some(std::ffi::OsStr::new("rs")) {
-                continue;
-            }
-            let rel = path.strip_prefix(src).expect("under src");
-            let first = rel.components().next().expect("a component");
-            let top = Path::new(first.as_os_str())
-                .file_stem()
-                .expect("a name")
-                .to_string_lossy()
-                .into_owned();
-            if rel.components().count() == 1 && (top == "lib" || top == "main") {
-                continue;
-            }
-            out.entry(top).or_default().push(path);
         }
     }
     out
@@ -455,29 +462,21 @@ fn crate_paths_reads_single_grouped_and_nested_paths() {
 fn unsafe_files(src: &Path) -> BTreeSet<String> {
     // Spelled in two parts so that this file does not find itself.
     let keys = ["{", "fn", "impl", "extern"].map(|k| format!("{} {k}", "unsafe"));
-    let mut out = BTreeSet::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).expect("a source folder").flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if path.extension() != Some(std::ffi::OsStr::new("rs")) {
-                continue;
-            }
-            let found = read(&path).lines().any(|l| {
+    rust_files(src)
+        .into_iter()
+        .filter(|path| {
+            read(path).lines().any(|l| {
                 let code = l.split("//").next().unwrap_or("");
                 keys.iter().any(|k| code.contains(k.as_str()))
-            });
-            if found {
-                let rel = path.strip_prefix(src).expect("under src");
-                out.insert(rel.display().to_string());
-            }
-        }
-    }
-    out
+            })
+        })
+        .map(|path| {
+            path.strip_prefix(src)
+                .expect("under src")
+                .display()
+                .to_string()
+        })
+        .collect()
 }
 
 /// Text without its parenthesised parts (nested ones too).
